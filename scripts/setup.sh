@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs what ndwv needs on Debian 12 (idempotent; quiet when everything is present).
+# Why each package: see docs/dependencies.md.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libisal-dev libcli11-dev libgtest-dev libgmock-dev
+      libbenchmark-dev python3 iproute2)
+missing=()
+for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+if ((${#missing[@]})); then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,65 @@
+// Completing overlapped requests the way Windows does, for the library's layers.
+//
+// A request's life: BeginOverlapped() before it starts (Internal = ND_PENDING), then exactly one
+// CompleteOverlapped() with the final status. Completion publishes the status in the OVERLAPPED,
+// signals its event, queues a packet to the completion port associated with the request's
+// overlapped file and wakes WaitOverlapped() callers. After that the OVERLAPPED belongs to the
+// application again and is never touched.
+#pragma once
+
+#include <utility>
+
+#include "ndwv/win32.h"
+
+namespace ndwv::base {
+
+// A new overlapped file handle (the result of IND2Adapter::CreateOverlappedFile), owned by the
+// caller until CloseHandle. NULL if out of memory.
+HANDLE CreateOverlappedFile();
+
+// For a handle the application passed in: if it is an open overlapped file, takes a reference
+// to it and returns true; otherwise (NULL, closed, another kind) returns false.
+bool RetainFile(HANDLE file);
+// One more reference to a handle the caller already holds a reference to. NULL is ignored.
+void RetainHandle(HANDLE handle);
+// Drops a reference taken by RetainFile or RetainHandle. NULL is ignored.
+void ReleaseHandle(HANDLE handle);
+
+// Marks the request as running (Internal = ND_PENDING, InternalHigh = 0) and, as Windows does
+// when an I/O starts, resets the OVERLAPPED's event.
+void BeginOverlapped(OVERLAPPED* ov);
+
+// Finishes the request: Internal = status, InternalHigh = bytes; signals hEvent (bit 0 masked
+// off); queues a packet to the port associated with `file` unless hEvent's bit 0 is set or no
+// port is associated (yet); wakes WaitOverlapped. `file` may be NULL (no port) and must be held
+// (RetainFile) by the caller. Does not change the thread's last error.
+void CompleteOverlapped(HANDLE file, OVERLAPPED* ov, HRESULT status, ULONG_PTR bytes = 0);
+
+// The request's status: its final status, or ND_PENDING if it is running and !wait. With wait,
+// blocks until it completes (no event needed).
+HRESULT WaitOverlapped(OVERLAPPED* ov, bool wait);
+
+// Owns one reference to a handle object.
+class HandleRef {
+ public:
+  HandleRef() = default;
+  // Takes over a reference the caller already holds (e.g. from RetainFile).
+  static HandleRef Adopt(HANDLE handle) { return HandleRef(handle); }
+
+  HandleRef(const HandleRef& other) : handle_(other.handle_) { RetainHandle(handle_); }
+  HandleRef(HandleRef&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  HandleRef& operator=(HandleRef other) noexcept {
+    std::swap(handle_, other.handle_);
+    return *this;
+  }
+  ~HandleRef() { ReleaseHandle(handle_); }
+
+  HANDLE get() const { return handle_; }
+  explicit operator bool() const { return handle_ != nullptr; }
+
+ private:
+  explicit HandleRef(HANDLE handle) : handle_(handle) {}
+  HANDLE handle_ = nullptr;
+};
+
+}  // namespace ndwv::base

@@ -1,0 +1,43 @@
+// Every NDWV_ environment variable, declared once: name, type, default, range, meaning.
+// Values are read and checked once, at the first use; a bad value is refused with a message that
+// names the variable and what it accepts (see Load()).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ndwv::base {
+
+enum class SettingType { Integer, Boolean, Choice };
+
+struct SettingInfo {
+  const char* name;
+  SettingType type;
+  const char* default_value;
+  int64_t min, max;      // Integer
+  const char* choices;   // Choice: comma-separated
+  const char* meaning;
+};
+
+struct Settings {
+  int log_level;                 // 0 error .. 4 trace
+  bool mpa_crc;                  // ask for and send MPA CRC-32C
+  uint32_t mpa_max_ulpdu;        // largest DDP segment we send
+  uint32_t cm_timeout_ms;        // connection setup: TCP connect + MPA exchange
+  uint32_t disconnect_timeout_ms;// how long a graceful close waits for the peer's close
+  uint32_t work_threads;         // size of the shared work pool
+  bool poll_progress;            // busy-polling CQ callers drive receive progress themselves
+  std::string transports;        // offered transports, in order
+};
+
+// All declarations, in the order ndinfo prints them.
+const std::vector<SettingInfo>& SettingTable();
+
+// The process's settings. Returns nullptr (after printing why to stderr) if a variable is set to
+// a value its declaration does not accept.
+const Settings* LoadSettings();
+
+}  // namespace ndwv::base
+
+// For tools (ndinfo --env): writes "NAME=default  meaning" lines of every setting to a FILE*.
+extern "C" void ndwv_settings_describe(void* file);

@@ -1,0 +1,143 @@
+#include "dev/cq.h"
+
+#include <algorithm>
+
+#include <ndwv/wvstatus.h>
+
+#include "base/settings.h"
+
+namespace ndwv::dev {
+
+CompletionQueue::CompletionQueue(size_t entries) : ring_(entries) {}
+
+size_t CompletionQueue::capacity() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ring_.size();
+}
+
+int32_t CompletionQueue::Resize(size_t entries) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t count = count_.load();
+  if (entries < count) return WV_BUFFER_OVERFLOW;
+  std::vector<Completion> ring(entries);
+  for (size_t i = 0; i < count; ++i) ring[i] = ring_[(head_ + i) % ring_.size()];
+  ring_.swap(ring);
+  head_ = 0;
+  return WV_SUCCESS;
+}
+
+size_t CompletionQueue::Poll(Completion* out, size_t max) {
+  if (count_.load(std::memory_order_acquire) == 0 && max > 0) {
+    static const bool lend_thread = base::LoadSettings() ? base::LoadSettings()->poll_progress : true;
+    if (lend_thread && sources_mutex_.try_lock()) {
+      for (ProgressSource* source : sources_) source->DriveReceive();
+      sources_mutex_.unlock();
+    }
+    if (count_.load(std::memory_order_acquire) == 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      seen_ = pushed_;  // a draining poll has seen everything
+      solicited_unseen_ = 0;
+      return 0;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t n = std::min(max, count_.load());
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = ring_[head_];
+    head_ = (head_ + 1) % ring_.size();
+  }
+  count_.fetch_sub(n, std::memory_order_release);
+  if (n < max) {
+    seen_ = pushed_;
+    solicited_unseen_ = 0;
+  }
+  return n;
+}
+
+void CompletionQueue::Push(const Completion& completion, bool solicited) {
+  AsyncOp* fire = nullptr;
+  int32_t status = WV_SUCCESS;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (broken_.load()) return;
+    size_t count = count_.load();
+    if (count == ring_.size()) {
+      // Overrun: the CQ and everything completing to it are unusable from now on.
+      broken_.store(true, std::memory_order_release);
+      CompleteArmedLocked(WV_BUFFER_OVERFLOW, &fire);
+      status = WV_BUFFER_OVERFLOW;
+    } else {
+      ring_[(head_ + count) % ring_.size()] = completion;
+      count_.store(count + 1, std::memory_order_release);
+      pushed_++;
+      bool wakes_solicited = solicited || completion.status != WcStatus::Success;
+      if (wakes_solicited) solicited_unseen_++;
+      if (armed_ && (armed_type_ == NotifyType::Any ||
+                     (armed_type_ == NotifyType::Solicited && wakes_solicited))) {
+        CompleteArmedLocked(WV_SUCCESS, &fire);
+      }
+    }
+  }
+  Finish(fire, status);
+}
+
+void CompletionQueue::CompleteArmedLocked(int32_t, AsyncOp** done) {
+  *done = armed_;
+  armed_ = nullptr;
+  armed_type_ = NotifyType::Errors;
+  seen_ = pushed_;
+  solicited_unseen_ = 0;
+}
+
+void CompletionQueue::Finish(AsyncOp* list, int32_t status) {
+  while (list) {
+    AsyncOp* next = list->next;
+    list->next = nullptr;
+    list->Complete(status);
+    list = next;
+  }
+}
+
+int32_t CompletionQueue::Notify(NotifyType type, AsyncOp* op) {
+  AsyncOp* fire = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (broken_.load()) return WV_BUFFER_OVERFLOW;
+    op->next = nullptr;
+    AsyncOp** tail = &armed_;
+    while (*tail) tail = &(*tail)->next;
+    *tail = op;
+    if (type == NotifyType::Any || (type == NotifyType::Solicited && armed_type_ == NotifyType::Errors))
+      armed_type_ = type;
+    // Entries nobody has seen yet satisfy the new request at once.
+    bool unseen = pushed_ > seen_;
+    if ((armed_type_ == NotifyType::Any && unseen) ||
+        (armed_type_ == NotifyType::Solicited && solicited_unseen_ > 0))
+      CompleteArmedLocked(WV_SUCCESS, &fire);
+  }
+  Finish(fire, WV_SUCCESS);
+  return WV_PENDING;
+}
+
+void CompletionQueue::CancelNotifies() {
+  AsyncOp* list;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    list = armed_;
+    armed_ = nullptr;
+    armed_type_ = NotifyType::Errors;
+  }
+  Finish(list, WV_CANCELLED);
+}
+
+void CompletionQueue::AttachSource(ProgressSource* source) {
+  std::lock_guard<std::mutex> lock(sources_mutex_);
+  sources_.push_back(source);
+}
+
+void CompletionQueue::DetachSource(ProgressSource* source) {
+  std::lock_guard<std::mutex> lock(sources_mutex_);
+  sources_.erase(std::remove(sources_.begin(), sources_.end(), source), sources_.end());
+}
+
+}  // namespace ndwv::dev

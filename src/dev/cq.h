@@ -1,0 +1,81 @@
+// Completion queue: a ring of completions with Notify (arm) requests and overrun detection.
+//
+// Producers (transports, posting threads, the work pool) push under a mutex; the consumer's empty
+// poll is one atomic load. Notify follows the ND rules: every armed request fires on one event
+// (broadcast); entries that already fired a notification, or that a draining poll has seen, do not
+// fire the next one; entries nobody has seen yet fire a Notify at once (no lost wake-up).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "dev/async.h"
+
+namespace ndwv::dev {
+
+// Mirror WV_WC_OPCODE / WV_WC_STATUS values so the verbs layer converts by cast.
+enum class WrOpcode : uint8_t { Send = 0, Write = 1, Read = 2, Bind = 5, Invalidate = 6, Receive = 0x80 };
+enum class WcStatus : uint8_t {
+  Success, LocalLength, LocalOp, LocalProtection, Flushed, MwBind, RemoteAccess, RemoteOp,
+  RnrRetry, TimeoutRetry, RemoteInvalidRequest, BadResponse, LocalAccess, Error
+};
+
+struct Completion {
+  void* qp_context;
+  uint64_t wr_id;
+  uint32_t length;
+  WrOpcode opcode;
+  WcStatus status;
+};
+
+enum class NotifyType { Errors = 0, Any = 1, Solicited = 2 };
+
+// Something that can make receive progress when a poller lends it its thread (a connected QP).
+struct ProgressSource {
+  virtual void DriveReceive() = 0;
+ protected:
+  ~ProgressSource() = default;
+};
+
+class CompletionQueue {
+ public:
+  explicit CompletionQueue(size_t entries);
+
+  size_t capacity() const;
+  size_t Count() const { return count_.load(std::memory_order_acquire); }
+  int32_t Resize(size_t entries);  // WV_BUFFER_OVERFLOW if below the entries queued
+
+  // Consumer side. An empty poll may drive receive progress of the attached QPs.
+  size_t Poll(Completion* out, size_t max);
+
+  // Producer side. solicited: a receive for a Send with the solicited-event flag.
+  void Push(const Completion& completion, bool solicited);
+
+  int32_t Notify(NotifyType type, AsyncOp* op);  // WV_PENDING, or an error if the CQ is broken
+  void CancelNotifies();                         // armed requests complete WV_CANCELLED
+  bool broken() const { return broken_.load(std::memory_order_acquire); }
+
+  void AttachSource(ProgressSource* source);
+  void DetachSource(ProgressSource* source);
+
+ private:
+  void CompleteArmedLocked(int32_t status, AsyncOp** done);
+  static void Finish(AsyncOp* list, int32_t status);
+
+  mutable std::mutex mutex_;
+  std::vector<Completion> ring_;
+  size_t head_ = 0;  // next to poll
+  std::atomic<size_t> count_{0};
+  std::atomic<bool> broken_{false};
+  uint64_t pushed_ = 0;          // entries ever pushed
+  uint64_t seen_ = 0;            // entries that fired a notify or that a draining poll saw
+  uint64_t solicited_unseen_ = 0;// solicited or error entries pushed after seen_
+  AsyncOp* armed_ = nullptr;     // outstanding Notify requests, oldest first
+  NotifyType armed_type_ = NotifyType::Errors;  // strongest type armed
+
+  std::mutex sources_mutex_;
+  std::vector<ProgressSource*> sources_;
+};
+
+}  // namespace ndwv::dev

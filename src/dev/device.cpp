@@ -1,0 +1,75 @@
+#include "dev/device.h"
+
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/settings.h"
+#include "dev/iwarp/endpoint.h"
+
+namespace ndwv::dev {
+
+Device::Device(uint64_t guid, Transport transport, const char* name)
+    : guid_(guid), transport_(transport), name_(name) {
+  attributes_.max_mr_size = uint64_t(1) << 40;
+  attributes_.max_qp_wr = 4096;
+  attributes_.max_sge = kMaxSge;
+  attributes_.max_cq_entries = 65536;
+  attributes_.max_inline = kMaxInline;
+  attributes_.max_ird = 128;
+  attributes_.max_ord = 128;
+  attributes_.max_srq_wr = 4096;
+  attributes_.max_srq_sge = kMaxSge;
+  attributes_.max_transfer_length = uint64_t(1) << 30;
+  attributes_.max_private_data = kMaxPrivateData;
+  attributes_.in_order_placement = true;  // one TCP stream, placed front to back
+  attributes_.cq_resize = true;
+}
+
+const std::vector<Device*>& Device::All() {
+  static const std::vector<Device*> devices = [] {
+    std::vector<Device*> list;
+    const base::Settings* settings = base::LoadSettings();
+    if (!settings) return list;
+    // "ndwv" in ASCII, then the transport: stable ids, so a saved adapter id stays valid.
+    if (settings->transports == "iwarp")
+      list.push_back(new Device(0x6e6477760000'0001ull, Transport::Iwarp, "ndwv-iwarp"));
+    return list;
+  }();
+  return devices;
+}
+
+Device* Device::Find(uint64_t guid) {
+  for (Device* device : All())
+    if (device->guid() == guid) return device;
+  return nullptr;
+}
+
+bool Device::ServesAddress(const sockaddr* address, socklen_t length) {
+  if (!address) return false;
+  sockaddr_storage probe{};
+  socklen_t need;
+  if (address->sa_family == AF_INET) need = sizeof(sockaddr_in);
+  else if (address->sa_family == AF_INET6) need = sizeof(sockaddr_in6);
+  else return false;
+  if (length < need) return false;
+  memcpy(&probe, address, need);
+  // Port 0: only the address matters. Binding succeeds exactly for the host's own addresses.
+  if (probe.ss_family == AF_INET) reinterpret_cast<sockaddr_in&>(probe).sin_port = 0;
+  else reinterpret_cast<sockaddr_in6&>(probe).sin6_port = 0;
+  int fd = socket(probe.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  bool ours = bind(fd, reinterpret_cast<sockaddr*>(&probe), need) == 0;
+  close(fd);
+  return ours;
+}
+
+std::shared_ptr<ConnectEndpoint> Device::CreateEndpoint() const {
+  switch (transport_) {
+    case Transport::Iwarp: return iwarp::CreateEndpoint();
+  }
+  return nullptr;
+}
+
+}  // namespace ndwv::dev

@@ -1,0 +1,64 @@
+// Connection endpoint: the device's connection manager object (WinVerbs' kernel endpoint).
+// Transport independent: iWARP implements it with TCP + MPA; RoCE will with the IB CM.
+//
+// Disconnect is one multi-phase request that carries both the endpoint and the QP (the two
+// objects do not point at each other): the CM phase closes the connection; then the QP phase, on
+// the work pool, moves the QP to Error, which flushes every outstanding request; then the request
+// completes. The record (with its work item) is allocated by the caller when the request comes
+// down, so the CM never allocates when it finishes it.
+#pragma once
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "dev/async.h"
+#include "dev/qp.h"
+
+namespace ndwv::dev {
+
+inline constexpr size_t kMaxPrivateData = 56;
+
+struct ConnectParams {
+  uint32_t ird = 0;  // inbound RDMA Reads this side accepts
+  uint32_t ord = 0;  // outbound RDMA Reads this side issues
+  uint32_t data_length = 0;
+  uint8_t data[kMaxPrivateData] = {};
+};
+
+struct ConnectionInfo {
+  sockaddr_storage local{}, peer{};
+  ConnectParams peer_params;  // what the peer sent, in its own terms (not swapped)
+};
+
+struct DisconnectRequest : WorkItem {
+  std::shared_ptr<QueuePair> qp;
+  AsyncOp* op = nullptr;
+  int32_t cm_status = 0;  // result of the CM phase
+};
+
+class ConnectEndpoint {
+ public:
+  virtual ~ConnectEndpoint() = default;
+
+  virtual int32_t Bind(const sockaddr* address, socklen_t length) = 0;
+  virtual int32_t Listen(int backlog) = 0;
+  // Completes when a connection request was attached to `target` (a fresh endpoint).
+  virtual int32_t GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) = 0;
+  virtual int32_t Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
+                          const ConnectParams& params, AsyncOp* op) = 0;
+  // Passive: qp is the QP to connect. Active, after Connect completed: qp is NULL.
+  virtual int32_t Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& params, AsyncOp* op) = 0;
+  virtual int32_t Reject(const void* data, size_t length) = 0;
+  virtual int32_t Disconnect(DisconnectRequest* request) = 0;
+  virtual int32_t NotifyDisconnect(AsyncOp* op) = 0;
+  virtual int32_t Query(ConnectionInfo* info) = 0;
+  // Completes every parked request (GetRequest, Connect, Accept, NotifyDisconnect) WV_CANCELLED.
+  // A Disconnect in progress is not canceled: it always ends with the flush (see teardown docs).
+  virtual void CancelRequests() = 0;
+  // The owner released the endpoint: cancel what is parked and drop the connection (abortive if
+  // it was never disconnected).
+  virtual void Close() = 0;
+};
+
+}  // namespace ndwv::dev

@@ -1,0 +1,170 @@
+#include "dev/engine.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "base/settings.h"
+
+namespace ndwv::dev {
+
+Engine& Engine::Get() {
+  // Never destroyed: sockets and timers of objects released during exit stay valid to the end.
+  static Engine* engine = new Engine();
+  return *engine;
+}
+
+Engine::Engine() {
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) {
+    perror("ndwv: engine");
+    abort();
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = wake_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  engine_thread_ = std::thread([this] { Loop(); });
+  engine_thread_id_ = engine_thread_.get_id();
+  const base::Settings* settings = base::LoadSettings();
+  unsigned n = settings ? settings->work_threads : 2;
+  for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  engine_thread_.detach();
+  for (auto& w : workers_) w.detach();
+}
+
+Engine::~Engine() = default;
+
+void Engine::Watch(int fd, uint32_t events, IoHandler* handler) {
+  if (OnEngineThread()) {
+    handlers_[fd] = handler;  // the loop already holds dispatch_mutex_
+  } else {
+    std::lock_guard<std::mutex> lock(dispatch_mutex_);
+    handlers_[fd] = handler;
+  }
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void Engine::Modify(int fd, uint32_t events, IoHandler*) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev);
+}
+
+void Engine::Unwatch(int fd) {
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  if (OnEngineThread()) {
+    handlers_.erase(fd);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(dispatch_mutex_);  // waits for a handler call in progress
+  handlers_.erase(fd);
+}
+
+void Engine::Arm(Timer* timer, std::chrono::milliseconds delay) {
+  {
+    std::lock_guard<std::mutex> lock(timer_mutex_);
+    timer->deadline = Clock::now() + delay;
+    if (!timer->armed) {
+      timer->armed = true;
+      timers_.push_back(timer);
+    }
+  }
+  uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof one);  // the loop recomputes its timeout
+}
+
+bool Engine::Disarm(Timer* timer) {
+  std::lock_guard<std::mutex> lock(timer_mutex_);
+  if (!timer->armed) return false;
+  timer->armed = false;
+  timers_.erase(std::find(timers_.begin(), timers_.end(), timer));
+  return true;
+}
+
+void Engine::Defer(WorkItem* item) {
+  {
+    std::lock_guard<std::mutex> lock(work_mutex_);
+    if (item->queued) return;
+    item->queued = true;
+    item->next = nullptr;
+    if (work_tail_) work_tail_->next = item; else work_head_ = item;
+    work_tail_ = item;
+  }
+  work_cv_.notify_one();
+}
+
+void Engine::WorkerLoop() {
+  for (;;) {
+    WorkItem* item;
+    {
+      std::unique_lock<std::mutex> lock(work_mutex_);
+      work_cv_.wait(lock, [this] { return work_head_ != nullptr || stopping_; });
+      if (stopping_) return;
+      item = work_head_;
+      work_head_ = item->next;
+      if (!work_head_) work_tail_ = nullptr;
+      item->queued = false;
+    }
+    item->run(item);
+  }
+}
+
+int Engine::NextTimeoutMs() {
+  std::lock_guard<std::mutex> lock(timer_mutex_);
+  if (timers_.empty()) return -1;
+  auto next = std::min_element(timers_.begin(), timers_.end(),
+                               [](Timer* a, Timer* b) { return a->deadline < b->deadline; });
+  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>((*next)->deadline - Clock::now());
+  return int(std::max<int64_t>(0, wait.count() + 1));
+}
+
+void Engine::FireDueTimers() {
+  for (;;) {
+    Timer* due = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(timer_mutex_);
+      auto now = Clock::now();
+      for (auto it = timers_.begin(); it != timers_.end(); ++it) {
+        if ((*it)->deadline <= now) {
+          due = *it;
+          due->armed = false;
+          timers_.erase(it);
+          break;
+        }
+      }
+    }
+    if (!due) return;
+    due->fire(due);
+  }
+}
+
+void Engine::Loop() {
+  epoll_event events[64];
+  for (;;) {
+    int n = epoll_wait(epoll_fd_, events, 64, NextTimeoutMs());
+    for (int i = 0; i < n; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == wake_fd_) {
+        uint64_t count;
+        (void)!read(wake_fd_, &count, sizeof count);
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(dispatch_mutex_);
+      auto it = handlers_.find(fd);
+      if (it != handlers_.end()) it->second->OnIo(events[i].events);
+    }
+    FireDueTimers();
+  }
+}
+
+}  // namespace ndwv::dev

@@ -1,0 +1,83 @@
+// The progress engine and the work pool: the only threads the device owns, one set per process.
+//
+// The engine is one thread running an epoll loop over every socket of every adapter, connection
+// and listener, plus the device's timers. Handlers run on it and must never block; anything that
+// changes a QP's state is handed to the work pool as a pre-allocated WorkItem.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "dev/async.h"
+
+namespace ndwv::dev {
+
+// Receives readiness events for one file descriptor, on the engine thread.
+struct IoHandler {
+  virtual void OnIo(uint32_t epoll_events) = 0;
+ protected:
+  ~IoHandler() = default;
+};
+
+using Clock = std::chrono::steady_clock;
+
+// A one-shot timer owned by its user (no allocation when armed). fire runs on the engine thread,
+// outside every engine lock; it may still run once after a Disarm that returned false (the timer
+// was already due), so an owner keeps itself alive while its timer is armed or firing.
+struct Timer {
+  void (*fire)(Timer*) = nullptr;
+  Clock::time_point deadline{};
+  bool armed = false;  // guarded by the engine
+};
+
+class Engine {
+ public:
+  static Engine& Get();
+
+  // Watches fd for `events` (EPOLLIN/EPOLLOUT/EPOLLET...). The handler must stay alive until Unwatch
+  // returns; Unwatch waits for a handler call in progress on another thread to finish.
+  void Watch(int fd, uint32_t events, IoHandler* handler);
+  void Modify(int fd, uint32_t events, IoHandler* handler);
+  void Unwatch(int fd);
+
+  void Arm(Timer* timer, std::chrono::milliseconds delay);
+  // True if the timer was armed and will not fire.
+  bool Disarm(Timer* timer);
+
+  // Runs item on the work pool.
+  void Defer(WorkItem* item);
+
+  bool OnEngineThread() const { return std::this_thread::get_id() == engine_thread_id_; }
+
+ private:
+  Engine();
+  ~Engine();
+  void Loop();
+  void WorkerLoop();
+  int NextTimeoutMs();
+  void FireDueTimers();
+
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread engine_thread_;
+  std::thread::id engine_thread_id_;
+  std::mutex dispatch_mutex_;  // held while a handler runs; Unwatch takes it to fence the handler
+  std::unordered_map<int, IoHandler*> handlers_;  // guarded by dispatch_mutex_
+
+  std::mutex timer_mutex_;
+  std::vector<Timer*> timers_;  // armed timers; few, so a vector scan is enough
+
+  std::mutex work_mutex_;
+  std::condition_variable work_cv_;
+  WorkItem* work_head_ = nullptr;
+  WorkItem* work_tail_ = nullptr;
+  std::vector<std::thread> workers_;
+  bool stopping_ = false;
+};
+
+}  // namespace ndwv::dev

@@ -1,0 +1,777 @@
+#include "dev/iwarp/endpoint.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include <ndwv/wvstatus.h>
+
+#include "base/log.h"
+#include "base/settings.h"
+
+namespace ndwv::dev::iwarp {
+
+using namespace ndwv::wire;
+
+namespace {
+
+// Requests finished under the endpoint's lock are completed after it is released, so a
+// completion callback may call back into the endpoint.
+class Finisher {
+ public:
+  void Add(AsyncOp* op, int32_t status) {
+    if (!op) return;
+    op->next = nullptr;
+    *tail_ = op;
+    tail_ = &op->next;
+    statuses_[count_ < kMax ? count_ : kMax - 1] = status;
+    count_++;
+  }
+  void AddList(AsyncOp*& list, int32_t status) {
+    while (list) {
+      AsyncOp* next = list->next;
+      Add(list, status);
+      list = next;
+    }
+  }
+  ~Finisher() {
+    int i = 0;
+    for (AsyncOp* op = head_; op;) {
+      AsyncOp* next = op->next;
+      op->next = nullptr;
+      op->Complete(statuses_[i < kMax ? i : kMax - 1]);
+      op = next;
+      i++;
+    }
+  }
+ private:
+  static constexpr int kMax = 16;
+  AsyncOp* head_ = nullptr;
+  AsyncOp** tail_ = &head_;
+  int32_t statuses_[kMax] = {};
+  int count_ = 0;
+};
+
+const base::Settings& Config() {
+  static const base::Settings defaults{int(base::LogLevel::Error), true, 16384, 10000, 5000, 2, true, "iwarp"};
+  const base::Settings* s = base::LoadSettings();
+  return s ? *s : defaults;
+}
+
+uint16_t PortOf(const sockaddr_storage& a) {
+  return ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6&>(a).sin6_port
+                                       : reinterpret_cast<const sockaddr_in&>(a).sin_port);
+}
+void SetPort(sockaddr_storage& a, uint16_t port) {
+  if (a.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6&>(a).sin6_port = htons(port);
+  else reinterpret_cast<sockaddr_in&>(a).sin_port = htons(port);
+}
+std::string Describe(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (a.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, host, sizeof host);
+  if (a.ss_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, host, sizeof host);
+  return std::string(host) + ":" + std::to_string(PortOf(a));
+}
+
+constexpr uint16_t kEphemeralFirst = 49152;  // the ND port range for port-0 binds
+constexpr uint32_t kEphemeralCount = 65536 - kEphemeralFirst;
+
+}  // namespace
+
+std::shared_ptr<ConnectEndpoint> CreateEndpoint() { return std::make_shared<Endpoint>(); }
+
+Endpoint::Endpoint() {
+  timer_.fire = &Endpoint::OnTimer;
+  accept_work_.run = [](WorkItem* item) {
+    auto* work = static_cast<AcceptWork*>(item);
+    auto endpoint = std::move(work->endpoint);
+    auto qp = std::move(work->qp);
+    // The RTR arrived: the QP may send now. Done here, not on the engine that saw the RTR.
+    int32_t status = qp->Modify(QpState::Rts);
+    AsyncOp* op;
+    {
+      std::lock_guard<std::mutex> lock(endpoint->mutex_);
+      op = std::exchange(endpoint->accept_op_, nullptr);
+    }
+    if (op) op->Complete(status == WV_SUCCESS ? WV_SUCCESS : WV_CONNECTION_ABORTED);
+  };
+}
+
+Endpoint::~Endpoint() { CloseSocket(); }
+
+const char* Endpoint::ToString(State s) {
+  static const char* const names[] = {"Idle", "Bound", "Listening", "ActiveConnecting", "ActiveMpaSent",
+                                      "ActiveReplied", "PassiveHandshake", "PassiveRequest",
+                                      "PassiveAccepting", "Connected", "ActiveDisconnect",
+                                      "PassiveDisconnect", "Disconnected", "Closed"};
+  return names[int(s)];
+}
+
+void Endpoint::SetState(State s) {
+  NDWV_LOG(Debug, "iwarp cm %s -> %s: %s -> %s", Describe(local_).c_str(), Describe(peer_).c_str(),
+           ToString(state_), ToString(s));
+  state_ = s;
+}
+
+void Endpoint::CloseSocket() {
+  if (fd_ < 0) return;
+  if (watching_) Engine::Get().Unwatch(fd_);
+  watching_ = false;
+  close(fd_);
+  fd_ = -1;
+}
+
+// ---------------------------------------------------------------------------- timers
+
+void Endpoint::ArmTimer(uint32_t ms) {
+  timer_self_ = shared_from_this();
+  Engine::Get().Arm(&timer_, std::chrono::milliseconds(ms));
+}
+
+void Endpoint::DisarmTimer() {
+  if (Engine::Get().Disarm(&timer_)) timer_self_.reset();  // else the firing drops it
+}
+
+void Endpoint::OnTimer(Timer* timer) {
+  Endpoint* self = reinterpret_cast<Endpoint*>(reinterpret_cast<char*>(timer) - offsetof(Endpoint, timer_));
+  std::shared_ptr<Endpoint> keep;
+  {
+    std::lock_guard<std::mutex> lock(self->mutex_);
+    keep = std::move(self->timer_self_);
+  }
+  if (keep) keep->HandleTimeout();
+}
+
+void Endpoint::HandleTimeout() {
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  switch (state_) {
+    case State::ActiveConnecting:
+    case State::ActiveMpaSent:
+      NDWV_LOG(Info, "iwarp cm %s: connect timed out", Describe(peer_).c_str());
+      CloseSocket();
+      SetState(State::Bound);
+      finish.Add(std::exchange(connect_op_, nullptr), WV_IO_TIMEOUT);
+      qp_.reset();
+      break;
+    case State::PassiveHandshake:
+      CloseSocket();
+      SetState(State::Closed);
+      break;
+    case State::PassiveAccepting:
+      SetState(State::Disconnected);
+      if (stream_) stream_->Abort();
+      finish.Add(std::exchange(accept_op_, nullptr), WV_IO_TIMEOUT);
+      break;
+    case State::ActiveDisconnect:
+      NDWV_LOG(Info, "iwarp cm %s: peer did not close in time", Describe(peer_).c_str());
+      FinishDisconnect(WV_TIMEOUT);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---------------------------------------------------------------------------- addresses
+
+int32_t Endpoint::OpenSocket(int family) {
+  fd_ = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) return WV_INSUFFICIENT_RESOURCES;
+  int one = 1;
+  setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (PortOf(local_) != 0) {
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&local_), local_len_) == 0) return WV_SUCCESS;
+    int error = errno;
+    CloseSocket();
+    return error == EADDRINUSE ? WV_SHARING_VIOLATION : WV_INVALID_ADDRESS;
+  }
+  // Port 0: the ND ephemeral range, from a random start.
+  static thread_local std::minstd_rand random{std::random_device{}()};
+  uint32_t start = random() % kEphemeralCount;
+  for (uint32_t i = 0; i < kEphemeralCount; ++i) {
+    SetPort(local_, uint16_t(kEphemeralFirst + (start + i) % kEphemeralCount));
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&local_), local_len_) == 0) return WV_SUCCESS;
+    if (errno != EADDRINUSE) {
+      CloseSocket();
+      SetPort(local_, 0);
+      return WV_INVALID_ADDRESS;
+    }
+  }
+  CloseSocket();
+  SetPort(local_, 0);
+  return WV_TOO_MANY_ADDRESSES;
+}
+
+int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bound_ || state_ != State::Idle) return WV_ADDRESS_ALREADY_ASSOCIATED;
+  if (!address || (address->sa_family != AF_INET && address->sa_family != AF_INET6)) return WV_INVALID_ADDRESS;
+  socklen_t need = address->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  if (length < need) return WV_INVALID_PARAMETER;
+  memcpy(&local_, address, need);
+  local_len_ = need;
+  int32_t status = OpenSocket(address->sa_family);
+  if (status != WV_SUCCESS) return status;
+  bound_ = true;
+  SetState(State::Bound);
+  return WV_SUCCESS;
+}
+
+int32_t Endpoint::Query(ConnectionInfo* info) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  info->local = local_;
+  info->peer = peer_;
+  info->peer_params = peer_params_;
+  return WV_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------- listening
+
+int32_t Endpoint::Listen(int backlog) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ == State::Listening) return WV_INVALID_DEVICE_STATE;
+  if (state_ != State::Bound) return WV_INVALID_DEVICE_STATE;
+  backlog_ = backlog > 0 ? backlog : SOMAXCONN;
+  if (listen(fd_, backlog_) != 0) return WV_INSUFFICIENT_RESOURCES;
+  SetState(State::Listening);
+  watching_ = true;
+  Engine::Get().Watch(fd_, EPOLLIN, this);
+  return WV_SUCCESS;
+}
+
+void Endpoint::OnListenReady() {
+  for (;;) {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    if (handshaking_.size() + ready_.size() >= size_t(backlog_)) {
+      close(fd);  // backlog full: the peer's Connect is refused
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto child = std::make_shared<Endpoint>();
+    std::lock_guard<std::mutex> lock(child->mutex_);
+    child->fd_ = fd;
+    child->peer_ = peer;
+    child->peer_len_ = len;
+    child->local_len_ = sizeof child->local_;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&child->local_), &child->local_len_);
+    child->listener_ = weak_from_this();
+    child->SetState(State::PassiveHandshake);
+    child->local_params_ = local_params_;
+    child->ArmTimer(Config().cm_timeout_ms);
+    child->watching_ = true;
+    handshaking_.push_back(child);
+    Engine::Get().Watch(fd, EPOLLIN | EPOLLRDHUP, child.get());
+  }
+}
+
+int32_t Endpoint::GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) {
+  auto endpoint = std::dynamic_pointer_cast<Endpoint>(target);
+  if (!endpoint) return WV_INVALID_PARAMETER;
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ != State::Listening) return WV_INVALID_DEVICE_STATE;
+  if (!ready_.empty()) {
+    auto child = ready_.front();
+    ready_.pop_front();
+    endpoint->AdoptConnection(*child);
+    finish.Add(op, WV_SUCCESS);
+    return WV_PENDING;
+  }
+  requests_.push_back({endpoint, op});
+  return WV_PENDING;
+}
+
+void Endpoint::RequestReady(const std::shared_ptr<Endpoint>& child) {
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = handshaking_.begin(); it != handshaking_.end(); ++it) {
+    if (*it == child) {
+      handshaking_.erase(it);
+      break;
+    }
+  }
+  if (state_ != State::Listening) return;
+  if (!requests_.empty()) {
+    PendingRequest request = requests_.front();
+    requests_.pop_front();
+    request.target->AdoptConnection(*child);
+    finish.Add(request.op, WV_SUCCESS);
+  } else {
+    ready_.push_back(child);
+  }
+}
+
+void Endpoint::AdoptConnection(Endpoint& child) {
+  std::scoped_lock lock(mutex_, child.mutex_);
+  fd_ = std::exchange(child.fd_, -1);
+  watching_ = false;
+  child.watching_ = false;
+  local_ = child.local_;
+  local_len_ = child.local_len_;
+  peer_ = child.peer_;
+  peer_len_ = child.peer_len_;
+  peer_params_ = child.peer_params_;
+  peer_crc_ = child.peer_crc_;
+  bound_ = true;
+  child.SetState(State::Closed);
+  SetState(State::PassiveRequest);
+}
+
+// ---------------------------------------------------------------------------- MPA frames
+
+bool Endpoint::SendMpaFrame(const MpaFrame& frame) {
+  uint8_t buffer[kMpaHeaderLen + kMpaMaxPrivateData];
+  size_t length = EncodeMpaFrame(frame, buffer);
+  // A fresh socket's buffer always has room for one small frame.
+  return length && send(fd_, buffer, length, MSG_NOSIGNAL | MSG_DONTWAIT) == ssize_t(length);
+}
+
+bool Endpoint::ReadMpaFrame(MpaKind kind) {
+  for (;;) {
+    ssize_t n = recv(fd_, mpa_buffer_ + mpa_have_, mpa_need_ - mpa_have_, MSG_DONTWAIT);
+    if (n > 0) {
+      mpa_have_ += size_t(n);
+      if (mpa_have_ < mpa_need_) continue;
+      if (mpa_need_ == kMpaHeaderLen) {
+        size_t frame_len = 0;
+        MpaError error = DecodeMpaHeader({mpa_buffer_, mpa_have_}, kind, frame_len);
+        if (error != MpaError::Ok) {
+          NDWV_LOG(Info, "iwarp cm %s: bad MPA frame (%s)", Describe(peer_).c_str(), wire::ToString(error));
+          errno = EPROTO;
+          return false;
+        }
+        mpa_need_ = frame_len;  // exactly the frame: what follows belongs to the stream
+        if (mpa_have_ < mpa_need_) continue;
+      }
+      return true;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    if (n == 0) errno = ECONNRESET;
+    return false;
+  }
+}
+
+StreamParams Endpoint::MakeStreamParams(bool passive) const {
+  StreamParams params;
+  params.crc = Config().mpa_crc || peer_crc_;
+  params.ird = local_params_.ird;
+  params.ord = std::min(local_params_.ord, peer_params_.ird);
+  params.max_ulpdu = Config().mpa_max_ulpdu;
+  params.expect_rtr = passive;
+  return params;
+}
+
+// ---------------------------------------------------------------------------- active side
+
+int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
+                          const ConnectParams& params, AsyncOp* op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ != State::Idle && state_ != State::Bound) return WV_CONNECTION_ACTIVE;
+  if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
+  if (!peer || (peer->sa_family != AF_INET && peer->sa_family != AF_INET6)) return WV_INVALID_ADDRESS;
+  socklen_t need = peer->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  if (length < need) return WV_INVALID_PARAMETER;
+  memcpy(&peer_, peer, need);
+  peer_len_ = need;
+  if (fd_ < 0) {
+    if (!bound_) {  // not bound: an ephemeral port on the address the route chooses
+      local_ = {};
+      local_.ss_family = peer->sa_family;
+      local_len_ = need;
+    }
+    int32_t status = OpenSocket(peer->sa_family);
+    if (status != WV_SUCCESS) return status;
+    bound_ = true;
+  }
+  local_params_ = params;
+  if (connect(fd_, peer, need) != 0 && errno != EINPROGRESS) {
+    int error = errno;
+    CloseSocket();
+    return error == ENETUNREACH ? WV_NETWORK_UNREACHABLE
+           : error == ECONNREFUSED ? WV_CONNECTION_REFUSED
+                                   : WV_HOST_UNREACHABLE;
+  }
+  qp_ = std::move(qp);
+  connect_op_ = op;
+  mpa_have_ = 0;
+  mpa_need_ = kMpaHeaderLen;
+  SetState(State::ActiveConnecting);
+  ArmTimer(Config().cm_timeout_ms);
+  watching_ = true;
+  Engine::Get().Watch(fd_, EPOLLOUT | EPOLLIN | EPOLLRDHUP, this);
+  return WV_PENDING;
+}
+
+void Endpoint::FailConnect(int32_t status) {
+  CloseSocket();
+  DisarmTimer();
+  qp_.reset();
+  SetState(State::Bound);  // a refused or unreachable Connect may be retried
+}
+
+void Endpoint::OnConnectReady() {
+  int error = 0;
+  socklen_t len = sizeof error;
+  getsockopt(fd_, SOL_SOCKET, SO_ERROR, &error, &len);
+  if (error) {
+    AsyncOp* op = std::exchange(connect_op_, nullptr);
+    FailConnect(0);
+    int32_t status = error == ECONNREFUSED ? WV_CONNECTION_REFUSED
+                     : error == ENETUNREACH ? WV_NETWORK_UNREACHABLE
+                                            : WV_HOST_UNREACHABLE;
+    mutex_.unlock();
+    op->Complete(status);
+    mutex_.lock();
+    return;
+  }
+  local_len_ = sizeof local_;
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&local_), &local_len_);
+  MpaFrame request;
+  request.reply = false;
+  request.crc = Config().mpa_crc;
+  request.p2p = true;
+  request.rtr_write = true;
+  request.ird = uint16_t(std::min<uint32_t>(local_params_.ird, kMpaIrdOrdMask));
+  request.ord = uint16_t(std::min<uint32_t>(local_params_.ord, kMpaIrdOrdMask));
+  request.private_data = {local_params_.data, local_params_.data_length};
+  Engine::Get().Modify(fd_, EPOLLIN | EPOLLRDHUP, this);
+  SetState(State::ActiveMpaSent);
+  if (!SendMpaFrame(request)) {
+    AsyncOp* op = std::exchange(connect_op_, nullptr);
+    FailConnect(0);
+    mutex_.unlock();
+    op->Complete(WV_CONNECTION_REFUSED);
+    mutex_.lock();
+  }
+}
+
+void Endpoint::OnMpaReply() {
+  if (!ReadMpaFrame(MpaKind::Reply)) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    AsyncOp* op = std::exchange(connect_op_, nullptr);
+    FailConnect(0);
+    mutex_.unlock();
+    op->Complete(WV_CONNECTION_REFUSED);  // reset before any reply: nobody took the request
+    mutex_.lock();
+    return;
+  }
+  MpaFrame reply;
+  DecodeMpaFrame({mpa_buffer_, mpa_have_}, MpaKind::Reply, reply);
+  peer_params_ = {};
+  size_t data = std::min(reply.private_data.size(), kMaxPrivateData);
+  memcpy(peer_params_.data, reply.private_data.data(), data);
+  peer_params_.data_length = uint32_t(data);
+  peer_params_.ird = reply.ird;
+  peer_params_.ord = reply.ord;
+  peer_crc_ = reply.crc;
+  AsyncOp* op = std::exchange(connect_op_, nullptr);
+  int32_t status = WV_SUCCESS;
+  if (reply.reject || reply.markers || !reply.enhanced || !reply.p2p || !reply.rtr_write) {
+    // Rejected by the peer's application, or a peer we cannot talk to (markers, no RTR Write).
+    FailConnect(0);
+    status = WV_CONNECTION_REFUSED;
+  } else {
+    DisarmTimer();
+    Engine::Get().Unwatch(fd_);  // the stream watches it from CompleteConnect on
+    watching_ = false;
+    SetState(State::ActiveReplied);
+  }
+  mutex_.unlock();
+  op->Complete(status);
+  mutex_.lock();
+}
+
+int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& params, AsyncOp* op) {
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!qp) {  // active side: CompleteConnect
+    if (state_ != State::ActiveReplied) return WV_CONNECTION_INVALID;
+    std::shared_ptr<QueuePair> active = std::move(qp_);
+    int32_t status = active->state() == QpState::Reset ? active->Modify(QpState::Init) : WV_SUCCESS;
+    if (status == WV_SUCCESS) status = active->Modify(QpState::Rtr);
+    if (status == WV_SUCCESS) status = active->Modify(QpState::Rts);
+    if (status != WV_SUCCESS) return WV_CONNECTION_INVALID;
+    stream_ = std::make_shared<Stream>(std::exchange(fd_, -1), active, MakeStreamParams(false),
+                                       weak_from_this());
+    SetState(State::Connected);
+    stream_->Start();
+    stream_->SendRtr();
+    finish.Add(op, WV_SUCCESS);
+    return WV_PENDING;
+  }
+  if (state_ != State::PassiveRequest) return WV_CONNECTION_INVALID;
+  if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
+  local_params_ = params;
+  MpaFrame reply;
+  reply.reply = true;
+  reply.crc = Config().mpa_crc || peer_crc_;
+  reply.p2p = true;
+  reply.rtr_write = true;
+  reply.ird = uint16_t(std::min<uint32_t>(params.ird, kMpaIrdOrdMask));
+  reply.ord = uint16_t(std::min<uint32_t>(params.ord, kMpaIrdOrdMask));
+  reply.private_data = {params.data, params.data_length};
+  if (qp->state() == QpState::Reset) qp->Modify(QpState::Init);
+  qp->Modify(QpState::Rtr);
+  if (!SendMpaFrame(reply)) {
+    SetState(State::Disconnected);
+    qp->Modify(QpState::Error);
+    return WV_CONNECTION_ABORTED;
+  }
+  accept_op_ = op;
+  SetState(State::PassiveAccepting);
+  stream_ = std::make_shared<Stream>(std::exchange(fd_, -1), qp, MakeStreamParams(true), weak_from_this());
+  accept_work_.qp = std::move(qp);
+  // A peer that never completes the connection must not hold the Accept forever.
+  ArmTimer(6 * Config().cm_timeout_ms);
+  stream_->Start();
+  return WV_PENDING;
+}
+
+int32_t Endpoint::Reject(const void* data, size_t length) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (length > kMaxPrivateData) return WV_INVALID_BUFFER_SIZE;
+  if (state_ == State::PassiveRequest) {
+    MpaFrame reply;
+    reply.reply = true;
+    reply.reject = true;
+    reply.crc = false;
+    reply.private_data = {static_cast<const uint8_t*>(data), length};
+    SendMpaFrame(reply);
+    shutdown(fd_, SHUT_WR);
+    CloseSocket();
+    SetState(State::Closed);
+    return WV_SUCCESS;
+  }
+  if (state_ == State::ActiveReplied) {
+    // No MPA message for this: the passive side's Accept sees the stream end before the RTR.
+    linger abort{1, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
+    CloseSocket();
+    qp_.reset();
+    SetState(State::Closed);
+    return WV_SUCCESS;
+  }
+  return WV_CONNECTION_INVALID;
+}
+
+// ---------------------------------------------------------------------------- passive setup
+
+void Endpoint::OnMpaRequest() {
+  auto listener = listener_.lock();
+  if (!ReadMpaFrame(MpaKind::Request)) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    CloseSocket();  // a malformed request or a peer that went away: nothing to answer
+    SetState(State::Closed);
+    DisarmTimer();
+    return;
+  }
+  MpaFrame request;
+  DecodeMpaFrame({mpa_buffer_, mpa_have_}, MpaKind::Request, request);
+  if (request.markers || !request.enhanced || !request.p2p || !request.rtr_write ||
+      request.private_data.size() > kMaxPrivateData) {
+    NDWV_LOG(Info, "iwarp cm %s: MPA request we cannot serve, rejected", Describe(peer_).c_str());
+    MpaFrame reply;
+    reply.reply = true;
+    reply.reject = true;
+    SendMpaFrame(reply);
+    CloseSocket();
+    SetState(State::Closed);
+    DisarmTimer();
+    return;
+  }
+  peer_params_ = {};
+  memcpy(peer_params_.data, request.private_data.data(), request.private_data.size());
+  peer_params_.data_length = uint32_t(request.private_data.size());
+  peer_params_.ird = request.ird;
+  peer_params_.ord = request.ord;
+  peer_crc_ = request.crc;
+  DisarmTimer();
+  Engine::Get().Unwatch(fd_);
+  watching_ = false;
+  SetState(State::PassiveRequest);
+  if (listener) {
+    mutex_.unlock();
+    listener->RequestReady(shared_from_this());
+    mutex_.lock();
+  } else {
+    CloseSocket();
+  }
+}
+
+// ---------------------------------------------------------------------------- engine events
+
+void Endpoint::OnIo(uint32_t events) {
+  std::shared_ptr<Endpoint> keep = shared_from_this();
+  std::lock_guard<std::mutex> lock(mutex_);
+  switch (state_) {
+    case State::Listening: OnListenReady(); break;
+    case State::ActiveConnecting: OnConnectReady(); break;
+    case State::ActiveMpaSent: OnMpaReply(); break;
+    case State::PassiveHandshake: OnMpaRequest(); break;
+    default: break;
+  }
+}
+
+void Endpoint::OnRtr() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ != State::PassiveAccepting) return;
+  DisarmTimer();
+  SetState(State::Connected);
+  accept_work_.endpoint = shared_from_this();
+  Engine::Get().Defer(&accept_work_);
+}
+
+void Endpoint::OnPeerClosed() {
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  switch (state_) {
+    case State::Connected:
+      SetState(State::PassiveDisconnect);
+      finish.AddList(notify_ops_, WV_SUCCESS);
+      break;
+    case State::ActiveDisconnect:  // the peer's close answers ours (or crossed it)
+      FinishDisconnect(WV_SUCCESS);
+      break;
+    case State::PassiveAccepting:  // the active side gave up before CompleteConnect
+      DisarmTimer();
+      SetState(State::Disconnected);
+      finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_REFUSED);
+      break;
+    default:
+      break;
+  }
+}
+
+void Endpoint::OnStreamError() {
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  switch (state_) {
+    case State::Connected:
+      SetState(State::Disconnected);
+      finish.AddList(notify_ops_, WV_SUCCESS);
+      break;
+    case State::ActiveDisconnect:
+      FinishDisconnect(WV_SUCCESS);
+      break;
+    case State::PassiveAccepting:
+      DisarmTimer();
+      SetState(State::Disconnected);
+      finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_REFUSED);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---------------------------------------------------------------------------- teardown
+
+int32_t Endpoint::Disconnect(DisconnectRequest* request) {
+  Finisher finish;
+  std::unique_lock<std::mutex> lock(mutex_);
+  request->run = [](WorkItem* item) {
+    // QP phase: the flush; the request completes after it.
+    auto* r = static_cast<DisconnectRequest*>(item);
+    if (r->qp) r->qp->Modify(QpState::Error);
+    r->op->Complete(r->cm_status);
+  };
+  switch (state_) {
+    case State::Connected:
+      SetState(State::ActiveDisconnect);
+      disconnect_ = request;
+      finish.AddList(notify_ops_, WV_CONNECTION_DISCONNECTED);
+      ArmTimer(Config().disconnect_timeout_ms);
+      lock.unlock();
+      stream_->CloseSend();
+      return WV_PENDING;
+    case State::PassiveDisconnect:
+    case State::Disconnected:
+      // The peer closed already (or the connection died): only the flush is left.
+      SetState(State::Disconnected);
+      request->cm_status = WV_SUCCESS;
+      Engine::Get().Defer(request);
+      return WV_PENDING;
+    default:
+      return WV_CONNECTION_INVALID;
+  }
+}
+
+void Endpoint::FinishDisconnect(int32_t status) {
+  DisarmTimer();
+  SetState(State::Disconnected);
+  if (DisconnectRequest* request = std::exchange(disconnect_, nullptr)) {
+    request->cm_status = status;
+    Engine::Get().Defer(request);
+  }
+}
+
+int32_t Endpoint::NotifyDisconnect(AsyncOp* op) {
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  switch (state_) {
+    case State::Connected:
+      op->next = notify_ops_;
+      notify_ops_ = op;
+      return WV_PENDING;
+    case State::PassiveDisconnect:
+      finish.Add(op, WV_SUCCESS);
+      return WV_PENDING;
+    case State::ActiveDisconnect:
+    case State::Disconnected:
+      return WV_CONNECTION_DISCONNECTED;
+    default:
+      return WV_CONNECTION_INVALID;
+  }
+}
+
+void Endpoint::CancelRequests() {
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (connect_op_) {
+    finish.Add(std::exchange(connect_op_, nullptr), WV_CANCELLED);
+    FailConnect(0);
+  }
+  finish.AddList(notify_ops_, WV_CANCELLED);
+  while (!requests_.empty()) {
+    finish.Add(requests_.front().op, WV_CANCELLED);
+    requests_.pop_front();
+  }
+}
+
+void Endpoint::Close() {
+  CancelRequests();
+  Finisher finish;
+  std::shared_ptr<Stream> stream;
+  std::deque<std::shared_ptr<Endpoint>> children;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finish.Add(std::exchange(accept_op_, nullptr), WV_CANCELLED);
+    DisarmTimer();
+    CloseSocket();
+    if (state_ != State::Disconnected && state_ != State::ActiveDisconnect) stream = stream_;
+    stream_.reset();
+    qp_.reset();
+    children.swap(handshaking_);
+    for (auto& c : ready_) children.push_back(c);
+    ready_.clear();
+    SetState(State::Closed);
+  }
+  if (stream) stream->Abort();  // released while connected: abortive close, the QP is flushed
+  for (auto& child : children) child->Close();
+}
+
+}  // namespace ndwv::dev::iwarp

@@ -1,0 +1,125 @@
+// The iWARP connection manager: a connection endpoint over TCP with the MPA rev 2 exchange
+// (RFC 5044 / RFC 6581) in peer-to-peer mode, the RTR being a zero-length RDMA Write.
+//
+//   active:  Bind -> Connect: TCP connect, MPA Request -> Reply (Connect completes) ->
+//            Accept(NULL) = CompleteConnect: QP to RTS, RTR sent -> Connected
+//   passive: Listen; a TCP accept + MPA Request fills GetRequest's endpoint -> Accept: QP to RTR,
+//            MPA Reply -> RTR received (Accept completes, QP to RTS, on the work pool) -> Connected
+//   close:   Disconnect: FIN after the queued data; the peer's FIN (or the timeout) ends the CM
+//            phase; then the QP phase flushes on the work pool and Disconnect completes.
+//            A peer's FIN completes NotifyDisconnect; the stream then flushes the QP, whose close
+//            is our FIN.
+// Order comes from the stream itself: a close after the Reply is a close of an established
+// connection, so the IB CM's races do not exist here.
+#pragma once
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "dev/endpoint.h"
+#include "dev/engine.h"
+#include "dev/iwarp/stream.h"
+#include "wire/mpa.h"
+
+namespace ndwv::dev::iwarp {
+
+std::shared_ptr<ConnectEndpoint> CreateEndpoint();
+
+class Endpoint final : public ConnectEndpoint,
+                       public StreamObserver,
+                       public IoHandler,
+                       public std::enable_shared_from_this<Endpoint> {
+ public:
+  Endpoint();
+  ~Endpoint() override;
+
+  int32_t Bind(const sockaddr* address, socklen_t length) override;
+  int32_t Listen(int backlog) override;
+  int32_t GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) override;
+  int32_t Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
+                  const ConnectParams& params, AsyncOp* op) override;
+  int32_t Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& params, AsyncOp* op) override;
+  int32_t Reject(const void* data, size_t length) override;
+  int32_t Disconnect(DisconnectRequest* request) override;
+  int32_t NotifyDisconnect(AsyncOp* op) override;
+  int32_t Query(ConnectionInfo* info) override;
+  void CancelRequests() override;
+  void Close() override;
+
+  void OnRtr() override;
+  void OnPeerClosed() override;
+  void OnStreamError() override;
+  void OnIo(uint32_t events) override;
+
+ private:
+  enum class State {
+    Idle, Bound, Listening,
+    ActiveConnecting, ActiveMpaSent, ActiveReplied,      // active setup
+    PassiveHandshake, PassiveRequest, PassiveAccepting,  // passive setup
+    Connected, ActiveDisconnect, PassiveDisconnect, Disconnected, Closed
+  };
+  static const char* ToString(State s);
+
+  struct PendingRequest {
+    std::shared_ptr<Endpoint> target;
+    AsyncOp* op;
+  };
+
+  int32_t OpenSocket(int family);  // a socket bound to local_ (port chosen if 0)
+  void SetState(State s);
+  void ArmTimer(uint32_t ms);
+  void DisarmTimer();
+  static void OnTimer(Timer* timer);
+  void HandleTimeout();
+
+  void OnListenReady();
+  void OnConnectReady();
+  bool ReadMpaFrame(wire::MpaKind kind);  // true when a whole frame is in mpa_buffer_
+  void OnMpaReply();
+  void OnMpaRequest();
+  void RequestReady(const std::shared_ptr<Endpoint>& child);
+  void AdoptConnection(Endpoint& child);  // target of GetRequest takes the child's connection
+  void FailConnect(int32_t status);       // under mutex_; completes outside via finish list
+  void FinishDisconnect(int32_t status);  // CM phase over: QP phase on the work pool
+  void CloseSocket();
+  bool SendMpaFrame(const wire::MpaFrame& frame);
+  StreamParams MakeStreamParams(bool passive) const;
+
+  std::mutex mutex_;
+  State state_ = State::Idle;
+  int fd_ = -1;
+  bool watching_ = false;
+  sockaddr_storage local_{}, peer_{};
+  socklen_t local_len_ = 0, peer_len_ = 0;
+  bool bound_ = false;
+  ConnectParams local_params_, peer_params_;
+  bool peer_crc_ = false;
+  std::shared_ptr<QueuePair> qp_;      // between Connect/Accept and the stream taking it
+  std::shared_ptr<Stream> stream_;
+
+  AsyncOp* connect_op_ = nullptr;
+  AsyncOp* accept_op_ = nullptr;
+  AsyncOp* notify_ops_ = nullptr;
+  DisconnectRequest* disconnect_ = nullptr;
+
+  // Listening.
+  int backlog_ = 0;
+  std::weak_ptr<Endpoint> listener_;                 // child: who accepted us
+  std::deque<std::shared_ptr<Endpoint>> handshaking_;  // reading their MPA Request
+  std::deque<std::shared_ptr<Endpoint>> ready_;        // waiting for a GetRequest
+  std::deque<PendingRequest> requests_;                // GetRequests waiting for a connection
+
+  // MPA frame being read.
+  uint8_t mpa_buffer_[wire::kMpaHeaderLen + wire::kMpaMaxPrivateData];
+  size_t mpa_have_ = 0, mpa_need_ = wire::kMpaHeaderLen;
+
+  Timer timer_;
+  std::shared_ptr<Endpoint> timer_self_;  // keeps us alive while the timer is armed
+
+  struct AcceptWork : WorkItem {
+    std::shared_ptr<Endpoint> endpoint;
+    std::shared_ptr<QueuePair> qp;
+  } accept_work_;
+};
+
+}  // namespace ndwv::dev::iwarp

@@ -1,0 +1,638 @@
+#include "dev/iwarp/stream.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "base/log.h"
+#include "wire/bytes.h"
+#include "wire/mpa.h"
+
+namespace ndwv::dev::iwarp {
+
+using namespace ndwv::wire;
+
+namespace {
+
+// The STag a Read Request names as its sink: our own tag for the request's send queue position,
+// so the response lands in the request's SGE list (which needs no remote rights) and MR keys
+// (top byte never 0xFF) cannot be confused with it.
+constexpr uint32_t kSinkStagTag = 0xFF000000u;
+uint32_t SinkStag(uint64_t position) { return kSinkStagTag | uint32_t(position & 0xFFFFFF); }
+
+TermCode RemoteProtection(KeyCheck check) {
+  switch (check) {
+    case KeyCheck::InvalidKey: return MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::InvalidStag);
+    case KeyCheck::OutOfBounds: return MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::BaseBounds);
+    case KeyCheck::NoRights: return MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::AccessRights);
+    case KeyCheck::WrongQp: return MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::StagNotAssociated);
+    case KeyCheck::Ok: break;
+  }
+  return kTermRdmapCatastrophic;
+}
+
+// What the initiator's request completes with when the peer terminates the stream because of it.
+WcStatus StatusForTerminate(TermCode code) {
+  if (code.layer == TermLayer::Rdmap && code.type == uint8_t(RdmapErrorType::RemoteProtection))
+    return WcStatus::RemoteAccess;
+  if (code == MakeTerm(DdpTaggedCode::InvalidStag) || code == MakeTerm(DdpTaggedCode::BaseBounds) ||
+      code == MakeTerm(DdpTaggedCode::StagNotAssociated))
+    return WcStatus::RemoteAccess;
+  if (code == MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer)) return WcStatus::RnrRetry;
+  if (code == MakeTerm(DdpUntaggedCode::MessageTooLong)) return WcStatus::RemoteInvalidRequest;
+  return WcStatus::RemoteOp;
+}
+
+// The piece of an SGE list at byte `offset`: address and contiguous length (0 past the end).
+std::pair<uint8_t*, uint64_t> PieceAt(const Sge* sge, uint32_t num_sge, uint64_t offset) {
+  for (uint32_t i = 0; i < num_sge; ++i) {
+    if (offset < sge[i].length)
+      return {reinterpret_cast<uint8_t*>(sge[i].addr) + offset, sge[i].length - offset};
+    offset -= sge[i].length;
+  }
+  return {nullptr, 0};
+}
+
+}  // namespace
+
+Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params,
+               std::weak_ptr<StreamObserver> observer)
+    : fd_(fd), qp_(std::move(qp)), params_(params), observer_(std::move(observer)), qpn_(qp_->qpn()) {
+  params_.max_ulpdu = std::min<uint32_t>(params_.max_ulpdu, kFpduMaxUlpdu);
+  params_.ird = std::max<uint32_t>(params_.ird, 1);
+  params_.ord = std::max<uint32_t>(params_.ord, 1);
+}
+
+Stream::~Stream() { Shutdown(); }
+
+void Stream::Start() {
+  qp_->Attach(shared_from_this());
+  Engine::Get().Watch(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
+  DriveReceive();  // bytes may have arrived before the socket was watched
+}
+
+void Stream::OnIo(uint32_t events) {
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) DriveReceive();
+  if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) Kick();
+}
+
+void Stream::NotifyObserver(void (StreamObserver::*event)()) {
+  if (auto observer = observer_.lock()) (observer.get()->*event)();
+}
+
+void Stream::Broken() {
+  phase_ = RxPhase::Dead;
+  if (!error_reported_.exchange(true)) {
+    NDWV_LOG(Debug, "qp %u: iWARP stream lost", qpn_);
+    if (qp_) qp_->DeferError();
+    NotifyObserver(&StreamObserver::OnStreamError);
+  }
+}
+
+void Stream::Abort() {
+  std::lock_guard<std::mutex> rx(rx_mutex_);
+  if (!shut_) Broken();
+}
+
+void Stream::Shutdown() {
+  {
+    std::lock_guard<std::mutex> rx(rx_mutex_);
+    std::lock_guard<std::mutex> tx(tx_mutex_);
+    if (shut_) return;
+    shut_ = true;
+    phase_ = RxPhase::Dead;
+    broken_ = true;
+    if (have_recv_) {  // a message was arriving into it: it is flushed with the rest
+      qp_->CompleteReceive(recv_, 0, WcStatus::Flushed, false);
+      have_recv_ = false;
+    }
+    qp_.reset();
+  }
+  Engine::Get().Unwatch(fd_);
+  close(fd_);
+}
+
+// ---------------------------------------------------------------------------------- transmit
+
+void Stream::Kick() {
+  tx_kicks_.fetch_add(1, std::memory_order_acq_rel);
+  for (;;) {
+    if (!tx_mutex_.try_lock()) return;  // the holder sees our kick and goes round again
+    uint64_t seen = tx_kicks_.load(std::memory_order_acquire);
+    if (!shut_) ProcessTx();
+    bool broken = broken_.load() && !shut_;
+    tx_mutex_.unlock();
+    if (broken) {
+      std::lock_guard<std::mutex> rx(rx_mutex_);
+      if (!shut_) Broken();
+      return;
+    }
+    if (tx_kicks_.load(std::memory_order_acquire) == seen) return;
+  }
+}
+
+void Stream::SendRtr() {
+  {
+    std::lock_guard<std::mutex> lock(tx_mutex_);
+    rtr_pending_ = true;
+  }
+  Kick();
+}
+
+void Stream::CloseSend() {
+  {
+    std::lock_guard<std::mutex> lock(tx_mutex_);
+    close_send_ = true;
+  }
+  Kick();
+}
+
+void Stream::ProcessTx() {
+  for (;;) {
+    if (!batch_.empty() && !FlushBatch()) return;
+    if (send_closed_ || broken_) return;
+    if (!FillBatch()) {
+      if (close_send_) {
+        shutdown(fd_, SHUT_WR);  // FIN after the last queued byte
+        send_closed_ = true;
+      }
+      return;
+    }
+  }
+}
+
+bool Stream::FlushBatch() {
+  while (!batch_.empty()) {
+    msghdr msg{};
+    msg.msg_iov = batch_.iov + batch_.iov_done;
+    msg.msg_iovlen = std::min(batch_.iov_count - batch_.iov_done, IOV_MAX);
+    ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) broken_ = true;
+      return false;  // EPOLLOUT (edge) kicks us again when there is room
+    }
+    while (n > 0) {
+      iovec& v = batch_.iov[batch_.iov_done];
+      size_t step = std::min<size_t>(v.iov_len, size_t(n));
+      v.iov_base = static_cast<uint8_t*>(v.iov_base) + step;
+      v.iov_len -= step;
+      n -= step;
+      if (v.iov_len == 0) batch_.iov_done++;
+    }
+    while (batch_.iov_done < batch_.iov_count && batch_.iov[batch_.iov_done].iov_len == 0)
+      batch_.iov_done++;
+  }
+  // Sends and Writes complete once their last byte is in the stream (as on an RNIC).
+  for (int i = 0; i < batch_.finished_count; ++i) qp_->FinishSend(batch_.finished[i], WcStatus::Success);
+  batch_.finished_count = 0;
+  return true;
+}
+
+bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_t* inline_data,
+                     const Sge* sge, uint32_t num_sge, bool, uint64_t offset, uint32_t length) {
+  int pieces_needed = 2 + (inline_data ? 1 : int(num_sge));
+  if (batch_.fpdus == kBatchFpdus || batch_.iov_count + pieces_needed > kBatchIov) return false;
+  int slot = batch_.fpdus++;
+  uint8_t* h = batch_.headers[slot];
+  size_t hlen = EncodeDdpHeader(hdr, {h + 2, sizeof batch_.headers[slot] - 2});
+  if (read) hlen += EncodeReadRequest(*read, {h + 2 + hlen, kReadRequestLen});
+  size_t ulpdu = hlen + length;
+  StoreBe16(h, uint16_t(ulpdu));
+  FpduCrcBuilder crc;
+  auto add = [&](void* base, size_t len) {
+    batch_.iov[batch_.iov_count++] = {base, len};
+    if (params_.crc) crc.Add({static_cast<const uint8_t*>(base), len});
+  };
+  add(h, 2 + hlen);
+  if (length) {
+    if (inline_data) {
+      add(const_cast<uint8_t*>(inline_data) + offset, length);
+    } else {
+      uint64_t left = length;
+      while (left) {
+        auto [base, len] = PieceAt(sge, num_sge, offset);
+        len = std::min(len, left);
+        add(base, len);
+        offset += len;
+        left -= len;
+      }
+    }
+  }
+  size_t pad = FpduPad(ulpdu);
+  uint8_t* t = batch_.trailers[slot];
+  memset(t, 0, pad);
+  StoreFpduCrc(t + pad, params_.crc ? crc.Finish() : 0);
+  batch_.iov[batch_.iov_count++] = {t, pad + kFpduCrcLen};
+  return true;
+}
+
+bool Stream::FillBatch() {
+  batch_.iov_count = batch_.iov_done = batch_.fpdus = batch_.finished_count = 0;
+  if (terminate_len_) {
+    // The Terminate is the last FPDU of the stream: send it alone, then close.
+    uint8_t* h = batch_.headers[batch_.fpdus++];
+    StoreBe16(h, uint16_t(terminate_len_));
+    memcpy(h + 2, terminate_, terminate_len_);
+    FpduCrcBuilder crc;
+    crc.Add({h, terminate_len_ + 2});
+    size_t pad = FpduPad(terminate_len_);
+    uint8_t* t = batch_.trailers[0];
+    memset(t, 0, pad);
+    StoreFpduCrc(t + pad, params_.crc ? crc.Finish() : 0);
+    batch_.iov[batch_.iov_count++] = {h, terminate_len_ + 2};
+    batch_.iov[batch_.iov_count++] = {t, pad + kFpduCrcLen};
+    terminate_len_ = 0;
+    close_send_ = true;
+    return true;
+  }
+  if (close_send_ && qp_->state() == QpState::Error) return false;
+  if (rtr_pending_) {
+    AddFpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, 0, 0, true), nullptr, nullptr, nullptr, 0, false, 0, 0);
+    rtr_pending_ = false;
+  }
+  for (;;) {
+    // Read Responses owed to the peer go first, at message boundaries.
+    ReadResponse* response = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(responses_mutex_);
+      if (!responses_.empty()) response = &responses_.front();
+    }
+    if (response) {
+      uint32_t chunk = std::min<uint32_t>(response->size - response->sent,
+                                          params_.max_ulpdu - kDdpTaggedHeaderLen);
+      bool last = response->sent + chunk == response->size;
+      Sge source{response->source, response->size, 0};
+      if (!AddFpdu(DdpHeader::Tagged(RdmapOpcode::ReadResponse, response->sink_stag,
+                                     response->sink_to + response->sent, last),
+                   nullptr, nullptr, &source, 1, false, response->sent, chunk))
+        break;
+      response->sent += chunk;
+      if (last) {
+        std::lock_guard<std::mutex> lock(responses_mutex_);
+        responses_.pop_front();
+      }
+      continue;
+    }
+    if (next_tx_ == qp_->send_tail()) break;
+    SendWqe& wqe = qp_->send_at(next_tx_);
+    if (wqe.done) {  // refused at post time (bad local key): completes in its turn
+      qp_->FinishSend(next_tx_++, wqe.status);
+      break;
+    }
+    size_t reads;
+    {
+      std::lock_guard<std::mutex> lock(reads_mutex_);
+      reads = reads_outstanding_.size();
+    }
+    if ((wqe.flags & kFence) && reads) break;  // wait for earlier Reads
+    if (wqe.opcode == WrOpcode::Bind || wqe.opcode == WrOpcode::Invalidate) {
+      // Nothing goes on the wire; done when its turn comes, so it completes in order.
+      qp_->FinishSend(next_tx_++, WcStatus::Success);
+      continue;
+    }
+    if (wqe.opcode == WrOpcode::Read) {
+      if (reads >= params_.ord) break;  // beyond the read limit a Read waits; it does not fail
+      ReadRequest request{SinkStag(next_tx_), 0, uint32_t(wqe.length), wqe.rkey, wqe.remote_addr};
+      if (!AddFpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, read_msn_, 0, true), &request,
+                   nullptr, nullptr, 0, false, 0, 0))
+        break;
+      read_msn_++;
+      std::lock_guard<std::mutex> lock(reads_mutex_);
+      reads_outstanding_.push_back(next_tx_++);
+      continue;
+    }
+    bool is_send = wqe.opcode == WrOpcode::Send;
+    size_t hlen = is_send ? kDdpUntaggedHeaderLen : kDdpTaggedHeaderLen;
+    uint32_t chunk = uint32_t(std::min<uint64_t>(wqe.length - wqe.sent, params_.max_ulpdu - hlen));
+    bool last = wqe.sent + chunk == wqe.length;
+    DdpHeader hdr =
+        is_send ? DdpHeader::Untagged(wqe.flags & kSolicited ? RdmapOpcode::SendSolicited : RdmapOpcode::Send,
+                                      send_msn_, uint32_t(wqe.sent), last)
+                : DdpHeader::Tagged(RdmapOpcode::RdmaWrite, wqe.rkey, wqe.remote_addr + wqe.sent, last);
+    bool is_inline = wqe.flags & kInline;
+    if (!AddFpdu(hdr, nullptr, is_inline ? wqe.inline_data : nullptr, wqe.sge, wqe.num_sge, false,
+                 wqe.sent, chunk))
+      break;
+    wqe.sent += chunk;
+    if (last) {
+      if (is_send) send_msn_++;
+      batch_.finished[batch_.finished_count++] = next_tx_++;
+    }
+  }
+  return batch_.iov_count > 0;
+}
+
+void Stream::QueueTerminate(TermCode code) {
+  NDWV_LOG(Info, "qp %u: sending Terminate (%s)", qpn_, Describe(code));
+  std::span<const uint8_t> offending(raw_hdr_, phase_ == RxPhase::Header ? 0 : 2 + hdr_len_);
+  {
+    std::lock_guard<std::mutex> lock(tx_mutex_);
+    terminate_len_ = EncodeTerminate({terminate_, sizeof terminate_}, code, 1, offending,
+                                     DefaultTermAttach(code));
+  }
+  Kick();
+}
+
+// ----------------------------------------------------------------------------------- receive
+
+void Stream::DriveReceive() {
+  rx_kicks_.fetch_add(1, std::memory_order_acq_rel);
+  for (;;) {
+    if (!rx_mutex_.try_lock()) return;
+    uint64_t seen = rx_kicks_.load(std::memory_order_acquire);
+    if (!shut_) ProcessRx();
+    rx_mutex_.unlock();
+    if (rx_kicks_.load(std::memory_order_acquire) == seen) return;
+  }
+}
+
+void Stream::ProcessRx() {
+  for (;;) {
+    bool progress = false;
+    switch (phase_) {
+      case RxPhase::Header: progress = StartSegment(); break;
+      case RxPhase::Payload: progress = PlacePayload(); break;
+      case RxPhase::Trailer: progress = FinishSegment(); break;
+      case RxPhase::Dead: return;
+    }
+    if (!progress) return;
+  }
+}
+
+bool Stream::Fill(size_t need) {
+  size_t avail = staging_end_ - staging_begin_;
+  if (avail >= need) return true;
+  if (staging_begin_) {
+    memmove(staging_, staging_ + staging_begin_, avail);
+    staging_begin_ = 0;
+    staging_end_ = avail;
+  }
+  while (staging_end_ < need) {
+    ssize_t n = recv(fd_, staging_ + staging_end_, sizeof staging_ - staging_end_, MSG_DONTWAIT);
+    if (n > 0) {
+      staging_end_ += size_t(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    if (n == 0 && phase_ == RxPhase::Header && staging_end_ == 0) {
+      // The peer closed its half at a message boundary: a graceful disconnect.
+      phase_ = RxPhase::Dead;
+      peer_closed_ = true;
+      NDWV_LOG(Debug, "qp %u: peer closed the stream", qpn_);
+      NotifyObserver(&StreamObserver::OnPeerClosed);
+      qp_->DeferError();  // the peer stopped: flush; the close that follows is our half
+      return false;
+    }
+    Broken();  // reset, or the stream ended inside an FPDU
+    return false;
+  }
+  return true;
+}
+
+void Stream::Fail(TermCode code, WcStatus local_status) {
+  if (have_recv_) {
+    qp_->CompleteReceive(recv_, uint32_t(recv_bytes_), local_status, false);
+    have_recv_ = false;
+  }
+  QueueTerminate(code);
+  Broken();
+}
+
+bool Stream::StartSegment() {
+  if (!Fill(4)) return false;
+  const uint8_t* p = staging_ + staging_begin_;
+  ulpdu_len_ = LoadBe16(p);
+  hdr_len_ = SegmentHeaderLength(LoadBe16(p + 2));
+  if (ulpdu_len_ < hdr_len_) {
+    hdr_len_ = 0;
+    Fail(TermCodeFor(DdpError::Truncated), WcStatus::Flushed);
+    return false;
+  }
+  if (!Fill(2 + hdr_len_)) return false;
+  p = staging_ + staging_begin_;
+  memcpy(raw_hdr_, p, 2 + hdr_len_);
+  staging_begin_ += 2 + hdr_len_;
+  DdpError error = DecodeDdpHeader({raw_hdr_ + 2, hdr_len_}, hdr_);
+  if (error != DdpError::Ok) {
+    Fail(TermCodeFor(error), WcStatus::Flushed);
+    return false;
+  }
+  crc_ = FpduCrcBuilder();
+  if (params_.crc) crc_.Add({raw_hdr_, 2 + hdr_len_});
+  payload_len_ = ulpdu_len_ - uint32_t(hdr_len_);
+  payload_done_ = 0;
+  phase_ = RxPhase::Payload;
+
+  if (params_.expect_rtr) {
+    if (hdr_.opcode != RdmapOpcode::RdmaWrite || payload_len_ || !hdr_.last) {
+      Fail(MakeTerm(LlpErrorCode::NoMatchingRtr), WcStatus::Flushed);
+      return false;
+    }
+    return true;
+  }
+  switch (hdr_.opcode) {
+    case RdmapOpcode::RdmaWrite:
+      if (payload_len_) {
+        KeyCheck check = qp_->pd().CheckRemote(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite);
+        if (check != KeyCheck::Ok) {
+          Fail(RemoteProtection(check), WcStatus::Flushed);
+          return false;
+        }
+      }
+      return true;
+    case RdmapOpcode::ReadResponse: {
+      std::lock_guard<std::mutex> lock(reads_mutex_);
+      if (reads_outstanding_.empty() || hdr_.stag != SinkStag(reads_outstanding_.front())) {
+        Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
+        return false;
+      }
+      rx_read_position_ = reads_outstanding_.front();
+      const SendWqe& read = qp_->send_at(rx_read_position_);
+      if (hdr_.to > read.length || payload_len_ > read.length - hdr_.to) {
+        Fail(MakeTerm(DdpTaggedCode::BaseBounds), WcStatus::Flushed);
+        return false;
+      }
+      return true;
+    }
+    case RdmapOpcode::ReadRequest:
+      DecodeReadRequest({raw_hdr_ + 2 + kDdpUntaggedHeaderLen, kReadRequestLen}, read_req_);
+      if (payload_len_ || hdr_.msn != read_req_msn_) {
+        Fail(MakeTerm(DdpUntaggedCode::InvalidMsnRange), WcStatus::Flushed);
+        return false;
+      }
+      return true;
+    case RdmapOpcode::Terminate:
+      if (payload_len_ > sizeof raw_hdr_ - 2 - hdr_len_) {
+        Fail(MakeTerm(DdpUntaggedCode::MessageTooLong), WcStatus::Flushed);
+        return false;
+      }
+      return true;
+    default:
+      break;
+  }
+  // A Send.
+  if (!IsSend(hdr_.opcode) || hdr_.msn != recv_msn_) {
+    Fail(IsSend(hdr_.opcode) ? MakeTerm(DdpUntaggedCode::InvalidMsnRange)
+                             : MakeTerm(RdmapErrorType::RemoteOperation, RdmapErrorCode::UnexpectedOpcode),
+         WcStatus::Flushed);
+    return false;
+  }
+  if (!have_recv_) {
+    if (hdr_.mo != 0 || !qp_->TakeReceive(&recv_)) {
+      Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
+      return false;
+    }
+    have_recv_ = true;
+    recv_bytes_ = 0;
+  }
+  if (hdr_.mo != recv_bytes_) {
+    Fail(MakeTerm(DdpUntaggedCode::InvalidMo), WcStatus::Flushed);
+    return false;
+  }
+  if (payload_len_ > recv_.length - recv_bytes_) {
+    Fail(MakeTerm(DdpUntaggedCode::MessageTooLong), WcStatus::LocalLength);
+    return false;
+  }
+  return true;
+}
+
+bool Stream::PlacePayload() {
+  while (payload_done_ < payload_len_) {
+    uint32_t left = payload_len_ - payload_done_;
+    uint8_t* dest;
+    uint64_t room;
+    std::shared_lock<std::shared_mutex> placement;  // the target cannot be deregistered meanwhile
+    switch (hdr_.opcode) {
+      case RdmapOpcode::RdmaWrite:
+        placement = std::shared_lock(qp_->pd().placement_lock());
+        if (qp_->pd().CheckRemoteLocked(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite) != KeyCheck::Ok) {
+          Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::InvalidStag), WcStatus::Flushed);
+          return false;
+        }
+        dest = reinterpret_cast<uint8_t*>(hdr_.to) + payload_done_;
+        room = left;
+        break;
+      case RdmapOpcode::ReadResponse: {
+        const SendWqe& read = qp_->send_at(rx_read_position_);
+        std::tie(dest, room) = PieceAt(read.sge, read.num_sge, hdr_.to + payload_done_);
+        break;
+      }
+      case RdmapOpcode::Terminate:
+        dest = raw_hdr_ + 2 + hdr_len_ + payload_done_;
+        room = left;
+        break;
+      default:  // Send
+        std::tie(dest, room) = PieceAt(recv_.sge, recv_.num_sge, recv_bytes_ + payload_done_);
+        break;
+    }
+    size_t want = size_t(std::min<uint64_t>(room, left));
+    size_t avail = staging_end_ - staging_begin_;
+    ssize_t n;
+    if (avail) {
+      n = ssize_t(std::min(avail, want));
+      memcpy(dest, staging_ + staging_begin_, size_t(n));
+      staging_begin_ += size_t(n);
+    } else {
+      n = recv(fd_, dest, want, MSG_DONTWAIT);  // straight from the socket into the target
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+      if (n <= 0) {
+        Broken();
+        return false;
+      }
+    }
+    if (params_.crc) crc_.Add({dest, size_t(n)});
+    payload_done_ += uint32_t(n);
+  }
+  phase_ = RxPhase::Trailer;
+  return true;
+}
+
+bool Stream::FinishSegment() {
+  size_t pad = FpduPad(ulpdu_len_);
+  if (!Fill(pad + kFpduCrcLen)) return false;
+  const uint8_t* t = staging_ + staging_begin_;
+  if (params_.crc && LoadFpduCrc(t + pad) != crc_.Finish()) {
+    Fail(MakeTerm(LlpErrorCode::CrcError), WcStatus::Flushed);
+    return false;
+  }
+  staging_begin_ += pad + kFpduCrcLen;
+  phase_ = RxPhase::Header;
+
+  if (params_.expect_rtr) {
+    params_.expect_rtr = false;
+    NotifyObserver(&StreamObserver::OnRtr);
+    return true;
+  }
+  switch (hdr_.opcode) {
+    case RdmapOpcode::RdmaWrite:
+      return true;
+    case RdmapOpcode::ReadResponse:
+      if (hdr_.last) {
+        uint64_t position;
+        {
+          std::lock_guard<std::mutex> lock(reads_mutex_);
+          position = reads_outstanding_.front();
+          reads_outstanding_.pop_front();
+        }
+        qp_->FinishSend(position, WcStatus::Success);
+        Kick();  // a Read slot is free
+      }
+      return true;
+    case RdmapOpcode::ReadRequest: {
+      read_req_msn_++;
+      if (read_req_.size) {
+        KeyCheck check = qp_->pd().CheckRemote(read_req_.src_stag, qpn_, read_req_.src_to,
+                                               read_req_.size, kRemoteRead);
+        if (check != KeyCheck::Ok) {
+          Fail(RemoteProtection(check), WcStatus::Flushed);
+          return false;
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(responses_mutex_);
+        if (responses_.size() >= params_.ird) {
+          Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
+          return false;
+        }
+        responses_.push_back({read_req_.sink_stag, read_req_.sink_to, read_req_.src_to, read_req_.size, 0});
+      }
+      Kick();
+      return true;
+    }
+    case RdmapOpcode::Terminate: {
+      TerminateMsg term;
+      DecodeTerminatePayload({raw_hdr_ + 2 + kDdpUntaggedHeaderLen, hdr_len_ - kDdpUntaggedHeaderLen + payload_len_},
+                             term);
+      NDWV_LOG(Info, "qp %u: peer sent Terminate (%s)", qpn_, Describe(term.ctrl.code));
+      {
+        std::lock_guard<std::mutex> lock(reads_mutex_);
+        if (!reads_outstanding_.empty()) {
+          qp_->FinishSend(reads_outstanding_.front(), StatusForTerminate(term.ctrl.code));
+          reads_outstanding_.clear();
+        } else {
+          qp_->FailOldest(StatusForTerminate(term.ctrl.code));
+        }
+      }
+      Broken();
+      return false;
+    }
+    default:  // a Send segment
+      recv_bytes_ += payload_len_;
+      if (hdr_.last) {
+        have_recv_ = false;
+        recv_msn_++;
+        qp_->CompleteReceive(recv_, uint32_t(recv_bytes_), WcStatus::Success, IsSolicited(hdr_.opcode));
+      }
+      return true;
+  }
+}
+
+}  // namespace ndwv::dev::iwarp

@@ -1,0 +1,146 @@
+// The iWARP data path of one connected QP: MPA FPDUs carrying DDP/RDMAP over a TCP socket.
+//
+// Transmit runs on whichever thread kicks it (the poster, the engine when the socket drains, the
+// receive path when a Read Response is owed) under one lock, so posting normally goes straight to
+// the socket. Receive is a resumable state machine (header, payload, trailer) run by the engine or
+// by a CQ poller that lends its thread. Tagged payload (RDMA Write, Read Response) and Send
+// payload are read from the socket straight into the registered target buffer once it is checked.
+#pragma once
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "dev/engine.h"
+#include "dev/qp.h"
+#include "wire/ddp.h"
+
+namespace ndwv::dev::iwarp {
+
+struct StreamParams {
+  bool crc = true;
+  uint32_t ird = 1;          // Read Requests we answer at once
+  uint32_t ord = 1;          // Read Requests we keep outstanding
+  uint32_t max_ulpdu = 16384;
+  bool expect_rtr = false;   // passive side: the first FPDU must be the zero-length Write RTR
+};
+
+// What the connection manager learns from the stream.
+class StreamObserver {
+ public:
+  virtual void OnRtr() = 0;             // the RTR arrived (passive side)
+  virtual void OnPeerClosed() = 0;      // the peer closed its half (graceful disconnect)
+  virtual void OnStreamError() = 0;     // reset, Terminate, protocol error: the QP goes to Error
+ protected:
+  ~StreamObserver() = default;
+};
+
+class Stream final : public Link, public IoHandler, public std::enable_shared_from_this<Stream> {
+ public:
+  Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params,
+         std::weak_ptr<StreamObserver> observer);
+  ~Stream() override;
+
+  void Start();       // attaches to the QP and starts watching the socket
+  void SendRtr();     // active side: the zero-length RDMA Write that opens full operation
+  void CloseSend();   // graceful close: FIN once everything queued has been sent
+
+  // Link
+  void Kick() override;
+  void DriveReceive() override;
+  void Shutdown() override;
+  // Ends the connection abortively (the QP goes to Error and is flushed).
+  void Abort();
+  // IoHandler
+  void OnIo(uint32_t events) override;
+
+ private:
+  enum class RxPhase { Header, Payload, Trailer, Dead };
+  struct ReadResponse {
+    uint32_t sink_stag;
+    uint64_t sink_to;
+    uint64_t source;  // local address, checked when the request arrived
+    uint32_t size;
+    uint32_t sent;
+  };
+  // One batch of FPDUs handed to sendmsg; kept until fully written.
+  static constexpr int kBatchFpdus = 16;
+  static constexpr int kBatchIov = 64;
+  struct TxBatch {
+    iovec iov[kBatchIov];
+    int iov_count = 0, iov_done = 0;
+    uint8_t headers[kBatchFpdus][2 + wire::kTerminateMaxLen + 2];
+    uint8_t trailers[kBatchFpdus][8];
+    int fpdus = 0;
+    uint64_t finished[kBatchFpdus];  // send queue positions whose last byte is in this batch
+    int finished_count = 0;
+    bool empty() const { return iov_done == iov_count; }
+  };
+
+  void ProcessTx();
+  bool FlushBatch();  // false if the socket is full (or broken)
+  bool FillBatch();   // false if there is nothing to send
+  bool AddFpdu(const wire::DdpHeader& hdr, const wire::ReadRequest* read,
+               const uint8_t* inline_data, const Sge* sge, uint32_t num_sge, bool sge_remote,
+               uint64_t offset, uint32_t length);
+  void QueueTerminate(wire::TermCode code);
+
+  void ProcessRx();
+  bool Fill(size_t need);  // staging holds `need` unread bytes; false on EAGAIN (or dead)
+  bool StartSegment();
+  bool PlacePayload();
+  bool FinishSegment();
+  void Fail(wire::TermCode code, WcStatus local_status);
+  void Broken();  // the socket is gone: stop and let the CM know
+  void NotifyObserver(void (StreamObserver::*event)());
+
+  const int fd_;
+  std::shared_ptr<QueuePair> qp_;  // held while attached; dropped by Shutdown
+  StreamParams params_;
+  std::weak_ptr<StreamObserver> observer_;
+  uint32_t qpn_;
+
+  // ---- transmit (tx_mutex_) ----
+  std::mutex tx_mutex_;
+  std::atomic<uint64_t> tx_kicks_{0};
+  TxBatch batch_;
+  uint64_t next_tx_ = 0;            // next send queue position to start
+  uint32_t send_msn_ = 1, read_msn_ = 1;
+  std::deque<uint64_t> reads_outstanding_;  // positions of Reads awaiting their response
+  std::mutex responses_mutex_;              // receive path adds, transmit path takes
+  std::deque<ReadResponse> responses_;
+  uint8_t terminate_[wire::kTerminateMaxLen];
+  size_t terminate_len_ = 0;        // a Terminate waits to be sent; it is the stream's last FPDU
+  bool rtr_pending_ = false;
+  bool shut_ = false;               // Shutdown ran (both locks held to set it)
+  std::atomic<bool> error_reported_{false};
+  std::mutex reads_mutex_;          // reads_outstanding_: transmit adds, receive retires
+  bool close_send_ = false, send_closed_ = false;
+  std::atomic<bool> broken_{false};
+
+  // ---- receive (rx_mutex_) ----
+  std::mutex rx_mutex_;
+  std::atomic<uint64_t> rx_kicks_{0};
+  RxPhase phase_ = RxPhase::Header;
+  uint8_t staging_[4096];
+  size_t staging_begin_ = 0, staging_end_ = 0;
+  uint32_t ulpdu_len_ = 0;
+  wire::DdpHeader hdr_;
+  wire::ReadRequest read_req_;
+  size_t hdr_len_ = 0;
+  uint8_t raw_hdr_[2 + wire::kTerminateMaxLen];  // this segment's length field and headers
+  uint32_t payload_len_ = 0, payload_done_ = 0;
+  wire::FpduCrcBuilder crc_;
+  // The message being received.
+  bool have_recv_ = false;
+  RecvWqe recv_;
+  uint32_t recv_msn_ = 1, read_req_msn_ = 1;
+  uint64_t recv_bytes_ = 0;
+  uint64_t rx_read_position_ = 0;  // the Read whose response is arriving
+  bool peer_closed_ = false;
+};
+
+}  // namespace ndwv::dev::iwarp

@@ -1,0 +1,271 @@
+#include "dev/qp.h"
+
+#include <cstring>
+#include <utility>
+
+#include <ndwv/wvstatus.h>
+
+#include "base/log.h"
+#include "dev/engine.h"
+#include "dev/srq.h"
+
+namespace ndwv::dev {
+
+namespace {
+std::atomic<uint32_t> g_next_qpn{2};  // QP 0 and 1 are the IB special QPs
+}
+
+const char* ToString(QpState state) {
+  static const char* const names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERROR"};
+  return names[int(state)];
+}
+
+bool IsLegalTransition(QpState from, QpState to) {
+  if (to == QpState::Reset || to == QpState::Error) return true;
+  switch (from) {
+    case QpState::Reset: return to == QpState::Init;
+    case QpState::Init: return to == QpState::Init || to == QpState::Rtr;
+    case QpState::Rtr: return to == QpState::Rts;
+    case QpState::Rts: return to == QpState::Rts || to == QpState::Sqd;
+    case QpState::Sqd: return to == QpState::Rts || to == QpState::Sqd;
+    case QpState::Sqe: return to == QpState::Rts;
+    case QpState::Error: return false;
+  }
+  return false;
+}
+
+QueuePair::QueuePair(std::shared_ptr<ProtectionDomain> pd, std::shared_ptr<CompletionQueue> send_cq,
+                     std::shared_ptr<CompletionQueue> recv_cq, std::shared_ptr<SharedReceiveQueue> srq,
+                     void* context, const QpCaps& caps)
+    : qpn_(g_next_qpn.fetch_add(1) & 0xFFFFFF),
+      context_(context),
+      caps_(caps),
+      pd_(std::move(pd)),
+      send_cq_(std::move(send_cq)),
+      recv_cq_(std::move(recv_cq)),
+      srq_(std::move(srq)),
+      sq_(caps.send_depth),
+      rq_(srq_ ? 0 : caps.recv_depth) {
+  error_work_.run = [](WorkItem* item) {
+    auto qp = std::move(static_cast<ErrorWork*>(item)->qp);
+    if (qp) qp->Modify(QpState::Error);
+  };
+}
+
+QueuePair::~QueuePair() {
+  // Released without Disconnect: the link is gone already (it holds the QP while attached), so
+  // only the queues are left to flush.
+  Flush();
+}
+
+void QueuePair::Attach(std::shared_ptr<Link> link) {
+  std::shared_ptr<Link> old;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    old = std::exchange(link_, link);
+  }
+  if (old) {
+    send_cq_->DetachSource(old.get());
+    recv_cq_->DetachSource(old.get());
+  }
+  if (link) {
+    recv_cq_->AttachSource(link.get());
+    if (send_cq_ != recv_cq_) send_cq_->AttachSource(link.get());
+  }
+}
+
+std::shared_ptr<Link> QueuePair::link() const {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  return link_;
+}
+
+int32_t QueuePair::Modify(QpState to) {
+  std::unique_lock<std::mutex> error_lock(error_mutex_, std::defer_lock);
+  if (to == QpState::Error || to == QpState::Reset) error_lock.lock();
+  std::shared_ptr<Link> link;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    QpState from = state_.load();
+    if (from == to && to == QpState::Error) return WV_SUCCESS;
+    if (!IsLegalTransition(from, to)) return WV_INVALID_DEVICE_STATE;
+    state_.store(to, std::memory_order_release);
+    NDWV_LOG(Debug, "qp %u: %s -> %s", qpn_, ToString(from), ToString(to));
+    if (to != QpState::Error && to != QpState::Reset) return WV_SUCCESS;
+    link = std::exchange(link_, nullptr);
+  }
+  if (link) {
+    // Stop the wire first: nothing may place data into a buffer once its request is flushed.
+    send_cq_->DetachSource(link.get());
+    recv_cq_->DetachSource(link.get());
+    link->Shutdown();
+  }
+  Flush();
+  return WV_SUCCESS;
+}
+
+void QueuePair::DeferError() {
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (state_.load() == QpState::Error) return;
+  }
+  error_work_.qp = shared_from_this();
+  Engine::Get().Defer(&error_work_);
+}
+
+void QueuePair::Flush() {
+  size_t flushed = 0;
+  {
+    std::lock_guard<std::mutex> lock(sq_mutex_);
+    uint64_t tail = sq_tail_.load();
+    for (; sq_head_ < tail; ++sq_head_, ++flushed) {
+      SendWqe& wqe = send_at(sq_head_);
+      WcStatus status = wqe.done ? wqe.status : WcStatus::Flushed;
+      send_cq_->Push({context_, wqe.wr_id, 0, wqe.opcode, status}, false);
+      wqe.window.reset();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(rq_mutex_);
+    for (; rq_head_ < rq_tail_; ++rq_head_, ++flushed) {
+      RecvWqe& wqe = rq_[rq_head_ % rq_.size()];
+      recv_cq_->Push({context_, wqe.wr_id, 0, WrOpcode::Receive, WcStatus::Flushed}, false);
+    }
+  }
+  if (flushed) NDWV_LOG(Debug, "qp %u: flushed %zu requests", qpn_, flushed);
+}
+
+int32_t QueuePair::PostSend(const SendWqe& request) {
+  QpState state = this->state();
+  if (state != QpState::Rts && state != QpState::Sqd && state != QpState::Error)
+    return WV_CONNECTION_INVALID;
+  bool is_inline = request.flags & kInline;
+  if (is_inline ? request.length > caps_.max_inline : request.num_sge > caps_.send_sge)
+    return is_inline ? WV_BUFFER_OVERFLOW : WV_DATA_OVERRUN;
+  if (request.num_sge > kMaxSge) return WV_DATA_OVERRUN;
+  std::shared_ptr<Link> link;
+  {
+    std::lock_guard<std::mutex> lock(sq_mutex_);
+    uint64_t tail = sq_tail_.load(std::memory_order_relaxed);
+    if (tail - sq_head_ == sq_.size()) return WV_NO_MORE_ENTRIES;
+    SendWqe& wqe = send_at(tail);
+    wqe.wr_id = request.wr_id;
+    wqe.opcode = request.opcode;
+    wqe.flags = request.flags;
+    wqe.num_sge = request.num_sge;
+    wqe.length = request.length;
+    wqe.remote_addr = request.remote_addr;
+    wqe.rkey = request.rkey;
+    wqe.window = request.window;
+    wqe.bind_lkey = request.bind_lkey;
+    wqe.bind_access = request.bind_access;
+    wqe.sent = 0;
+    wqe.done = false;
+    wqe.status = WcStatus::Success;
+    if (is_inline) {
+      // Copied now: the caller may reuse its buffers as soon as the post returns.
+      size_t offset = 0;
+      for (uint32_t i = 0; i < request.num_sge; ++i) {
+        memcpy(wqe.inline_data + offset, reinterpret_cast<const void*>(request.sge[i].addr),
+               request.sge[i].length);
+        offset += request.sge[i].length;
+      }
+      wqe.num_sge = 0;
+    } else {
+      for (uint32_t i = 0; i < request.num_sge; ++i) {
+        wqe.sge[i] = request.sge[i];
+        // Checked at post time; a bad SGE completes the request with a protection error.
+        bool write = request.opcode == WrOpcode::Read;
+        if (request.sge[i].length &&
+            pd_->CheckLocal(request.sge[i].lkey, request.sge[i].addr, request.sge[i].length, write) !=
+                KeyCheck::Ok) {
+          wqe.done = true;
+          wqe.status = WcStatus::LocalProtection;
+        }
+      }
+    }
+    sq_tail_.store(tail + 1, std::memory_order_release);
+    if (state == QpState::Error) {
+      CompleteSendLocked(tail, WcStatus::Flushed);  // posts to an Error QP are flushed at once
+      return WV_SUCCESS;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    link = link_;
+  }
+  if (link) link->Kick();
+  return WV_SUCCESS;
+}
+
+int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge) {
+  if (srq_) return WV_INVALID_DEVICE_REQUEST;
+  if (num_sge > caps_.recv_sge || num_sge > kMaxSge) return WV_DATA_OVERRUN;
+  std::lock_guard<std::mutex> lock(rq_mutex_);
+  if (rq_tail_ - rq_head_ == rq_.size()) return WV_NO_MORE_ENTRIES;
+  RecvWqe& wqe = rq_[rq_tail_ % rq_.size()];
+  wqe.wr_id = wr_id;
+  wqe.num_sge = num_sge;
+  wqe.length = 0;
+  for (uint32_t i = 0; i < num_sge; ++i) {
+    wqe.sge[i] = sge[i];
+    wqe.length += sge[i].length;
+  }
+  rq_tail_++;
+  if (state() == QpState::Error) {
+    recv_cq_->Push({context_, wr_id, 0, WrOpcode::Receive, WcStatus::Flushed}, false);
+    rq_head_ = rq_tail_;
+  }
+  return WV_SUCCESS;
+}
+
+void QueuePair::FinishSend(uint64_t position, WcStatus status) {
+  {
+    std::lock_guard<std::mutex> lock(sq_mutex_);
+    CompleteSendLocked(position, status);
+  }
+  if (status != WcStatus::Success && status != WcStatus::Flushed) DeferError();
+}
+
+void QueuePair::CompleteSendLocked(uint64_t position, WcStatus status) {
+  if (position < sq_head_) return;  // already flushed
+  SendWqe& wqe = send_at(position);
+  wqe.done = true;
+  wqe.status = status;
+  uint64_t tail = sq_tail_.load();
+  while (sq_head_ < tail && send_at(sq_head_).done) {
+    SendWqe& head = send_at(sq_head_);
+    if ((head.flags & kSignaled) || head.status != WcStatus::Success)
+      send_cq_->Push({context_, head.wr_id, uint32_t(head.length), head.opcode, head.status}, false);
+    head.window.reset();
+    sq_head_++;
+  }
+}
+
+void QueuePair::FailOldest(WcStatus status) {
+  {
+    std::lock_guard<std::mutex> lock(sq_mutex_);
+    for (uint64_t position = sq_head_; position < sq_tail_.load(); ++position) {
+      if (!send_at(position).done) {
+        CompleteSendLocked(position, status);
+        break;
+      }
+    }
+  }
+  DeferError();
+}
+
+bool QueuePair::TakeReceive(RecvWqe* out) {
+  if (srq_) return srq_->Take(out);
+  std::lock_guard<std::mutex> lock(rq_mutex_);
+  if (rq_head_ == rq_tail_) return false;
+  *out = rq_[rq_head_ % rq_.size()];
+  rq_head_++;
+  return true;
+}
+
+void QueuePair::CompleteReceive(const RecvWqe& wqe, uint32_t length, WcStatus status, bool solicited) {
+  recv_cq_->Push({context_, wqe.wr_id, length, WrOpcode::Receive, status}, solicited);
+  if (status != WcStatus::Success && status != WcStatus::Flushed) DeferError();
+}
+
+}  // namespace ndwv::dev

@@ -1,0 +1,145 @@
+// Reliable-connected queue pair: the verbs state machine, the send and receive queues, in-order
+// completion and flush. The wire protocol lives in a Link (one per connected QP, made by the
+// transport); the QP knows nothing about sockets.
+//
+// Threads: posting runs on the caller's thread and kicks the link; the link's progress runs on
+// the engine or on a CQ poller's thread; state changes to Error (flush) run on the work pool or on
+// the caller's thread (Flush, release), never on the engine.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "dev/async.h"
+#include "dev/cq.h"
+#include "dev/memory.h"
+
+namespace ndwv::dev {
+
+inline constexpr uint32_t kMaxSge = 16;
+inline constexpr uint32_t kMaxInline = 256;
+
+enum class QpState { Reset, Init, Rtr, Rts, Sqd, Sqe, Error };
+const char* ToString(QpState state);
+bool IsLegalTransition(QpState from, QpState to);
+
+// Send flags, with the WV_SEND_* values.
+enum SendFlag : uint32_t { kFence = 0x2, kSignaled = 0x4, kSolicited = 0x8, kInline = 0x10 };
+
+struct Sge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+
+struct SendWqe {
+  uint64_t wr_id;
+  WrOpcode opcode;
+  uint32_t flags;
+  uint32_t num_sge;
+  Sge sge[kMaxSge];
+  uint64_t length;        // bytes the request moves
+  uint64_t remote_addr;   // Write/Read
+  uint32_t rkey;          // Write/Read
+  std::shared_ptr<MemoryWindow> window;  // Bind/Invalidate
+  uint32_t bind_lkey, bind_access;
+  // Execution state, owned by the link while it transmits.
+  uint64_t sent;
+  WcStatus status;        // set when done
+  bool done;
+  uint8_t inline_data[kMaxInline];
+};
+
+struct RecvWqe {
+  uint64_t wr_id;
+  uint32_t num_sge;
+  Sge sge[kMaxSge];
+  uint64_t length;  // capacity
+};
+
+struct QpCaps {
+  uint32_t send_depth, recv_depth, send_sge, recv_sge, max_inline;
+};
+
+class SharedReceiveQueue;
+class QueuePair;
+
+// The transport side of a connected QP.
+class Link : public ProgressSource {
+ public:
+  virtual ~Link() = default;
+  virtual void Kick() = 0;      // new send work was posted
+  virtual void Shutdown() = 0;  // stop all progress and release the connection; idempotent
+};
+
+class QueuePair : public std::enable_shared_from_this<QueuePair> {
+ public:
+  QueuePair(std::shared_ptr<ProtectionDomain> pd, std::shared_ptr<CompletionQueue> send_cq,
+            std::shared_ptr<CompletionQueue> recv_cq, std::shared_ptr<SharedReceiveQueue> srq,
+            void* context, const QpCaps& caps);
+  ~QueuePair();
+
+  uint32_t qpn() const { return qpn_; }
+  void* context() const { return context_; }
+  const QpCaps& caps() const { return caps_; }
+  ProtectionDomain& pd() const { return *pd_; }
+  QpState state() const { return state_.load(std::memory_order_acquire); }
+
+  // Verbs Modify of the state. To Error: stops the link and flushes every outstanding request.
+  int32_t Modify(QpState to);
+  // Moves to Error from a thread that must not do it itself (engine): on the work pool.
+  void DeferError();
+
+  int32_t PostSend(const SendWqe& request);  // `sent`, `done`, `status` are ignored
+  int32_t PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge);
+
+  // ---- for the transport ----
+  void Attach(std::shared_ptr<Link> link);
+  std::shared_ptr<Link> link() const;
+  // The send queue is a ring indexed by ever-growing positions.
+  uint64_t send_tail() const { return sq_tail_.load(std::memory_order_acquire); }
+  SendWqe& send_at(uint64_t position) { return sq_[position % sq_.size()]; }
+  // Marks the request at `position` done; completes the oldest requests that are done, in order.
+  // An error status also moves the QP to Error (deferred).
+  void FinishSend(uint64_t position, WcStatus status);
+  // The peer reported an error for a request it cannot name: the oldest unfinished one takes it.
+  void FailOldest(WcStatus status);
+  // Takes the next receive for an incoming message (from the SRQ if the QP has one).
+  bool TakeReceive(RecvWqe* out);
+  void CompleteReceive(const RecvWqe& wqe, uint32_t length, WcStatus status, bool solicited);
+
+ private:
+  void Flush();
+  void CompleteSendLocked(uint64_t position, WcStatus status);
+
+  const uint32_t qpn_;
+  void* const context_;
+  const QpCaps caps_;
+  std::shared_ptr<ProtectionDomain> pd_;
+  std::shared_ptr<CompletionQueue> send_cq_, recv_cq_;
+  std::shared_ptr<SharedReceiveQueue> srq_;
+
+  std::atomic<QpState> state_{QpState::Reset};
+  mutable std::mutex state_mutex_;  // guards state_ changes and link_
+  std::mutex error_mutex_;          // held through a move to Error, so a second one waits for the flush
+  std::shared_ptr<Link> link_;
+
+  std::mutex sq_mutex_;
+  std::vector<SendWqe> sq_;
+  uint64_t sq_head_ = 0;                // oldest not yet completed
+  std::atomic<uint64_t> sq_tail_{0};    // next free
+
+  std::mutex rq_mutex_;
+  std::vector<RecvWqe> rq_;
+  uint64_t rq_head_ = 0, rq_tail_ = 0;
+
+  // Pre-allocated so an error found on the engine always reaches the work pool.
+  // It holds the QP while queued.
+  struct ErrorWork : WorkItem {
+    std::shared_ptr<QueuePair> qp;
+  } error_work_;
+};
+
+}  // namespace ndwv::dev

@@ -1,0 +1,87 @@
+#include "dev/srq.h"
+
+#include <ndwv/wvstatus.h>
+
+namespace ndwv::dev {
+
+SharedReceiveQueue::SharedReceiveQueue(std::shared_ptr<ProtectionDomain> pd, uint32_t depth,
+                                       uint32_t max_sge, uint32_t limit)
+    : pd_(std::move(pd)), ring_(depth), max_sge_(max_sge), limit_(limit) {}
+
+int32_t SharedReceiveQueue::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge) {
+  if (num_sge > max_sge_) return WV_DATA_OVERRUN;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (tail_ - head_ == ring_.size()) return WV_NO_MORE_ENTRIES;
+  RecvWqe& wqe = ring_[tail_ % ring_.size()];
+  wqe.wr_id = wr_id;
+  wqe.num_sge = num_sge;
+  wqe.length = 0;
+  for (uint32_t i = 0; i < num_sge; ++i) {
+    wqe.sge[i] = sge[i];
+    wqe.length += sge[i].length;
+  }
+  tail_++;
+  return WV_SUCCESS;
+}
+
+bool SharedReceiveQueue::Take(RecvWqe* out) {
+  AsyncOp* fire = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (head_ == tail_) return false;
+    *out = ring_[head_ % ring_.size()];
+    head_++;
+    if (armed_ && tail_ - head_ < limit_) std::swap(fire, armed_);
+  }
+  for (AsyncOp* op = fire; op;) {
+    AsyncOp* next = op->next;
+    op->Complete(WV_SUCCESS);
+    op = next;
+  }
+  return true;
+}
+
+int32_t SharedReceiveQueue::Modify(uint32_t depth, uint32_t limit) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (depth) {
+    uint64_t count = tail_ - head_;
+    if (depth < count) return WV_BUFFER_OVERFLOW;
+    std::vector<RecvWqe> ring(depth);
+    for (uint64_t i = 0; i < count; ++i) ring[i] = ring_[(head_ + i) % ring_.size()];
+    ring_.swap(ring);
+    head_ = 0;
+    tail_ = count;
+  }
+  if (limit) limit_ = limit;
+  return WV_SUCCESS;
+}
+
+void SharedReceiveQueue::Query(uint32_t* depth, uint32_t* max_sge, uint32_t* limit) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  *depth = uint32_t(ring_.size());
+  *max_sge = max_sge_;
+  *limit = limit_;
+}
+
+int32_t SharedReceiveQueue::Notify(AsyncOp* op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  op->next = armed_;
+  armed_ = op;
+  return WV_PENDING;
+}
+
+void SharedReceiveQueue::CancelNotifies() {
+  AsyncOp* list;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    list = armed_;
+    armed_ = nullptr;
+  }
+  while (list) {
+    AsyncOp* next = list->next;
+    list->Complete(WV_CANCELLED);
+    list = next;
+  }
+}
+
+}  // namespace ndwv::dev

@@ -1,0 +1,34 @@
+// Shared receive queue: receives that any QP using it consumes, in posting order.
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "dev/async.h"
+#include "dev/qp.h"
+
+namespace ndwv::dev {
+
+class SharedReceiveQueue {
+ public:
+  SharedReceiveQueue(std::shared_ptr<ProtectionDomain> pd, uint32_t depth, uint32_t max_sge,
+                     uint32_t limit);
+
+  int32_t PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge);
+  bool Take(RecvWqe* out);
+  int32_t Modify(uint32_t depth, uint32_t limit);  // 0 leaves a value unchanged
+  void Query(uint32_t* depth, uint32_t* max_sge, uint32_t* limit);
+  // Completes when the receives outstanding drop below the limit.
+  int32_t Notify(AsyncOp* op);
+  void CancelNotifies();
+
+ private:
+  std::shared_ptr<ProtectionDomain> pd_;
+  std::mutex mutex_;
+  std::vector<RecvWqe> ring_;
+  uint64_t head_ = 0, tail_ = 0;
+  uint32_t max_sge_, limit_;
+  AsyncOp* armed_ = nullptr;
+};
+
+}  // namespace ndwv::dev
