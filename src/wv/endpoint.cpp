@@ -1,0 +1,130 @@
+// IWVConnectEndpoint: connection requests become device CM requests. The endpoint remembers the
+// QP given to Connect/Accept and hands both down in one Disconnect request.
+#include <cstring>
+
+#include "wv/objects.h"
+
+namespace ndwv::wv {
+
+namespace {
+
+dev::ConnectParams ToDevice(const WV_CONNECT_PARAM* param) {
+  dev::ConnectParams p;
+  if (!param) return p;
+  p.ird = param->ResponderResources;
+  p.ord = param->InitiatorDepth;
+  p.data_length = uint32_t(std::min<SIZE_T>(param->DataLength, sizeof p.data));
+  memcpy(p.data, param->Data, p.data_length);
+  return p;
+}
+
+// One Disconnect in flight: the device's two-phase request and the OVERLAPPED it completes.
+class DisconnectOp final : public OverlappedOp {
+ public:
+  DisconnectOp(const base::HandleRef& file, OVERLAPPED* overlapped, std::shared_ptr<dev::QueuePair> qp)
+      : OverlappedOp(file, overlapped) {
+    request.qp = std::move(qp);
+    request.op = this;
+  }
+  dev::DisconnectRequest request;
+};
+
+}  // namespace
+
+ConnectEndpoint::ConnectEndpoint(base::HandleRef file, std::shared_ptr<dev::ConnectEndpoint> endpoint)
+    : file_(std::move(file)), endpoint_(std::move(endpoint)) {}
+
+ConnectEndpoint::~ConnectEndpoint() { endpoint_->Close(); }
+
+HRESULT ConnectEndpoint::CancelOverlappedRequests() {
+  endpoint_->CancelRequests();
+  return WV_SUCCESS;
+}
+
+HRESULT ConnectEndpoint::GetOverlappedResult(OVERLAPPED* overlapped, DWORD* bytes, BOOL wait) {
+  return WaitResult(overlapped, bytes, wait);
+}
+
+HRESULT ConnectEndpoint::Modify(DWORD, const VOID*, SIZE_T) { return WV_NOT_SUPPORTED; }
+
+HRESULT ConnectEndpoint::BindAddress(const sockaddr* address) {
+  if (!address) return WV_INVALID_PARAMETER;
+  socklen_t length = address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  return endpoint_->Bind(address, length);
+}
+
+HRESULT ConnectEndpoint::Listen(SIZE_T backlog) { return endpoint_->Listen(int(std::min<SIZE_T>(backlog, 1 << 16))); }
+
+HRESULT ConnectEndpoint::Reject(const VOID* data, SIZE_T length) { return endpoint_->Reject(data, length); }
+
+HRESULT ConnectEndpoint::GetRequest(IWVConnectEndpoint* endpoint, OVERLAPPED* overlapped) {
+  auto* target = dynamic_cast<ConnectEndpoint*>(endpoint);
+  if (!target || !overlapped) return WV_INVALID_PARAMETER;
+  return StartOverlapped(new OverlappedOp(file_, overlapped),
+                         [&](OverlappedOp* op) { return endpoint_->GetRequest(target->endpoint_, op); });
+}
+
+HRESULT ConnectEndpoint::Connect(IWVConnectQueuePair* qp, const sockaddr* address, WV_CONNECT_PARAM* param,
+                                 OVERLAPPED* overlapped) {
+  auto* pair = dynamic_cast<ConnectQueuePair*>(qp);
+  if (!pair || !address || !overlapped) return WV_INVALID_PARAMETER;
+  socklen_t length = address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  {
+    std::lock_guard<std::mutex> lock(qp_mutex_);
+    qp_ = pair->qp();
+  }
+  return StartOverlapped(new OverlappedOp(file_, overlapped), [&](OverlappedOp* op) {
+    return endpoint_->Connect(pair->qp(), address, length, ToDevice(param), op);
+  });
+}
+
+HRESULT ConnectEndpoint::Accept(IWVConnectQueuePair* qp, WV_CONNECT_PARAM* param, OVERLAPPED* overlapped) {
+  if (!overlapped) return WV_INVALID_PARAMETER;
+  std::shared_ptr<dev::QueuePair> device_qp;
+  if (qp) {
+    auto* pair = dynamic_cast<ConnectQueuePair*>(qp);
+    if (!pair) return WV_INVALID_PARAMETER;
+    device_qp = pair->qp();
+    std::lock_guard<std::mutex> lock(qp_mutex_);
+    qp_ = device_qp;
+  }
+  return StartOverlapped(new OverlappedOp(file_, overlapped),
+                         [&](OverlappedOp* op) { return endpoint_->Accept(device_qp, ToDevice(param), op); });
+}
+
+HRESULT ConnectEndpoint::Disconnect(OVERLAPPED* overlapped) {
+  if (!overlapped) return WV_INVALID_PARAMETER;
+  std::shared_ptr<dev::QueuePair> qp;
+  {
+    std::lock_guard<std::mutex> lock(qp_mutex_);
+    qp = qp_;
+  }
+  auto* op = new DisconnectOp(file_, overlapped, std::move(qp));
+  int32_t status = endpoint_->Disconnect(&op->request);
+  if (status == WV_PENDING) return WV_IO_PENDING;
+  delete op;
+  return status;
+}
+
+HRESULT ConnectEndpoint::NotifyDisconnect(OVERLAPPED* overlapped) {
+  if (!overlapped) return WV_INVALID_PARAMETER;
+  return StartOverlapped(new OverlappedOp(file_, overlapped),
+                         [&](OverlappedOp* op) { return endpoint_->NotifyDisconnect(op); });
+}
+
+HRESULT ConnectEndpoint::Query(WV_CONNECT_ATTRIBUTES* attributes) {
+  if (!attributes) return WV_INVALID_PARAMETER;
+  dev::ConnectionInfo info;
+  int32_t status = endpoint_->Query(&info);
+  if (status != WV_SUCCESS) return status;
+  *attributes = {};
+  memcpy(&attributes->LocalAddress, &info.local, sizeof attributes->LocalAddress);
+  memcpy(&attributes->PeerAddress, &info.peer, sizeof attributes->PeerAddress);
+  attributes->Param.DataLength = info.peer_params.data_length;
+  attributes->Param.ResponderResources = info.peer_params.ird;
+  attributes->Param.InitiatorDepth = info.peer_params.ord;
+  memcpy(attributes->Param.Data, info.peer_params.data, info.peer_params.data_length);
+  return WV_SUCCESS;
+}
+
+}  // namespace ndwv::wv
