@@ -559,6 +559,7 @@ bool Stream::FinishSegment() {
   size_t pad = FpduPad(ulpdu_len_);
   if (!Fill(pad + kFpduCrcLen)) return false;
   const uint8_t* t = staging_ + staging_begin_;
+  if (params_.crc) crc_.Add({t, pad});  // the pad as received: the CRC covers it
   if (params_.crc && LoadFpduCrc(t + pad) != crc_.Finish()) {
     Fail(MakeTerm(LlpErrorCode::CrcError), WcStatus::Flushed);
     return false;
