@@ -30,7 +30,7 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
   if (count_.load(std::memory_order_acquire) == 0 && max > 0) {
     static const bool lend_thread = base::LoadSettings() ? base::LoadSettings()->poll_progress : true;
     if (lend_thread && sources_mutex_.try_lock()) {
-      for (ProgressSource* source : sources_) source->DriveReceive();
+      for (ProgressSource* source : sources_) source->PollProgress();
       sources_mutex_.unlock();
     }
     if (count_.load(std::memory_order_acquire) == 0) {
@@ -99,6 +99,10 @@ void CompletionQueue::Finish(AsyncOp* list, int32_t status) {
 }
 
 int32_t CompletionQueue::Notify(NotifyType type, AsyncOp* op) {
+  {
+    std::lock_guard<std::mutex> lock(sources_mutex_);
+    for (ProgressSource* source : sources_) source->OnNotifyArmed();
+  }
   AsyncOp* fire = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);

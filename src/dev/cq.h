@@ -33,7 +33,8 @@ enum class NotifyType { Errors = 0, Any = 1, Solicited = 2 };
 
 // Something that can make receive progress when a poller lends it its thread (a connected QP).
 struct ProgressSource {
-  virtual void DriveReceive() = 0;
+  virtual void PollProgress() = 0;    // a poller found the CQ empty and lends its thread
+  virtual void OnNotifyArmed() = 0;   // someone waits for an event: progress must not need a poller
  protected:
   ~ProgressSource() = default;
 };

@@ -31,6 +31,7 @@ using Clock = std::chrono::steady_clock;
 // was already due), so an owner keeps itself alive while its timer is armed or firing.
 struct Timer {
   void (*fire)(Timer*) = nullptr;
+  void* owner = nullptr;  // for fire to find its object
   Clock::time_point deadline{};
   bool armed = false;  // guarded by the engine
 };

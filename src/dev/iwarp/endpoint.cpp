@@ -91,6 +91,7 @@ std::shared_ptr<ConnectEndpoint> CreateEndpoint() { return std::make_shared<Endp
 
 Endpoint::Endpoint() {
   timer_.fire = &Endpoint::OnTimer;
+  timer_.owner = this;
   accept_work_.run = [](WorkItem* item) {
     auto* work = static_cast<AcceptWork*>(item);
     auto endpoint = std::move(work->endpoint);
@@ -142,7 +143,7 @@ void Endpoint::DisarmTimer() {
 }
 
 void Endpoint::OnTimer(Timer* timer) {
-  Endpoint* self = reinterpret_cast<Endpoint*>(reinterpret_cast<char*>(timer) - offsetof(Endpoint, timer_));
+  Endpoint* self = static_cast<Endpoint*>(timer->owner);
   std::shared_ptr<Endpoint> keep;
   {
     std::lock_guard<std::mutex> lock(self->mutex_);
@@ -498,7 +499,7 @@ void Endpoint::OnMpaReply() {
 
 int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& params, AsyncOp* op) {
   Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   if (!qp) {  // active side: CompleteConnect
     if (state_ != State::ActiveReplied) return WV_CONNECTION_INVALID;
     std::shared_ptr<QueuePair> active = std::move(qp_);
@@ -509,8 +510,10 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     stream_ = std::make_shared<Stream>(std::exchange(fd_, -1), active, MakeStreamParams(false),
                                        weak_from_this());
     SetState(State::Connected);
-    stream_->Start();
-    stream_->SendRtr();
+    std::shared_ptr<Stream> stream = stream_;
+    lock.unlock();  // the stream reports to us: it must not find our lock held by its starter
+    stream->Start();
+    stream->SendRtr();
     finish.Add(op, WV_SUCCESS);
     return WV_PENDING;
   }
@@ -538,7 +541,9 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   accept_work_.qp = std::move(qp);
   // A peer that never completes the connection must not hold the Accept forever.
   ArmTimer(6 * Config().cm_timeout_ms);
-  stream_->Start();
+  std::shared_ptr<Stream> stream = stream_;
+  lock.unlock();
+  stream->Start();
   return WV_PENDING;
 }
 

@@ -70,9 +70,60 @@ Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params
 
 Stream::~Stream() { Shutdown(); }
 
+namespace {
+constexpr uint32_t kWatched = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+constexpr uint32_t kSpinningPolls = 64;                 // empty polls that mean "a poller spins"
+constexpr std::chrono::milliseconds kPollIdle{1};       // no poll for this long: the engine watches
+}  // namespace
+
+void Stream::PollProgress() {
+  uint32_t polls = polls_.fetch_add(1, std::memory_order_relaxed) + 1;
+  DriveReceive();
+  if (polls == kSpinningPolls) WatchReceive(false);
+}
+
+void Stream::OnNotifyArmed() {
+  polls_.store(0, std::memory_order_relaxed);
+  WatchReceive(true);
+}
+
+void Stream::WatchReceive(bool on) {
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    if (shut_ || rx_watched_ == on) return;
+    rx_watched_ = on;
+    Engine::Get().Modify(fd_, on ? kWatched : (EPOLLOUT | EPOLLET), this);
+    if (!on) {
+      watch_self_ = shared_from_this();
+      Engine::Get().Arm(&watch_timer_, kPollIdle);
+    } else if (Engine::Get().Disarm(&watch_timer_)) {
+      watch_self_.reset();
+    }
+  }
+  if (on) DriveReceive();  // what arrived while nobody watched
+}
+
+void Stream::OnWatchTimer(Timer* timer) {
+  Stream* self = static_cast<Stream*>(timer->owner);
+  std::shared_ptr<Stream> keep;
+  {
+    std::lock_guard<std::mutex> lock(self->watch_mutex_);
+    keep = std::move(self->watch_self_);
+    if (!keep || self->shut_) return;
+    if (self->polls_.exchange(0, std::memory_order_relaxed) >= kSpinningPolls / 2) {
+      self->watch_self_ = keep;  // still spinning: look again later
+      Engine::Get().Arm(&self->watch_timer_, kPollIdle);
+      return;
+    }
+  }
+  keep->WatchReceive(true);
+}
+
 void Stream::Start() {
+  watch_timer_.fire = &Stream::OnWatchTimer;
+  watch_timer_.owner = this;
   qp_->Attach(shared_from_this());
-  Engine::Get().Watch(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
+  Engine::Get().Watch(fd_, kWatched, this);
   DriveReceive();  // bytes may have arrived before the socket was watched
 }
 
@@ -112,6 +163,10 @@ void Stream::Shutdown() {
       have_recv_ = false;
     }
     qp_.reset();
+  }
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    if (Engine::Get().Disarm(&watch_timer_)) watch_self_.reset();
   }
   Engine::Get().Unwatch(fd_);
   close(fd_);

@@ -50,7 +50,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
 
   // Link
   void Kick() override;
-  void DriveReceive() override;
+  void PollProgress() override;
+  void OnNotifyArmed() override;
   void Shutdown() override;
   // Ends the connection abortively (the QP goes to Error and is flushed).
   void Abort();
@@ -88,7 +89,10 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
                uint64_t offset, uint32_t length);
   void QueueTerminate(wire::TermCode code);
 
+  void DriveReceive();
   void ProcessRx();
+  void WatchReceive(bool on);
+  static void OnWatchTimer(Timer* timer);
   bool Fill(size_t need);  // staging holds `need` unread bytes; false on EAGAIN (or dead)
   bool StartSegment();
   bool PlacePayload();
@@ -115,7 +119,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   uint8_t terminate_[wire::kTerminateMaxLen];
   size_t terminate_len_ = 0;        // a Terminate waits to be sent; it is the stream's last FPDU
   bool rtr_pending_ = false;
-  bool shut_ = false;               // Shutdown ran (both locks held to set it)
+  std::atomic<bool> shut_{false};   // Shutdown ran (set with both locks held)
   std::atomic<bool> error_reported_{false};
   std::mutex reads_mutex_;          // reads_outstanding_: transmit adds, receive retires
   bool close_send_ = false, send_closed_ = false;
@@ -141,6 +145,15 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   uint64_t recv_bytes_ = 0;
   uint64_t rx_read_position_ = 0;  // the Read whose response is arriving
   bool peer_closed_ = false;
+
+  // While a poller spins on an empty CQ it drives receive itself, and the engine stops watching
+  // the socket for input: a wake-up per message on a busy core costs more than the message. A
+  // timer gives the socket back to the engine when the polling stops, and so does a Notify.
+  std::mutex watch_mutex_;
+  bool rx_watched_ = true;
+  std::atomic<uint32_t> polls_{0};
+  Timer watch_timer_;
+  std::shared_ptr<Stream> watch_self_;  // alive while the timer is armed
 };
 
 }  // namespace ndwv::dev::iwarp
