@@ -1,5 +1,7 @@
 #include "base/settings.h"
 
+#include "base/log.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
@@ -18,6 +20,9 @@ const std::vector<SettingInfo>& SettingTable() {
      "Transports offered as adapters, in order of preference."},
     {"NDWV_MPA_CRC", SettingType::Boolean, "1", 0, 1, nullptr,
      "iWARP: request MPA CRC-32C on every FPDU (used if either side asks for it)."},
+    {"NDWV_IWARP_CONFIRM_WRITES", SettingType::Boolean, "1", 0, 1, nullptr,
+     "iWARP: complete an RDMA Write only after a zero-length Read confirms it was placed, so a "
+     "remote access error is reported on the Write itself (every ndwv peer answers such a Read)."},
     {"NDWV_MPA_MAX_ULPDU", SettingType::Integer, "16384", 256, 65000, nullptr,
      "iWARP: largest DDP segment sent, in bytes."},
     {"NDWV_CM_TIMEOUT_MS", SettingType::Integer, "10000", 10, 600000, nullptr,
@@ -89,9 +94,13 @@ const Settings* LoadSettings() {
         continue;
       }
       std::string_view n = s.name;
-      if (n == "NDWV_LOG_LEVEL") settings.log_level = int(number);
+      if (n == "NDWV_LOG_LEVEL") {
+        settings.log_level = int(number);
+        g_log_level.store(int(number), std::memory_order_relaxed);
+      }
       else if (n == "NDWV_TRANSPORTS") settings.transports = choice;
       else if (n == "NDWV_MPA_CRC") settings.mpa_crc = number;
+      else if (n == "NDWV_IWARP_CONFIRM_WRITES") settings.confirm_writes = number;
       else if (n == "NDWV_MPA_MAX_ULPDU") settings.mpa_max_ulpdu = uint32_t(number);
       else if (n == "NDWV_CM_TIMEOUT_MS") settings.cm_timeout_ms = uint32_t(number);
       else if (n == "NDWV_DISCONNECT_TIMEOUT_MS") settings.disconnect_timeout_ms = uint32_t(number);

@@ -62,7 +62,7 @@ class Finisher {
 };
 
 const base::Settings& Config() {
-  static const base::Settings defaults{int(base::LogLevel::Error), true, 16384, 10000, 5000, 2, true, "iwarp"};
+  static const base::Settings defaults{int(base::LogLevel::Error), true, true, 16384, 10000, 5000, 2, true, "iwarp"};
   const base::Settings* s = base::LoadSettings();
   return s ? *s : defaults;
 }
@@ -370,6 +370,7 @@ bool Endpoint::ReadMpaFrame(MpaKind kind) {
 StreamParams Endpoint::MakeStreamParams(bool passive) const {
   StreamParams params;
   params.crc = Config().mpa_crc || peer_crc_;
+  params.confirm_writes = Config().confirm_writes;
   params.ird = local_params_.ird;
   params.ord = std::min(local_params_.ord, peer_params_.ird);
   params.max_ulpdu = Config().mpa_max_ulpdu;

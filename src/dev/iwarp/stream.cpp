@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <optional>
 
 #include "base/log.h"
 #include "wire/bytes.h"
@@ -24,6 +25,11 @@ namespace {
 // (top byte never 0xFF) cannot be confused with it.
 constexpr uint32_t kSinkStagTag = 0xFF000000u;
 uint32_t SinkStag(uint64_t position) { return kSinkStagTag | uint32_t(position & 0xFFFFFF); }
+// Probes (zero-length Reads confirming Writes) carry their own tag.
+constexpr uint32_t kProbeStagTag = 0xFE000000u;
+// Payload bytes at the end of each FPDU placed only after its CRC checked out.
+constexpr uint32_t kCheckedTail = 64;
+uint32_t ProbeStag(uint32_t seq) { return kProbeStagTag | (seq & 0xFFFFFF); }
 
 TermCode RemoteProtection(KeyCheck check) {
   switch (check) {
@@ -287,6 +293,58 @@ bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_
   return true;
 }
 
+size_t Stream::ReadsOutstanding() {
+  std::lock_guard<std::mutex> lock(reads_mutex_);
+  return reads_outstanding_.size();
+}
+
+bool Stream::AddProbe(size_t reads) {
+  if (reads >= params_.ord) return false;  // sent when a Read slot frees up
+  ReadRequest request{ProbeStag(probe_seq_), 0, 0, 0, 0};
+  if (!AddFpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, read_msn_, 0, true), &request, nullptr,
+               nullptr, 0, false, 0, 0))
+    return false;
+  read_msn_++;
+  probe_seq_++;
+  probe_due_ = false;
+  std::lock_guard<std::mutex> lock(reads_mutex_);
+  reads_outstanding_.push_back({next_tx_, true});
+  return true;
+}
+
+void Stream::ConfirmWrites(uint64_t below) {
+  for (;;) {
+    uint64_t position;
+    {
+      std::lock_guard<std::mutex> lock(reads_mutex_);
+      if (writes_unconfirmed_.empty() || writes_unconfirmed_.front() >= below) return;
+      position = writes_unconfirmed_.front();
+      writes_unconfirmed_.pop_front();
+    }
+    qp_->FinishSend(position, WcStatus::Success);
+  }
+}
+
+// The peer refused a Write: the one whose STag and offset the Terminate names fails, the Writes
+// before it were placed.
+void Stream::FailWrite(const TerminateMsg& term, WcStatus status) {
+  DdpHeader offending;
+  bool named = !term.ddp_header.empty() && DecodeDdpHeader(term.ddp_header, offending,
+                                                           ReservedBits::Ignore) == DdpError::Ok;
+  std::lock_guard<std::mutex> lock(reads_mutex_);
+  while (!writes_unconfirmed_.empty()) {
+    uint64_t position = writes_unconfirmed_.front();
+    writes_unconfirmed_.pop_front();
+    const SendWqe& write = qp_->send_at(position);
+    bool culprit = !named || (offending.tagged() && offending.stag == write.rkey &&
+                              offending.to >= write.remote_addr &&
+                              offending.to - write.remote_addr <= write.length);
+    qp_->FinishSend(position, culprit ? status : WcStatus::Success);
+    if (culprit) return;
+  }
+  qp_->FailOldest(status);
+}
+
 bool Stream::FillBatch() {
   batch_.iov_count = batch_.iov_done = batch_.fpdus = batch_.finished_count = 0;
   if (terminate_len_) {
@@ -334,17 +392,20 @@ bool Stream::FillBatch() {
       }
       continue;
     }
-    if (next_tx_ == qp_->send_tail()) break;
+    if (next_tx_ == qp_->send_tail()) {
+      if (probe_due_) AddProbe(ReadsOutstanding());
+      break;
+    }
     SendWqe& wqe = qp_->send_at(next_tx_);
+    if (probe_due_ && wqe.opcode != WrOpcode::Write) {
+      if (!AddProbe(ReadsOutstanding())) break;
+      continue;
+    }
     if (wqe.done) {  // refused at post time (bad local key): completes in its turn
       qp_->FinishSend(next_tx_++, wqe.status);
       break;
     }
-    size_t reads;
-    {
-      std::lock_guard<std::mutex> lock(reads_mutex_);
-      reads = reads_outstanding_.size();
-    }
+    size_t reads = ReadsOutstanding();
     if ((wqe.flags & kFence) && reads) break;  // wait for earlier Reads
     if (wqe.opcode == WrOpcode::Bind || wqe.opcode == WrOpcode::Invalidate) {
       // Nothing goes on the wire; done when its turn comes, so it completes in order.
@@ -359,7 +420,7 @@ bool Stream::FillBatch() {
         break;
       read_msn_++;
       std::lock_guard<std::mutex> lock(reads_mutex_);
-      reads_outstanding_.push_back(next_tx_++);
+      reads_outstanding_.push_back({next_tx_++, false});
       continue;
     }
     bool is_send = wqe.opcode == WrOpcode::Send;
@@ -377,7 +438,13 @@ bool Stream::FillBatch() {
     wqe.sent += chunk;
     if (last) {
       if (is_send) send_msn_++;
-      batch_.finished[batch_.finished_count++] = next_tx_++;
+      if (!is_send && params_.confirm_writes) {
+        std::lock_guard<std::mutex> lock(reads_mutex_);
+        writes_unconfirmed_.push_back(next_tx_++);
+        probe_due_ = true;
+      } else {
+        batch_.finished[batch_.finished_count++] = next_tx_++;
+      }
     }
   }
   return batch_.iov_count > 0;
@@ -483,6 +550,7 @@ bool Stream::StartSegment() {
   if (params_.crc) crc_.Add({raw_hdr_, 2 + hdr_len_});
   payload_len_ = ulpdu_len_ - uint32_t(hdr_len_);
   payload_done_ = 0;
+  tail_len_ = std::min(payload_len_, kCheckedTail);
   phase_ = RxPhase::Payload;
 
   if (params_.expect_rtr) {
@@ -504,13 +572,19 @@ bool Stream::StartSegment() {
       return true;
     case RdmapOpcode::ReadResponse: {
       std::lock_guard<std::mutex> lock(reads_mutex_);
-      if (reads_outstanding_.empty() || hdr_.stag != SinkStag(reads_outstanding_.front())) {
+      if (reads_outstanding_.empty()) {
         Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
         return false;
       }
-      rx_read_position_ = reads_outstanding_.front();
-      const SendWqe& read = qp_->send_at(rx_read_position_);
-      if (hdr_.to > read.length || payload_len_ > read.length - hdr_.to) {
+      rx_read_ = reads_outstanding_.front();
+      bool expected = rx_read_.probe ? (hdr_.stag & 0xFF000000u) == kProbeStagTag
+                                     : hdr_.stag == SinkStag(rx_read_.position);
+      if (!expected) {
+        Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
+        return false;
+      }
+      uint64_t length = rx_read_.probe ? 0 : qp_->send_at(rx_read_.position).length;
+      if (hdr_.to > length || payload_len_ > length - hdr_.to) {
         Fail(MakeTerm(DdpTaggedCode::BaseBounds), WcStatus::Flushed);
         return false;
       }
@@ -558,36 +632,41 @@ bool Stream::StartSegment() {
   return true;
 }
 
-bool Stream::PlacePayload() {
-  while (payload_done_ < payload_len_) {
-    uint32_t left = payload_len_ - payload_done_;
-    uint8_t* dest;
-    uint64_t room;
-    std::shared_lock<std::shared_mutex> placement;  // the target cannot be deregistered meanwhile
-    switch (hdr_.opcode) {
-      case RdmapOpcode::RdmaWrite:
-        placement = std::shared_lock(qp_->pd().placement_lock());
-        if (qp_->pd().CheckRemoteLocked(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite) != KeyCheck::Ok) {
-          Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::InvalidStag), WcStatus::Flushed);
-          return false;
-        }
-        dest = reinterpret_cast<uint8_t*>(hdr_.to) + payload_done_;
-        room = left;
-        break;
-      case RdmapOpcode::ReadResponse: {
-        const SendWqe& read = qp_->send_at(rx_read_position_);
-        std::tie(dest, room) = PieceAt(read.sge, read.num_sge, hdr_.to + payload_done_);
-        break;
-      }
-      case RdmapOpcode::Terminate:
-        dest = raw_hdr_ + 2 + hdr_len_ + payload_done_;
-        room = left;
-        break;
-      default:  // Send
-        std::tie(dest, room) = PieceAt(recv_.sge, recv_.num_sge, recv_bytes_ + payload_done_);
-        break;
+std::pair<uint8_t*, uint64_t> Stream::Target(uint32_t offset) {
+  switch (hdr_.opcode) {
+    case RdmapOpcode::RdmaWrite:
+      return {reinterpret_cast<uint8_t*>(hdr_.to) + offset, payload_len_ - offset};
+    case RdmapOpcode::ReadResponse: {
+      const SendWqe& read = qp_->send_at(rx_read_.position);
+      return PieceAt(read.sge, read.num_sge, hdr_.to + offset);
     }
-    size_t want = size_t(std::min<uint64_t>(room, left));
+    case RdmapOpcode::Terminate:
+      return {raw_hdr_ + 2 + hdr_len_ + offset, payload_len_ - offset};
+    default:  // Send
+      return PieceAt(recv_.sge, recv_.num_sge, recv_bytes_ + offset);
+  }
+}
+
+bool Stream::LockTarget(std::shared_lock<std::shared_mutex>& placement) {
+  if (hdr_.opcode != RdmapOpcode::RdmaWrite || payload_len_ == 0) return true;  // zero length: no key (IB C9-88)
+  // Re-checked under the lock: the region cannot be deregistered while bytes land in it.
+  placement = std::shared_lock(qp_->pd().placement_lock());
+  if (qp_->pd().CheckRemoteLocked(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite) == KeyCheck::Ok)
+    return true;
+  Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::InvalidStag), WcStatus::Flushed);
+  return false;
+}
+
+bool Stream::PlacePayload() {
+  // All but the tail go straight from the socket into the target. The tail waits in staging
+  // until the CRC has been checked: a reader polling the last byte (in-order placement) must
+  // neither see an unchecked FPDU complete nor change the buffer before its CRC is computed.
+  uint32_t direct = payload_len_ - tail_len_;
+  while (payload_done_ < direct) {
+    std::shared_lock<std::shared_mutex> placement;
+    if (!LockTarget(placement)) return false;
+    auto [dest, room] = Target(payload_done_);
+    size_t want = size_t(std::min<uint64_t>(room, direct - payload_done_));
     size_t avail = staging_end_ - staging_begin_;
     ssize_t n;
     if (avail) {
@@ -595,7 +674,7 @@ bool Stream::PlacePayload() {
       memcpy(dest, staging_ + staging_begin_, size_t(n));
       staging_begin_ += size_t(n);
     } else {
-      n = recv(fd_, dest, want, MSG_DONTWAIT);  // straight from the socket into the target
+      n = recv(fd_, dest, want, MSG_DONTWAIT);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
       if (n <= 0) {
@@ -612,14 +691,25 @@ bool Stream::PlacePayload() {
 
 bool Stream::FinishSegment() {
   size_t pad = FpduPad(ulpdu_len_);
-  if (!Fill(pad + kFpduCrcLen)) return false;
-  const uint8_t* t = staging_ + staging_begin_;
-  if (params_.crc) crc_.Add({t, pad});  // the pad as received: the CRC covers it
-  if (params_.crc && LoadFpduCrc(t + pad) != crc_.Finish()) {
+  if (!Fill(tail_len_ + pad + kFpduCrcLen)) return false;
+  const uint8_t* tail = staging_ + staging_begin_;
+  if (params_.crc) crc_.Add({tail, tail_len_ + pad});  // tail and pad as received
+  if (params_.crc && LoadFpduCrc(tail + tail_len_ + pad) != crc_.Finish()) {
     Fail(MakeTerm(LlpErrorCode::CrcError), WcStatus::Flushed);
     return false;
   }
-  staging_begin_ += pad + kFpduCrcLen;
+  {
+    std::shared_lock<std::shared_mutex> placement;
+    if (!LockTarget(placement)) return false;
+    for (uint32_t placed = 0; placed < tail_len_;) {
+      auto [dest, room] = Target(payload_done_);
+      uint32_t n = uint32_t(std::min<uint64_t>(room, tail_len_ - placed));
+      memcpy(dest, tail + placed, n);
+      placed += n;
+      payload_done_ += n;
+    }
+  }
+  staging_begin_ += tail_len_ + pad + kFpduCrcLen;
   phase_ = RxPhase::Header;
 
   if (params_.expect_rtr) {
@@ -632,13 +722,12 @@ bool Stream::FinishSegment() {
       return true;
     case RdmapOpcode::ReadResponse:
       if (hdr_.last) {
-        uint64_t position;
         {
           std::lock_guard<std::mutex> lock(reads_mutex_);
-          position = reads_outstanding_.front();
           reads_outstanding_.pop_front();
         }
-        qp_->FinishSend(position, WcStatus::Success);
+        if (rx_read_.probe) ConfirmWrites(rx_read_.position);
+        else qp_->FinishSend(rx_read_.position, WcStatus::Success);
         Kick();  // a Read slot is free
       }
       return true;
@@ -654,7 +743,7 @@ bool Stream::FinishSegment() {
       }
       {
         std::lock_guard<std::mutex> lock(responses_mutex_);
-        if (responses_.size() >= params_.ird) {
+        if (read_req_.size && responses_.size() >= params_.ird) {  // probes are always answered
           Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
           return false;
         }
@@ -668,15 +757,20 @@ bool Stream::FinishSegment() {
       DecodeTerminatePayload({raw_hdr_ + 2 + kDdpUntaggedHeaderLen, hdr_len_ - kDdpUntaggedHeaderLen + payload_len_},
                              term);
       NDWV_LOG(Info, "qp %u: peer sent Terminate (%s)", qpn_, Describe(term.ctrl.code));
+      WcStatus status = StatusForTerminate(term.ctrl.code);
+      bool read_refused = !term.ddp_header.empty() &&
+                          (LoadBe16(term.ddp_header.data()) & kRdmapOpcodeMask) == uint8_t(RdmapOpcode::ReadRequest);
+      std::optional<uint64_t> read;
       {
         std::lock_guard<std::mutex> lock(reads_mutex_);
-        if (!reads_outstanding_.empty()) {
-          qp_->FinishSend(reads_outstanding_.front(), StatusForTerminate(term.ctrl.code));
-          reads_outstanding_.clear();
-        } else {
-          qp_->FailOldest(StatusForTerminate(term.ctrl.code));
-        }
+        for (const OutstandingRead& r : reads_outstanding_)
+          if (!r.probe) {
+            read = r.position;
+            break;
+          }
       }
+      if (read_refused && read) qp_->FinishSend(*read, status);
+      else FailWrite(term, status);
       Broken();
       return false;
     }

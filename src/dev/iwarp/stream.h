@@ -13,10 +13,14 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
+#include <utility>
 
 #include "dev/engine.h"
 #include "dev/qp.h"
 #include "wire/ddp.h"
+
+namespace ndwv::wire { struct TerminateMsg; }
 
 namespace ndwv::dev::iwarp {
 
@@ -26,6 +30,7 @@ struct StreamParams {
   uint32_t ord = 1;          // Read Requests we keep outstanding
   uint32_t max_ulpdu = 16384;
   bool expect_rtr = false;   // passive side: the first FPDU must be the zero-length Write RTR
+  bool confirm_writes = true;  // Writes complete when a zero-length Read (a probe) confirms them
 };
 
 // What the connection manager learns from the stream.
@@ -96,6 +101,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool Fill(size_t need);  // staging holds `need` unread bytes; false on EAGAIN (or dead)
   bool StartSegment();
   bool PlacePayload();
+  std::pair<uint8_t*, uint64_t> Target(uint32_t offset);
+  bool LockTarget(std::shared_lock<std::shared_mutex>& placement);
   bool FinishSegment();
   void Fail(wire::TermCode code, WcStatus local_status);
   void Broken();  // the socket is gone: stop and let the CM know
@@ -113,7 +120,20 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   TxBatch batch_;
   uint64_t next_tx_ = 0;            // next send queue position to start
   uint32_t send_msn_ = 1, read_msn_ = 1;
-  std::deque<uint64_t> reads_outstanding_;  // positions of Reads awaiting their response
+  // Reads awaiting their response, in order: a request's send queue position, or for a probe
+  // (the zero-length Read that confirms Writes) the position up to which it confirms.
+  struct OutstandingRead {
+    uint64_t position;
+    bool probe;
+  };
+  std::deque<OutstandingRead> reads_outstanding_;
+  std::deque<uint64_t> writes_unconfirmed_;  // Writes sent, not yet confirmed
+  bool probe_due_ = false;
+  uint32_t probe_seq_ = 0;
+  bool AddProbe(size_t reads);
+  size_t ReadsOutstanding();
+  void ConfirmWrites(uint64_t below);
+  void FailWrite(const wire::TerminateMsg& term, WcStatus status);
   std::mutex responses_mutex_;              // receive path adds, transmit path takes
   std::deque<ReadResponse> responses_;
   uint8_t terminate_[wire::kTerminateMaxLen];
@@ -136,14 +156,14 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   wire::ReadRequest read_req_;
   size_t hdr_len_ = 0;
   uint8_t raw_hdr_[2 + wire::kTerminateMaxLen];  // this segment's length field and headers
-  uint32_t payload_len_ = 0, payload_done_ = 0;
+  uint32_t payload_len_ = 0, payload_done_ = 0, tail_len_ = 0;
   wire::FpduCrcBuilder crc_;
   // The message being received.
   bool have_recv_ = false;
   RecvWqe recv_;
   uint32_t recv_msn_ = 1, read_req_msn_ = 1;
   uint64_t recv_bytes_ = 0;
-  uint64_t rx_read_position_ = 0;  // the Read whose response is arriving
+  OutstandingRead rx_read_{};  // the Read whose response is arriving
   bool peer_closed_ = false;
 
   // While a poller spins on an empty CQ it drives receive itself, and the engine stops watching

@@ -1,0 +1,113 @@
+// The NetworkDirect helper library (ndsupport.h). On Windows it finds ND providers in the Winsock
+// catalog; here the one provider is built in, held while the library is started.
+#include <ndwv/ndsupport.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "base/log.h"
+#include "nd/address.h"
+#include "nd/provider.h"
+
+using ndwv::nd::ComPtr;
+using ndwv::nd::Provider;
+
+namespace {
+
+std::mutex g_mutex;
+int g_starts = 0;
+ComPtr<Provider> g_provider;
+
+// The provider, while the library is started.
+ComPtr<Provider> StartedProvider() {
+  std::lock_guard lock(g_mutex);
+  return g_provider;
+}
+
+// Whether the provider serves this (validated) address: the port plays no part.
+bool Serves(Provider* provider, const sockaddr* address) {
+  UINT64 adapterId = 0;
+  return SUCCEEDED(
+      provider->ResolveAddress(address, ndwv::nd::SockaddrLength(address->sa_family), &adapterId));
+}
+
+}  // namespace
+
+HRESULT NdStartup() {
+  std::lock_guard lock(g_mutex);
+  if (g_starts == 0) {
+    // Holding a provider keeps the device up between the application's own objects.
+    Provider* provider = nullptr;
+    if (HRESULT hr = Provider::Create(WvGetObject, &provider); FAILED(hr)) return hr;
+    *g_provider.put() = provider;
+  }
+  ++g_starts;
+  return S_OK;
+}
+
+HRESULT NdCleanup() {
+  ComPtr<Provider> last;  // released outside the lock
+  std::lock_guard lock(g_mutex);
+  if (g_starts == 0) return ND_DEVICE_NOT_READY;
+  if (--g_starts == 0) std::swap(last, g_provider);
+  return S_OK;
+}
+
+void NdFlushProviders() {
+  // The provider is part of this library: there is nothing to unload.
+}
+
+HRESULT NdQueryAddressList(DWORD flags, SOCKET_ADDRESS_LIST* pAddressList, SIZE_T* pcbAddressList) {
+  ComPtr<Provider> provider = StartedProvider();
+  if (!provider) return ND_DEVICE_NOT_READY;
+  if (pcbAddressList == nullptr) return ND_INVALID_PARAMETER_3;
+  // Ours is an ND v2 provider and no emulator: only excluding v2 excludes its addresses.
+  std::vector<WV_SOCKADDR> addresses;
+  if (!(flags & ND_QUERY_EXCLUDE_NDv2_ADDRESSES)) addresses = provider->Addresses();
+  return ndwv::nd::ReturnAddressList(addresses, pAddressList, pcbAddressList);
+}
+
+HRESULT NdResolveAddress(const sockaddr* pRemoteAddress, SIZE_T cbRemoteAddress,
+                         sockaddr* pLocalAddress, SIZE_T* pcbLocalAddress) {
+  ComPtr<Provider> provider = StartedProvider();
+  if (!provider) return ND_DEVICE_NOT_READY;
+  if (HRESULT hr = ndwv::nd::CheckSockaddr(pRemoteAddress, cbRemoteAddress, 1); FAILED(hr))
+    return hr;
+  if (pcbLocalAddress == nullptr) return ND_INVALID_PARAMETER_4;
+  WV_SOCKADDR local;
+  if (HRESULT hr = ndwv::nd::RouteSource(pRemoteAddress, &local); FAILED(hr)) return hr;
+  if (!Serves(provider.get(), &local.Sa)) return ND_INVALID_ADDRESS;
+  SIZE_T size = ndwv::nd::SockaddrLength(local.Sa.sa_family);
+  if (pLocalAddress == nullptr || *pcbLocalAddress < size) {
+    *pcbLocalAddress = size;
+    return ND_BUFFER_OVERFLOW;
+  }
+  std::memcpy(pLocalAddress, &local, size);
+  *pcbLocalAddress = size;
+  return ND_SUCCESS;
+}
+
+HRESULT NdCheckAddress(const sockaddr* pAddress, SIZE_T cbAddress) {
+  ComPtr<Provider> provider = StartedProvider();
+  if (!provider) return ND_DEVICE_NOT_READY;
+  if (HRESULT hr = ndwv::nd::CheckSockaddr(pAddress, cbAddress, 1); FAILED(hr)) return hr;
+  return Serves(provider.get(), pAddress) ? ND_SUCCESS : ND_INVALID_ADDRESS;
+}
+
+HRESULT NdOpenAdapter(REFIID iid, const sockaddr* pAddress, SIZE_T cbAddress, void** ppIAdapter) {
+  ComPtr<Provider> provider = StartedProvider();
+  if (!provider) return ND_DEVICE_NOT_READY;
+  // The helper library reports every fault of the address, length included, as argument 2.
+  if (HRESULT hr = ndwv::nd::CheckSockaddr(pAddress, cbAddress, 2, 2); FAILED(hr)) return hr;
+  if (ppIAdapter == nullptr) return ND_INVALID_PARAMETER_4;
+  UINT64 adapterId = 0;
+  HRESULT hr = provider->ResolveAddress(pAddress, ULONG(cbAddress), &adapterId);
+  if (SUCCEEDED(hr)) hr = provider->OpenAdapter(iid, adapterId, ppIAdapter);
+  if (FAILED(hr)) {
+    // As with several providers: one that cannot open the address leaves it to the next, and
+    // when none is left the address is "not an ND address" (IID_INDAdapter asks for ND v1 ones).
+    NDWV_LOG(Info, "NdOpenAdapter: the provider could not open the adapter: 0x%08x", unsigned(hr));
+    return ND_INVALID_ADDRESS;
+  }
+  return ND_SUCCESS;
+}

@@ -1,0 +1,40 @@
+// ND2_SGE[] → WV_SGE[] for one post. The array lives on the stack for the usual few entries;
+// the caller's array may itself be on its stack and is not kept (nd2-spi.md §5).
+#pragma once
+
+#include <memory>
+#include <new>
+
+#include "nd/com.h"
+
+namespace ndwv::nd {
+
+class WvSges {
+ public:
+  WvSges(const ND2_SGE sge[], ULONG n) : size_(n) {
+    if (n > kOnStack) {
+      heap_.reset(new (std::nothrow) WV_SGE[n]);
+      if (!heap_) return;
+    }
+    WV_SGE* out = data();
+    for (ULONG i = 0; i < n; ++i)
+      out[i] = {sge[i].Buffer, sge[i].BufferLength, sge[i].MemoryRegionToken};
+  }
+  // False only when a long list could not be allocated.
+  bool ok() const { return size_ <= kOnStack || heap_ != nullptr; }
+  WV_SGE* data() { return heap_ ? heap_.get() : local_; }
+  SIZE_T size() const { return size_; }
+
+ private:
+  static constexpr ULONG kOnStack = 16;
+  ULONG size_;
+  WV_SGE local_[kOnStack];
+  std::unique_ptr<WV_SGE[]> heap_;
+};
+
+// The checks shared by every post of a scatter/gather list: NULL with entries → argument 2.
+inline HRESULT CheckSges(const ND2_SGE sge[], ULONG nSge) {
+  return sge == nullptr && nSge != 0 ? ND_INVALID_PARAMETER_2 : ND_SUCCESS;
+}
+
+}  // namespace ndwv::nd
