@@ -1,0 +1,200 @@
+// The QP state machine, in-order completion and flush, and the CQ's Notify rules, without a wire.
+#include <gtest/gtest.h>
+
+#include <ndwv/wvstatus.h>
+
+#include <vector>
+
+#include "dev/cq.h"
+#include "dev/qp.h"
+
+namespace ndwv::dev {
+namespace {
+
+struct Recorder : AsyncOp {
+  std::vector<int32_t> statuses;
+  void Complete(int32_t status) override { statuses.push_back(status); }
+};
+
+TEST(QpStateMachine, LegalTransitionsFollowTheVerbsTable) {
+  EXPECT_TRUE(IsLegalTransition(QpState::Reset, QpState::Init));
+  EXPECT_TRUE(IsLegalTransition(QpState::Init, QpState::Rtr));
+  EXPECT_TRUE(IsLegalTransition(QpState::Rtr, QpState::Rts));
+  EXPECT_TRUE(IsLegalTransition(QpState::Rts, QpState::Sqd));
+  EXPECT_TRUE(IsLegalTransition(QpState::Sqd, QpState::Rts));
+  EXPECT_TRUE(IsLegalTransition(QpState::Sqe, QpState::Rts));
+  for (QpState s : {QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts, QpState::Sqd, QpState::Sqe,
+                    QpState::Error}) {
+    EXPECT_TRUE(IsLegalTransition(s, QpState::Error)) << ToString(s);
+    EXPECT_TRUE(IsLegalTransition(s, QpState::Reset)) << ToString(s);
+  }
+  EXPECT_FALSE(IsLegalTransition(QpState::Reset, QpState::Rts));
+  EXPECT_FALSE(IsLegalTransition(QpState::Init, QpState::Rts));
+  EXPECT_FALSE(IsLegalTransition(QpState::Rtr, QpState::Init));
+  EXPECT_FALSE(IsLegalTransition(QpState::Error, QpState::Rts));
+}
+
+struct QpTest : ::testing::Test {
+  std::shared_ptr<ProtectionDomain> pd = std::make_shared<ProtectionDomain>();
+  std::shared_ptr<CompletionQueue> cq = std::make_shared<CompletionQueue>(64);
+  std::shared_ptr<QueuePair> qp =
+      std::make_shared<QueuePair>(pd, cq, cq, nullptr, reinterpret_cast<void*>(0x55), QpCaps{8, 8, 4, 4, 64});
+  alignas(8) uint8_t buffer[256] = {};
+  uint32_t lkey = 0, rkey = 0;
+  void SetUp() override { ASSERT_EQ(pd->Register(buffer, sizeof buffer, kLocalWrite, &lkey, &rkey), WV_SUCCESS); }
+  SendWqe Send(uint64_t id, uint32_t flags = kSignaled) {
+    SendWqe w{};
+    w.wr_id = id;
+    w.opcode = WrOpcode::Send;
+    w.flags = flags;
+    w.num_sge = 1;
+    w.sge[0] = {reinterpret_cast<uint64_t>(buffer), 16, lkey};
+    w.length = 16;
+    return w;
+  }
+  std::vector<Completion> Drain() {
+    std::vector<Completion> out(64);
+    out.resize(cq->Poll(out.data(), out.size()));
+    return out;
+  }
+};
+
+TEST_F(QpTest, PostingFollowsTheState) {
+  Sge sge{reinterpret_cast<uint64_t>(buffer), 8, lkey};
+  EXPECT_EQ(qp->PostReceive(1, &sge, 1), WV_SUCCESS);  // receives may be posted before connecting
+  EXPECT_EQ(qp->PostSend(Send(1)), WV_CONNECTION_INVALID);
+  ASSERT_EQ(qp->Modify(QpState::Init), WV_SUCCESS);
+  ASSERT_EQ(qp->Modify(QpState::Rtr), WV_SUCCESS);
+  EXPECT_EQ(qp->PostSend(Send(1)), WV_CONNECTION_INVALID);
+  EXPECT_EQ(qp->Modify(QpState::Init), WV_INVALID_DEVICE_STATE);
+  ASSERT_EQ(qp->Modify(QpState::Rts), WV_SUCCESS);
+  EXPECT_EQ(qp->PostSend(Send(1)), WV_SUCCESS);
+  Sge many[5] = {sge, sge, sge, sge, sge};
+  EXPECT_EQ(qp->PostReceive(2, many, 5), WV_DATA_OVERRUN);  // more SGEs than the QP has
+}
+
+TEST_F(QpTest, SendsCompleteInOrderAndUnsignaledSuccessIsSilent) {
+  qp->Modify(QpState::Init);
+  qp->Modify(QpState::Rtr);
+  qp->Modify(QpState::Rts);
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(qp->PostSend(Send(id, id == 2 ? 0 : kSignaled)), WV_SUCCESS);
+  qp->FinishSend(2, WcStatus::Success);  // the third finishes first: nothing may complete yet
+  EXPECT_TRUE(Drain().empty());
+  qp->FinishSend(0, WcStatus::Success);
+  qp->FinishSend(1, WcStatus::Success);
+  auto done = Drain();
+  ASSERT_EQ(done.size(), 2u);  // the unsignaled one is silent
+  EXPECT_EQ(done[0].wr_id, 1u);
+  EXPECT_EQ(done[1].wr_id, 3u);
+  EXPECT_EQ(done[0].qp_context, reinterpret_cast<void*>(0x55));
+}
+
+TEST_F(QpTest, QueueFullIsRefusedAtPost) {
+  qp->Modify(QpState::Init);
+  qp->Modify(QpState::Rtr);
+  qp->Modify(QpState::Rts);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(qp->PostSend(Send(i)), WV_SUCCESS);
+  EXPECT_EQ(qp->PostSend(Send(9)), WV_NO_MORE_ENTRIES);
+}
+
+TEST_F(QpTest, ErrorFlushesEveryRequestOnceInOrderAndLaterPostsToo) {
+  Sge sge{reinterpret_cast<uint64_t>(buffer), 8, lkey};
+  qp->PostReceive(10, &sge, 1);
+  qp->PostReceive(11, &sge, 1);
+  qp->Modify(QpState::Init);
+  qp->Modify(QpState::Rtr);
+  qp->Modify(QpState::Rts);
+  qp->PostSend(Send(1, 0));  // unsignaled: a flush still reports it
+  qp->PostSend(Send(2));
+  ASSERT_EQ(qp->Modify(QpState::Error), WV_SUCCESS);
+  EXPECT_EQ(qp->Modify(QpState::Error), WV_SUCCESS);
+  auto done = Drain();
+  ASSERT_EQ(done.size(), 4u);
+  EXPECT_EQ(done[0].wr_id, 1u);
+  EXPECT_EQ(done[1].wr_id, 2u);
+  EXPECT_EQ(done[2].wr_id, 10u);
+  EXPECT_EQ(done[3].wr_id, 11u);
+  for (auto& c : done) EXPECT_EQ(c.status, WcStatus::Flushed);
+  EXPECT_EQ(done[2].opcode, WrOpcode::Receive);
+  EXPECT_EQ(done[0].opcode, WrOpcode::Send);
+  EXPECT_EQ(qp->PostSend(Send(3)), WV_SUCCESS);
+  EXPECT_EQ(qp->PostReceive(12, &sge, 1), WV_SUCCESS);
+  done = Drain();
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].status, WcStatus::Flushed);
+  EXPECT_EQ(done[1].status, WcStatus::Flushed);
+}
+
+TEST_F(QpTest, BadLocalKeyCompletesWithAProtectionError) {
+  qp->Modify(QpState::Init);
+  qp->Modify(QpState::Rtr);
+  qp->Modify(QpState::Rts);
+  SendWqe w = Send(7);
+  w.sge[0].lkey ^= 0x100;
+  ASSERT_EQ(qp->PostSend(w), WV_SUCCESS);  // refused at execution, not at post
+  qp->FinishSend(0, qp->send_at(0).status);  // what the link does when the request's turn comes
+  auto done = Drain();
+  ASSERT_GE(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::LocalProtection);
+}
+
+TEST(CqNotify, BroadcastNoLostWakeupAndSolicitedRules) {
+  CompletionQueue cq(4);
+  Recorder a, b;
+  ASSERT_EQ(cq.Notify(NotifyType::Solicited, &a), WV_PENDING);
+  cq.Push({nullptr, 1, 0, WrOpcode::Receive, WcStatus::Success}, false);
+  EXPECT_TRUE(a.statuses.empty());  // not solicited
+  ASSERT_EQ(cq.Notify(NotifyType::Any, &b), WV_PENDING);  // unseen entry: fires at once, for both
+  EXPECT_EQ(a.statuses, std::vector<int32_t>{WV_SUCCESS});
+  EXPECT_EQ(b.statuses, std::vector<int32_t>{WV_SUCCESS});
+
+  Recorder c;
+  ASSERT_EQ(cq.Notify(NotifyType::Any, &c), WV_PENDING);
+  EXPECT_TRUE(c.statuses.empty());  // the entry already fired a notification
+  cq.Push({nullptr, 2, 0, WrOpcode::Send, WcStatus::Success}, false);
+  EXPECT_EQ(c.statuses.size(), 1u);
+
+  Completion out[4];
+  EXPECT_EQ(cq.Poll(out, 4), 2u);
+  Recorder d;
+  cq.Notify(NotifyType::Solicited, &d);
+  cq.Push({nullptr, 3, 0, WrOpcode::Send, WcStatus::Flushed}, false);  // errors wake solicited arms
+  EXPECT_EQ(d.statuses.size(), 1u);
+
+  Recorder e;
+  cq.Notify(NotifyType::Any, &e);
+  cq.CancelNotifies();
+  EXPECT_EQ(e.statuses, std::vector<int32_t>{WV_CANCELLED});
+}
+
+TEST(CqNotify, OverrunBreaksTheCqAndTellsTheArmedRequests) {
+  CompletionQueue cq(2);
+  Completion out[2];
+  cq.Push({nullptr, 1, 0, WrOpcode::Send, WcStatus::Success}, false);
+  cq.Push({nullptr, 2, 0, WrOpcode::Send, WcStatus::Success}, false);
+  EXPECT_EQ(cq.Poll(out, 1), 1u);  // not drained: the next Notify must not fire for old entries
+  Recorder r;
+  Recorder s;
+  cq.Notify(NotifyType::Errors, &s);
+  cq.Push({nullptr, 3, 0, WrOpcode::Send, WcStatus::Success}, false);
+  cq.Push({nullptr, 4, 0, WrOpcode::Send, WcStatus::Success}, false);  // overrun
+  EXPECT_TRUE(cq.broken());
+  EXPECT_EQ(s.statuses, std::vector<int32_t>{WV_BUFFER_OVERFLOW});
+  EXPECT_EQ(cq.Notify(NotifyType::Any, &r), WV_BUFFER_OVERFLOW);
+}
+
+TEST(CqResize, KeepsEveryEntryAndRefusesBelowOccupancy) {
+  CompletionQueue cq(4);
+  for (uint64_t i = 0; i < 3; ++i) cq.Push({nullptr, i, 0, WrOpcode::Send, WcStatus::Success}, false);
+  Completion out[8];
+  EXPECT_EQ(cq.Poll(out, 1), 1u);
+  cq.Push({nullptr, 3, 0, WrOpcode::Send, WcStatus::Success}, false);  // wraps
+  EXPECT_EQ(cq.Resize(2), WV_BUFFER_OVERFLOW);
+  EXPECT_EQ(cq.Resize(8), WV_SUCCESS);
+  ASSERT_EQ(cq.Poll(out, 8), 3u);
+  EXPECT_EQ(out[0].wr_id, 1u);
+  EXPECT_EQ(out[2].wr_id, 3u);
+}
+
+}  // namespace
+}  // namespace ndwv::dev
