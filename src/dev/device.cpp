@@ -33,8 +33,9 @@ const std::vector<Device*>& Device::All() {
     const base::Settings* settings = base::LoadSettings();
     if (!settings) return list;
     // "ndwv" in ASCII, then the transport: stable ids, so a saved adapter id stays valid.
-    if (settings->transports == "iwarp")
-      list.push_back(new Device(0x6e6477760000'0001ull, Transport::Iwarp, "ndwv-iwarp"));
+    // Static objects: the devices live as long as the process.
+    static Device iwarp(0x6e6477760000'0001ull, Transport::Iwarp, "ndwv-iwarp");
+    if (settings->transports == "iwarp") list.push_back(&iwarp);
     return list;
   }();
   return devices;

@@ -40,12 +40,10 @@ Engine::Engine() {
 
 Engine::~Engine() = default;
 
-void Engine::Watch(int fd, uint32_t events, IoHandler* handler) {
-  if (OnEngineThread()) {
-    handlers_[fd] = handler;  // the loop already holds dispatch_mutex_
-  } else {
-    std::lock_guard<std::mutex> lock(dispatch_mutex_);
-    handlers_[fd] = handler;
+void Engine::Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
+  {
+    std::lock_guard<std::mutex> lock(handlers_mutex_);
+    handlers_[fd] = std::move(handler);
   }
   epoll_event ev{};
   ev.events = events;
@@ -53,7 +51,7 @@ void Engine::Watch(int fd, uint32_t events, IoHandler* handler) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
 }
 
-void Engine::Modify(int fd, uint32_t events, IoHandler*) {
+void Engine::Modify(int fd, uint32_t events) {
   epoll_event ev{};
   ev.events = events;
   ev.data.fd = fd;
@@ -62,11 +60,7 @@ void Engine::Modify(int fd, uint32_t events, IoHandler*) {
 
 void Engine::Unwatch(int fd) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  if (OnEngineThread()) {
-    handlers_.erase(fd);
-    return;
-  }
-  std::lock_guard<std::mutex> lock(dispatch_mutex_);  // waits for a handler call in progress
+  std::lock_guard<std::mutex> lock(handlers_mutex_);
   handlers_.erase(fd);
 }
 
@@ -159,9 +153,13 @@ void Engine::Loop() {
         (void)!read(wake_fd_, &count, sizeof count);
         continue;
       }
-      std::lock_guard<std::mutex> lock(dispatch_mutex_);
-      auto it = handlers_.find(fd);
-      if (it != handlers_.end()) it->second->OnIo(events[i].events);
+      std::shared_ptr<IoHandler> handler;
+      {
+        std::lock_guard<std::mutex> lock(handlers_mutex_);
+        auto it = handlers_.find(fd);
+        if (it != handlers_.end()) handler = it->second.lock();
+      }
+      if (handler) handler->OnIo(events[i].events);
     }
     FireDueTimers();
   }

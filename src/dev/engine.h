@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -40,10 +41,11 @@ class Engine {
  public:
   static Engine& Get();
 
-  // Watches fd for `events` (EPOLLIN/EPOLLOUT/EPOLLET...). The handler must stay alive until Unwatch
-  // returns; Unwatch waits for a handler call in progress on another thread to finish.
-  void Watch(int fd, uint32_t events, IoHandler* handler);
-  void Modify(int fd, uint32_t events, IoHandler* handler);
+  // Watches fd for `events` (EPOLLIN/EPOLLOUT/EPOLLET...). The engine holds the handler only
+  // weakly and pins it while it runs, so Unwatch never waits and a handler may be released on
+  // any thread; a handler may still see one event after Unwatch and must tolerate it.
+  void Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler);
+  void Modify(int fd, uint32_t events);
   void Unwatch(int fd);
 
   void Arm(Timer* timer, std::chrono::milliseconds delay);
@@ -67,8 +69,8 @@ class Engine {
   int wake_fd_ = -1;
   std::thread engine_thread_;
   std::thread::id engine_thread_id_;
-  std::mutex dispatch_mutex_;  // held while a handler runs; Unwatch takes it to fence the handler
-  std::unordered_map<int, IoHandler*> handlers_;  // guarded by dispatch_mutex_
+  std::mutex handlers_mutex_;
+  std::unordered_map<int, std::weak_ptr<IoHandler>> handlers_;
 
   std::mutex timer_mutex_;
   std::vector<Timer*> timers_;  // armed timers; few, so a vector scan is enough

@@ -246,7 +246,7 @@ int32_t Endpoint::Listen(int backlog) {
   if (listen(fd_, backlog_) != 0) return WV_INSUFFICIENT_RESOURCES;
   SetState(State::Listening);
   watching_ = true;
-  Engine::Get().Watch(fd_, EPOLLIN, this);
+  Engine::Get().Watch(fd_, EPOLLIN, weak_from_this());
   return WV_SUCCESS;
 }
 
@@ -275,7 +275,7 @@ void Endpoint::OnListenReady() {
     child->ArmTimer(Config().cm_timeout_ms);
     child->watching_ = true;
     handshaking_.push_back(child);
-    Engine::Get().Watch(fd, EPOLLIN | EPOLLRDHUP, child.get());
+    Engine::Get().Watch(fd, EPOLLIN | EPOLLRDHUP, child);
   }
 }
 
@@ -415,7 +415,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   SetState(State::ActiveConnecting);
   ArmTimer(Config().cm_timeout_ms);
   watching_ = true;
-  Engine::Get().Watch(fd_, EPOLLOUT | EPOLLIN | EPOLLRDHUP, this);
+  Engine::Get().Watch(fd_, EPOLLOUT | EPOLLIN | EPOLLRDHUP, weak_from_this());
   return WV_PENDING;
 }
 
@@ -451,7 +451,7 @@ void Endpoint::OnConnectReady() {
   request.ird = uint16_t(std::min<uint32_t>(local_params_.ird, kMpaIrdOrdMask));
   request.ord = uint16_t(std::min<uint32_t>(local_params_.ord, kMpaIrdOrdMask));
   request.private_data = {local_params_.data, local_params_.data_length};
-  Engine::Get().Modify(fd_, EPOLLIN | EPOLLRDHUP, this);
+  Engine::Get().Modify(fd_, EPOLLIN | EPOLLRDHUP);
   SetState(State::ActiveMpaSent);
   if (!SendMpaFrame(request)) {
     AsyncOp* op = std::exchange(connect_op_, nullptr);
@@ -622,8 +622,8 @@ void Endpoint::OnMpaRequest() {
 // ---------------------------------------------------------------------------- engine events
 
 void Endpoint::OnIo(uint32_t events) {
-  std::shared_ptr<Endpoint> keep = shared_from_this();
   std::lock_guard<std::mutex> lock(mutex_);
+  if (fd_ < 0 || !watching_) return;  // a late event for a socket we no longer watch
   switch (state_) {
     case State::Listening: OnListenReady(); break;
     case State::ActiveConnecting: OnConnectReady(); break;
@@ -761,7 +761,7 @@ void Endpoint::CancelRequests() {
 void Endpoint::Close() {
   CancelRequests();
   Finisher finish;
-  std::shared_ptr<Stream> stream;
+  std::shared_ptr<Stream> stream, released;  // dropped after the lock: the stream reports to us
   std::deque<std::shared_ptr<Endpoint>> children;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -769,7 +769,7 @@ void Endpoint::Close() {
     DisarmTimer();
     CloseSocket();
     if (state_ != State::Disconnected && state_ != State::ActiveDisconnect) stream = stream_;
-    stream_.reset();
+    released = std::move(stream_);
     qp_.reset();
     children.swap(handshaking_);
     for (auto& c : ready_) children.push_back(c);

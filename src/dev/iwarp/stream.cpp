@@ -98,7 +98,7 @@ void Stream::WatchReceive(bool on) {
     std::lock_guard<std::mutex> lock(watch_mutex_);
     if (shut_ || rx_watched_ == on) return;
     rx_watched_ = on;
-    Engine::Get().Modify(fd_, on ? kWatched : (EPOLLOUT | EPOLLET), this);
+    Engine::Get().Modify(fd_, on ? kWatched : (EPOLLOUT | EPOLLET));
     if (!on) {
       watch_self_ = shared_from_this();
       Engine::Get().Arm(&watch_timer_, kPollIdle);
@@ -129,7 +129,7 @@ void Stream::Start() {
   watch_timer_.fire = &Stream::OnWatchTimer;
   watch_timer_.owner = this;
   qp_->Attach(shared_from_this());
-  Engine::Get().Watch(fd_, kWatched, this);
+  Engine::Get().Watch(fd_, kWatched, weak_from_this());
   DriveReceive();  // bytes may have arrived before the socket was watched
 }
 
@@ -452,7 +452,7 @@ bool Stream::FillBatch() {
 
 void Stream::QueueTerminate(TermCode code) {
   NDWV_LOG(Info, "qp %u: sending Terminate (%s)", qpn_, Describe(code));
-  std::span<const uint8_t> offending(raw_hdr_, phase_ == RxPhase::Header ? 0 : 2 + hdr_len_);
+  std::span<const uint8_t> offending(raw_hdr_, hdr_len_ ? 2 + hdr_len_ : 0);  // the segment at fault
   {
     std::lock_guard<std::mutex> lock(tx_mutex_);
     terminate_len_ = EncodeTerminate({terminate_, sizeof terminate_}, code, 1, offending,
