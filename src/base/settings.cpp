@@ -1,6 +1,7 @@
 #include "base/settings.h"
 
 #include "base/log.h"
+#include "ndwv/ndwv.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -113,8 +114,7 @@ const Settings* LoadSettings() {
 
 }  // namespace ndwv::base
 
-extern "C" void ndwv_settings_describe(void* file) {
-  FILE* out = static_cast<FILE*>(file);
+extern "C" void ndwv_settings_describe(FILE* out) {
   for (const auto& s : ndwv::base::SettingTable()) {
     const char* env = getenv(s.name);
     fprintf(out, "%-28s default %-8s%s%s%s\n    %s", s.name, s.default_value, env ? " (set: " : "",

@@ -40,5 +40,4 @@ const Settings* LoadSettings();
 
 }  // namespace ndwv::base
 
-// For tools (ndinfo --env): writes "NAME=default  meaning" lines of every setting to a FILE*.
-extern "C" void ndwv_settings_describe(void* file);
+// ndwv_settings_describe (include/ndwv/ndwv.h) lists this table for tools.

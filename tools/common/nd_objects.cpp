@@ -1,0 +1,264 @@
+#include "nd_objects.h"
+
+#include <cstdio>
+
+namespace ndtool {
+
+// ---- library and overlapped requests ---------------------------------------------------------
+
+NdLibrary::NdLibrary() { ND_CHECK(NdStartup(), "NdStartup"); }
+NdLibrary::~NdLibrary() { NdCleanup(); }
+
+Overlapped::Overlapped() {
+  event_ = CreateEvent(nullptr, FALSE, FALSE, nullptr);  // auto-reset: one wake per completion
+  if (!event_) Fail("CreateEvent", HRESULT(GetLastError()), __LINE__);
+}
+
+Overlapped::~Overlapped() {
+  if (event_) CloseHandle(event_);
+}
+
+OVERLAPPED* Overlapped::Prepare() {
+  ov_ = OVERLAPPED{};
+  ov_.hEvent = event_;
+  return &ov_;
+}
+
+HRESULT Overlapped::Complete(IND2Overlapped* object, HRESULT issued, const char* what,
+                             std::uint32_t timeoutMs) {
+  if (issued != ND_PENDING) return issued;  // done inline or refused: no notification follows
+  const std::uint64_t deadline = NowMicros() + std::uint64_t(timeoutMs) * 1000;
+  for (;;) {
+    NoteProgress();
+    // Waits in slices so that the bound holds and a completion whose event went missing is
+    // still found by the non-blocking check below.
+    std::uint64_t now = NowMicros();
+    std::uint64_t leftMs = now < deadline ? (deadline - now + 999) / 1000 : 0;
+    DWORD wait = WaitForSingleObject(event_, DWORD(leftMs < 100 ? leftMs : 100));
+    if (wait == WAIT_FAILED) Fail("WaitForSingleObject", HRESULT(GetLastError()), __LINE__);
+    // Signalled: the request is done, so the waiting call returns at once (and gives the
+    // provider its post-processing hook). Otherwise only peek.
+    HRESULT hr = object->GetOverlappedResult(&ov_, wait == WAIT_OBJECT_0 ? TRUE : FALSE);
+    if (hr != ND_PENDING) return hr;  // (ND_PENDING again: a further phase was started)
+    if (NowMicros() >= deadline) {
+      object->CancelOverlappedRequests();
+      FailTimeout(what, timeoutMs, __LINE__);
+    }
+  }
+}
+
+// ---- adapter ---------------------------------------------------------------------------------
+
+Adapter::~Adapter() {
+  // The objects made from the adapter are gone by now; the file goes before the adapter.
+  if (file_) CloseHandle(file_);
+  adapter_.Reset();
+}
+
+void Adapter::Open(const sockaddr* localAddress, ULONG length) {
+  ND_CHECK(NdOpenAdapter(IID_IND2Adapter, localAddress, length, adapter_.Out()), "NdOpenAdapter");
+  info_ = ND2_ADAPTER_INFO{};
+  info_.InfoVersion = ND_VERSION_2;
+  ULONG size = sizeof(info_);
+  ND_CHECK(adapter_->Query(&info_, &size), "IND2Adapter::Query");
+  ND_CHECK(adapter_->CreateOverlappedFile(&file_), "IND2Adapter::CreateOverlappedFile");
+}
+
+void Adapter::OpenForPeer(const sockaddr* server, ULONG length, sockaddr_storage* local,
+                          ULONG* localLength) {
+  SIZE_T size = sizeof(*local);
+  *local = sockaddr_storage{};
+  ND_CHECK(NdResolveAddress(server, length, reinterpret_cast<sockaddr*>(local), &size),
+           "NdResolveAddress");
+  // The connector's Bind takes the source address with port 0: an ephemeral port.
+  if (local->ss_family == AF_INET6)
+    reinterpret_cast<sockaddr_in6*>(local)->sin6_port = 0;
+  else
+    reinterpret_cast<sockaddr_in*>(local)->sin_port = 0;
+  *localLength = ULONG(size);
+  Open(reinterpret_cast<sockaddr*>(local), *localLength);
+}
+
+void Adapter::RequireInOrderDma() const {
+  if (info_.AdapterFlags & ND_ADAPTER_FLAG_IN_ORDER_DMA_SUPPORTED) return;
+  FailPlain("Adapter does not support in-order RDMA.");
+}
+
+NdRef<IND2CompletionQueue> Adapter::CreateCompletionQueue(ULONG depth) {
+  NdRef<IND2CompletionQueue> cq;
+  ND_CHECK(adapter_->CreateCompletionQueue(IID_IND2CompletionQueue, file_, depth, 0, 0, cq.Out()),
+           "IND2Adapter::CreateCompletionQueue");
+  return cq;
+}
+
+NdRef<IND2MemoryRegion> Adapter::CreateMemoryRegion() {
+  NdRef<IND2MemoryRegion> mr;
+  ND_CHECK(adapter_->CreateMemoryRegion(IID_IND2MemoryRegion, file_, mr.Out()),
+           "IND2Adapter::CreateMemoryRegion");
+  return mr;
+}
+
+NdRef<IND2MemoryWindow> Adapter::CreateMemoryWindow() {
+  NdRef<IND2MemoryWindow> mw;
+  ND_CHECK(adapter_->CreateMemoryWindow(IID_IND2MemoryWindow, mw.Out()),
+           "IND2Adapter::CreateMemoryWindow");
+  return mw;
+}
+
+NdRef<IND2QueuePair> Adapter::CreateQueuePair(IND2CompletionQueue* cq, ULONG receiveDepth,
+                                              ULONG initiatorDepth, ULONG receiveSge,
+                                              ULONG initiatorSge, ULONG inlineSize) {
+  NdRef<IND2QueuePair> qp;
+  ND_CHECK(adapter_->CreateQueuePair(IID_IND2QueuePair, cq, cq, nullptr, receiveDepth,
+                                     initiatorDepth, receiveSge, initiatorSge, inlineSize,
+                                     qp.Out()),
+           "IND2Adapter::CreateQueuePair");
+  return qp;
+}
+
+NdRef<IND2Connector> Adapter::CreateConnector() {
+  NdRef<IND2Connector> connector;
+  ND_CHECK(adapter_->CreateConnector(IID_IND2Connector, file_, connector.Out()),
+           "IND2Adapter::CreateConnector");
+  return connector;
+}
+
+NdRef<IND2Listener> Adapter::CreateListener() {
+  NdRef<IND2Listener> listener;
+  ND_CHECK(adapter_->CreateListener(IID_IND2Listener, file_, listener.Out()),
+           "IND2Adapter::CreateListener");
+  return listener;
+}
+
+// ---- completion queue ------------------------------------------------------------------------
+
+CompletionQueue::CompletionQueue(Adapter& adapter, ULONG depth, bool blocking)
+    : cq_(adapter.CreateCompletionQueue(depth)), blocking_(blocking) {}
+
+ND2_RESULT CompletionQueue::Next(const char* what, std::uint32_t timeoutMs) {
+  NoteProgress();
+  ND2_RESULT result{};
+  if (!blocking_) {
+    SpinDeadline deadline(timeoutMs);
+    while (!Poll(&result))
+      if (deadline.Expired()) FailTimeout(what, timeoutMs, __LINE__);
+    return result;
+  }
+  // Arm, wait, reap: anything queued after the last empty GetResults satisfies the Notify.
+  const std::uint64_t end = NowMicros() + std::uint64_t(timeoutMs) * 1000;
+  while (!Poll(&result)) {
+    std::uint64_t now = NowMicros();
+    if (now >= end) FailTimeout(what, timeoutMs, __LINE__);
+    std::uint32_t leftMs = std::uint32_t((end - now + 999) / 1000);
+    HRESULT hr = cq_->Notify(ND_CQ_NOTIFY_ANY, notify_.Prepare());
+    hr = notify_.Complete(cq_.get(), hr, what, leftMs);
+    if (hr != ND_SUCCESS) Fail("IND2CompletionQueue::Notify", hr, __LINE__);
+  }
+  return result;
+}
+
+// ---- memory ----------------------------------------------------------------------------------
+
+void MemoryRegion::Register(const void* buffer, std::size_t length, ULONG flags) {
+  Overlapped ov;
+  HRESULT hr = mr_->Register(buffer, length, flags, ov.Prepare());
+  ND_CHECK(ov.Complete(mr_.get(), hr, "IND2MemoryRegion::Register"), "IND2MemoryRegion::Register");
+}
+
+void MemoryRegion::Deregister() {
+  Overlapped ov;
+  HRESULT hr = mr_->Deregister(ov.Prepare());
+  ND_CHECK(ov.Complete(mr_.get(), hr, "IND2MemoryRegion::Deregister"),
+           "IND2MemoryRegion::Deregister");
+}
+
+ULONG BuildSgl(ND2_SGE* sgl, ULONG maxSge, void* buffer, std::size_t length, UINT32 token) {
+  constexpr std::size_t kPiece = 40;
+  char* at = static_cast<char*>(buffer);
+  ULONG count = 0;
+  auto add = [&](std::size_t bytes) {
+    sgl[count].Buffer = at;
+    sgl[count].BufferLength = ULONG(bytes);
+    sgl[count].MemoryRegionToken = token;
+    ++count;
+    at += bytes;
+    length -= bytes;
+  };
+  while (length > kPiece && count + 1 < maxSge) add(kPiece);
+  if (length > 0) add(length);
+  return count;
+}
+
+// ---- connections -----------------------------------------------------------------------------
+
+NdRef<IND2Connector> Connect(Adapter& adapter, IND2QueuePair* qp, const sockaddr* local,
+                             ULONG localLength, const sockaddr* server, ULONG serverLength,
+                             ULONG inboundReadLimit, ULONG outboundReadLimit,
+                             const void* privateData, ULONG privateDataLength) {
+  const std::uint64_t end = NowMicros() + std::uint64_t(WaitTimeoutMs()) * 1000;
+  for (;;) {
+    NdRef<IND2Connector> connector = adapter.CreateConnector();
+    ND_CHECK(connector->Bind(local, localLength), "IND2Connector::Bind");
+    std::uint64_t now = NowMicros();
+    std::uint32_t leftMs = now < end ? std::uint32_t((end - now + 999) / 1000) : 1;
+    Overlapped ov;
+    HRESULT hr = connector->Connect(qp, server, serverLength, inboundReadLimit, outboundReadLimit,
+                                    privateData, privateDataLength, ov.Prepare());
+    hr = ov.Complete(connector.get(), hr, "IND2Connector::Connect", leftMs);
+    if (hr == ND_SUCCESS) return connector;
+    // Retry what the SPI allows to retry (no listener yet, timeouts, routes coming up).
+    bool retry = hr == ND_CONNECTION_REFUSED || hr == ND_TIMEOUT || hr == ND_IO_TIMEOUT ||
+                 hr == ND_NETWORK_UNREACHABLE || hr == ND_HOST_UNREACHABLE;
+    if (!retry || NowMicros() + 50000 >= end) Fail("IND2Connector::Connect", hr, __LINE__);
+    SleepMs(50);
+  }
+}
+
+void CompleteConnect(IND2Connector* connector) {
+  Overlapped ov;
+  HRESULT hr = connector->CompleteConnect(ov.Prepare());
+  hr = ov.Complete(connector, hr, "IND2Connector::CompleteConnect");
+  if (hr != ND_SUCCESS) Fail("IND2Connector::CompleteConnect", hr, __LINE__);
+}
+
+NdRef<IND2Listener> Listen(Adapter& adapter, const sockaddr* address, ULONG length) {
+  NdRef<IND2Listener> listener = adapter.CreateListener();
+  ND_CHECK(listener->Bind(address, length), "IND2Listener::Bind");
+  ND_CHECK(listener->Listen(0), "IND2Listener::Listen");
+  return listener;
+}
+
+NdRef<IND2Connector> GetConnectionRequest(Adapter& adapter, IND2Listener* listener) {
+  NdRef<IND2Connector> connector = adapter.CreateConnector();
+  Overlapped ov;
+  HRESULT hr = listener->GetConnectionRequest(connector.get(), ov.Prepare());
+  hr = ov.Complete(listener, hr, "IND2Listener::GetConnectionRequest");
+  if (hr != ND_SUCCESS) Fail("IND2Listener::GetConnectionRequest", hr, __LINE__);
+  return connector;
+}
+
+void Accept(IND2Connector* connector, IND2QueuePair* qp, ULONG inboundReadLimit,
+            ULONG outboundReadLimit, const void* privateData, ULONG privateDataLength) {
+  Overlapped ov;
+  HRESULT hr = connector->Accept(qp, inboundReadLimit, outboundReadLimit, privateData,
+                                 privateDataLength, ov.Prepare());
+  hr = ov.Complete(connector, hr, "IND2Connector::Accept");
+  if (hr != ND_SUCCESS) Fail("IND2Connector::Accept", hr, __LINE__);
+}
+
+void Disconnect(IND2Connector* connector) {
+  Overlapped ov;
+  HRESULT hr = connector->Disconnect(ov.Prepare());
+  // ND_TIMEOUT (the peer never answered the disconnect request) is a success.
+  ND_CHECK(ov.Complete(connector, hr, "IND2Connector::Disconnect"), "IND2Connector::Disconnect");
+}
+
+void FailCompletion(const char* what, const ND2_RESULT& result, int line) {
+  if (FAILED(result.Status)) Fail(what, result.Status, line);
+  char message[200];
+  std::snprintf(message, sizeof message, "%s: unexpected completion (type %d, context %p)", what,
+                int(result.RequestType), result.RequestContext);
+  FailMessage(message, line);
+}
+
+}  // namespace ndtool

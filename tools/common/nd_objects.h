@@ -1,0 +1,171 @@
+// A thin layer over the ND2 SPI for the example tools, written only against the public headers as
+// any ND application would be: references that Release themselves, an OVERLAPPED with a bounded
+// wait, the adapter with its overlapped file, a CQ that is polled (-p) or armed and waited on
+// (-b), memory registration, SGE lists, and the connection steps. Every wait has a bound
+// (WaitTimeoutMs) so that a peer or a completion that never comes ends the tool with an error.
+#pragma once
+
+#include <ndwv/ndspi.h>
+#include <ndwv/ndstatus.h>
+#include <ndwv/ndsupport.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "tool.h"
+
+namespace ndtool {
+
+// Owns one reference to an ND interface.
+template <class T>
+class NdRef {
+ public:
+  NdRef() = default;
+  NdRef(const NdRef&) = delete;
+  NdRef& operator=(const NdRef&) = delete;
+  NdRef(NdRef&& other) noexcept : p_(std::exchange(other.p_, nullptr)) {}
+  NdRef& operator=(NdRef&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      p_ = std::exchange(other.p_, nullptr);
+    }
+    return *this;
+  }
+  ~NdRef() { Reset(); }
+
+  void Reset() {
+    if (p_) std::exchange(p_, nullptr)->Release();
+  }
+  // For creation calls: `adapter->CreateX(..., ref.Out())`.
+  void** Out() {
+    Reset();
+    return reinterpret_cast<void**>(&p_);
+  }
+  T* get() const { return p_; }
+  T* operator->() const { return p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  T* p_ = nullptr;
+};
+
+// NdStartup for the lifetime of the object, NdCleanup after.
+class NdLibrary {
+ public:
+  NdLibrary();
+  ~NdLibrary();
+  NdLibrary(const NdLibrary&) = delete;
+  NdLibrary& operator=(const NdLibrary&) = delete;
+};
+
+// An OVERLAPPED with its own auto-reset event, used by one request at a time.
+class Overlapped {
+ public:
+  Overlapped();
+  ~Overlapped();
+  Overlapped(const Overlapped&) = delete;
+  Overlapped& operator=(const Overlapped&) = delete;
+
+  // A cleared OVERLAPPED to pass to the next overlapped call.
+  OVERLAPPED* Prepare();
+  // Final status of the request just issued with Prepare(); `issued` is what the call returned.
+  // After ND_PENDING waits for the event (bounded; on timeout the object's requests are
+  // canceled and the tool fails) and then takes the result from GetOverlappedResult.
+  HRESULT Complete(IND2Overlapped* object, HRESULT issued, const char* what,
+                   std::uint32_t timeoutMs = WaitTimeoutMs());
+
+ private:
+  OVERLAPPED ov_{};
+  HANDLE event_ = nullptr;
+};
+
+// One adapter opened on a local address, its limits and the overlapped file its objects use.
+// Declare it before the objects made from it so that they are released first.
+class Adapter {
+ public:
+  Adapter() = default;
+  ~Adapter();
+  Adapter(const Adapter&) = delete;
+  Adapter& operator=(const Adapter&) = delete;
+
+  void Open(const sockaddr* localAddress, ULONG length);
+  // Opens the adapter the OS would use to reach `server` (NdResolveAddress); `local` receives
+  // that source address with port 0, for the connector's Bind.
+  void OpenForPeer(const sockaddr* server, ULONG length, sockaddr_storage* local, ULONG* localLength);
+
+  IND2Adapter* get() const { return adapter_.get(); }
+  const ND2_ADAPTER_INFO& info() const { return info_; }
+  // Fails with "Adapter does not support in-order RDMA." unless IN_ORDER_DMA is advertised.
+  void RequireInOrderDma() const;
+
+  NdRef<IND2CompletionQueue> CreateCompletionQueue(ULONG depth);
+  NdRef<IND2MemoryRegion> CreateMemoryRegion();
+  NdRef<IND2MemoryWindow> CreateMemoryWindow();
+  NdRef<IND2QueuePair> CreateQueuePair(IND2CompletionQueue* cq, ULONG receiveDepth,
+                                       ULONG initiatorDepth, ULONG receiveSge, ULONG initiatorSge,
+                                       ULONG inlineSize);
+  NdRef<IND2Connector> CreateConnector();
+  NdRef<IND2Listener> CreateListener();
+
+ private:
+  NdRef<IND2Adapter> adapter_;
+  HANDLE file_ = nullptr;
+  ND2_ADAPTER_INFO info_{};
+};
+
+// A CQ for one QP's sends and receives. Next() polls (spinning on GetResults) or, in blocking
+// mode, arms the CQ with Notify(ND_CQ_NOTIFY_ANY) and waits for the notification.
+class CompletionQueue {
+ public:
+  CompletionQueue(Adapter& adapter, ULONG depth, bool blocking);
+  IND2CompletionQueue* get() const { return cq_.get(); }
+  bool Poll(ND2_RESULT* result) { return cq_->GetResults(result, 1) == 1; }
+  // The next completion, whatever its status; the tool fails if none comes within timeoutMs.
+  ND2_RESULT Next(const char* what, std::uint32_t timeoutMs = WaitTimeoutMs());
+
+ private:
+  NdRef<IND2CompletionQueue> cq_;
+  Overlapped notify_;
+  bool blocking_;
+};
+
+// One registration held by one MR object.
+class MemoryRegion {
+ public:
+  explicit MemoryRegion(Adapter& adapter) : mr_(adapter.CreateMemoryRegion()) {}
+  void Register(const void* buffer, std::size_t length, ULONG flags);
+  void Deregister();
+  IND2MemoryRegion* get() const { return mr_.get(); }
+  UINT32 localToken() const { return mr_->GetLocalToken(); }
+
+ private:
+  NdRef<IND2MemoryRegion> mr_;
+};
+
+// Splits [buffer, buffer + length) into 40-byte pieces over at most maxSge entries, the last
+// entry taking the remainder (the ND tools' SGE pattern). Returns the entry count (0 for 0 bytes).
+ULONG BuildSgl(ND2_SGE* sgl, ULONG maxSge, void* buffer, std::size_t length, UINT32 token);
+
+// Client side: creates a connector, binds it to `local` (port 0) and connects `qp` to the
+// server. A refused or timed-out attempt is retried with a fresh connector until the wait bound,
+// so that a client may start just before its server.
+NdRef<IND2Connector> Connect(Adapter& adapter, IND2QueuePair* qp, const sockaddr* local,
+                             ULONG localLength, const sockaddr* server, ULONG serverLength,
+                             ULONG inboundReadLimit, ULONG outboundReadLimit,
+                             const void* privateData = nullptr, ULONG privateDataLength = 0);
+void CompleteConnect(IND2Connector* connector);
+
+// Server side.
+NdRef<IND2Listener> Listen(Adapter& adapter, const sockaddr* address, ULONG length);
+NdRef<IND2Connector> GetConnectionRequest(Adapter& adapter, IND2Listener* listener);
+void Accept(IND2Connector* connector, IND2QueuePair* qp, ULONG inboundReadLimit,
+            ULONG outboundReadLimit, const void* privateData = nullptr, ULONG privateDataLength = 0);
+
+// Tears the connection down and waits for it (flushes the QP).
+void Disconnect(IND2Connector* connector);
+
+// "<what>: unexpected completion (type t, status s, context c)" and exit.
+[[noreturn]] void FailCompletion(const char* what, const ND2_RESULT& result, int line);
+
+}  // namespace ndtool

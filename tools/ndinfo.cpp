@@ -1,0 +1,204 @@
+// ndinfo: the NetworkDirect addresses of this host, each adapter's ND2_ADAPTER_INFO (addresses
+// with the same AdapterId are one adapter; field lines as ndadapterinfo prints them) and the
+// NDWV_ settings with their defaults and meanings.
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ndwv/ndwv.h>
+
+#include "nd_objects.h"
+
+using namespace ndtool;
+
+
+namespace {
+
+const char kUsage[] =
+    "ndinfo [--env] [-l logFile] [-h] [<ip>]\n"
+    "\n"
+    "Lists the NetworkDirect addresses, then each adapter's ND2_ADAPTER_INFO (addresses with\n"
+    "the same AdapterId are one adapter), then the NDWV_ environment settings.\n"
+    "\n"
+    "  --env           print only the NDWV_ settings: name, default, meaning\n"
+    "  -l, --logFile f write stdout (and append stderr) to file f\n"
+    "  -h, --help      this text\n"
+    "  <ip>            only the adapter that owns this address (a.b.c.d or IPv6)\n";
+
+struct FlagName {
+  ULONG flag;
+  const char* name;
+};
+constexpr FlagName kAdapterFlags[] = {
+    {ND_ADAPTER_FLAG_IN_ORDER_DMA_SUPPORTED, "ND_ADAPTER_FLAG_IN_ORDER_DMA_SUPPORTED"},
+    {ND_ADAPTER_FLAG_CQ_INTERRUPT_MODERATION_SUPPORTED, "ND_ADAPTER_FLAG_CQ_INTERRUPT_MODERATION_SUPPORTED"},
+    {ND_ADAPTER_FLAG_MULTI_ENGINE_SUPPORTED, "ND_ADAPTER_FLAG_MULTI_ENGINE_SUPPORTED"},
+    {ND_ADAPTER_FLAG_CQ_RESIZE_SUPPORTED, "ND_ADAPTER_FLAG_CQ_RESIZE_SUPPORTED"},
+    {ND_ADAPTER_FLAG_LOOPBACK_CONNECTIONS_SUPPORTED, "ND_ADAPTER_FLAG_LOOPBACK_CONNECTIONS_SUPPORTED"},
+};
+
+void PrintAdapterInfo(const ND2_ADAPTER_INFO& info) {
+  std::printf("InfoVersion: %u\n", info.InfoVersion);
+  std::printf("VendorId: %u\n", unsigned(info.VendorId));
+  std::printf("DeviceId: %u\n", unsigned(info.DeviceId));
+  std::printf("AdapterId: 0x%08llx\n", (unsigned long long)info.AdapterId);
+  std::printf("MaxRegistrationSize: %zu\n", size_t(info.MaxRegistrationSize));
+  std::printf("MaxWindowSize: %zu\n", size_t(info.MaxWindowSize));
+  const std::pair<const char*, ULONG> fields[] = {
+      {"MaxInitiatorSge", info.MaxInitiatorSge},
+      {"MaxReceiveSge", info.MaxReceiveSge},
+      {"MaxReadSge", info.MaxReadSge},
+      {"MaxTransferLength", info.MaxTransferLength},
+      {"MaxInlineDataSize", info.MaxInlineDataSize},
+      {"MaxInboundReadLimit", info.MaxInboundReadLimit},
+      {"MaxOutboundReadLimit", info.MaxOutboundReadLimit},
+      {"MaxReceiveQueueDepth", info.MaxReceiveQueueDepth},
+      {"MaxInitiatorQueueDepth", info.MaxInitiatorQueueDepth},
+      {"MaxSharedReceiveQueueDepth", info.MaxSharedReceiveQueueDepth},
+      {"MaxCompletionQueueDepth", info.MaxCompletionQueueDepth},
+      {"InlineRequestThreshold", info.InlineRequestThreshold},
+      {"LargeRequestThreshold", info.LargeRequestThreshold},
+      {"MaxCallerData", info.MaxCallerData},
+      {"MaxCalleeData", info.MaxCalleeData},
+  };
+  for (const auto& [name, value] : fields) std::printf("%s: %u\n", name, value);
+  std::printf("AdapterFlags:\n");
+  ULONG unknown = info.AdapterFlags;
+  for (const FlagName& f : kAdapterFlags) {
+    if (info.AdapterFlags & f.flag) std::printf("\t\t%s\n", f.name);
+    unknown &= ~f.flag;
+  }
+  if (unknown) std::printf("\t\t%08x\n", unknown);
+}
+
+void PrintSettings() {
+  std::printf("Settings (NDWV_ environment variables):\n");
+  std::fflush(stdout);
+  ndwv_settings_describe(stdout);
+  std::fflush(stdout);
+}
+
+// The IP of an address, without its port (list entries and the command line compare by IP).
+std::string IpOf(const sockaddr* address) {
+  sockaddr_storage copy{};
+  std::memcpy(&copy, address, address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+  if (copy.ss_family == AF_INET6)
+    reinterpret_cast<sockaddr_in6*>(&copy)->sin6_port = 0;
+  else
+    reinterpret_cast<sockaddr_in*>(&copy)->sin_port = 0;
+  char text[INET6_ADDRSTRLEN + 8];
+  return FormatAddress(reinterpret_cast<sockaddr*>(&copy), text, sizeof text);
+}
+
+// The provider's address list (sized by the ND_BUFFER_OVERFLOW probe, retried if it grew).
+std::vector<std::string> QueryAddresses(std::vector<std::vector<char>>* sockaddrs) {
+  std::unique_ptr<char[]> storage;
+  SIZE_T size = 0;
+  HRESULT hr;
+  for (;;) {
+    hr = NdQueryAddressList(0, reinterpret_cast<SOCKET_ADDRESS_LIST*>(storage.get()), &size);
+    if (hr != ND_BUFFER_OVERFLOW) break;
+    storage = std::make_unique<char[]>(size);
+  }
+  ND_CHECK(hr, "NdQueryAddressList");
+  std::vector<std::string> names;
+  if (!storage || size == 0) return names;
+  auto* list = reinterpret_cast<SOCKET_ADDRESS_LIST*>(storage.get());
+  for (INT i = 0; i < list->iAddressCount; ++i) {
+    const SOCKET_ADDRESS& a = list->Address[i];
+    names.push_back(IpOf(a.lpSockaddr));
+    const char* bytes = reinterpret_cast<const char*>(a.lpSockaddr);
+    sockaddrs->emplace_back(bytes, bytes + a.iSockaddrLength);
+  }
+  return names;
+}
+
+struct AdapterEntry {
+  UINT64 id;
+  ND2_ADAPTER_INFO info;
+  std::string addresses;
+};
+
+int ListAdapters(const std::string& only) {
+  NdLibrary nd;
+  std::vector<std::vector<char>> sockaddrs;
+  std::vector<std::string> names = QueryAddresses(&sockaddrs);
+  std::printf("Addresses:\n");
+  if (names.empty()) std::printf("    (none)\n");
+  for (const std::string& name : names) std::printf("    %s\n", name.c_str());
+  std::printf("\n");
+
+  int rc = 0;
+  std::vector<AdapterEntry> adapters;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (!only.empty() && names[i] != only) continue;
+    const auto* address = reinterpret_cast<const sockaddr*>(sockaddrs[i].data());
+    NdRef<IND2Adapter> adapter;
+    HRESULT hr = NdOpenAdapter(IID_IND2Adapter, address, sockaddrs[i].size(), adapter.Out());
+    ND2_ADAPTER_INFO info{};
+    info.InfoVersion = ND_VERSION_2;
+    ULONG size = sizeof info;
+    if (SUCCEEDED(hr)) hr = adapter->Query(&info, &size);
+    if (FAILED(hr)) {  // report and go on with the other addresses
+      std::printf("%s: opening or querying the adapter failed: %08x\n\n", names[i].c_str(), unsigned(hr));
+      rc = kExitFailure;
+      continue;
+    }
+    AdapterEntry* entry = nullptr;
+    for (AdapterEntry& e : adapters)
+      if (e.id == info.AdapterId) entry = &e;
+    if (entry) {
+      entry->addresses += ", " + names[i];
+    } else {
+      adapters.push_back({info.AdapterId, info, names[i]});
+    }
+  }
+  if (!only.empty() && adapters.empty() && rc == 0) {
+    std::printf("%s is not a NetworkDirect address of this host.\n", only.c_str());
+    rc = kExitFailure;
+  }
+  for (const AdapterEntry& e : adapters) {
+    std::printf("Adapter 0x%08llx (%s):\n", (unsigned long long)e.id, e.addresses.c_str());
+    PrintAdapterInfo(e.info);
+    std::printf("\n");
+  }
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  bool envOnly = false;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    const char* arg = argv[i];
+    if (!std::strcmp(arg, "-h") || !std::strcmp(arg, "--help")) {
+      ExitWithUsage(kUsage, 0);
+    } else if (!std::strcmp(arg, "--env")) {
+      envOnly = true;
+    } else if (!std::strcmp(arg, "-l") || !std::strcmp(arg, "-L") || !std::strcmp(arg, "--logFile")) {
+      if (i + 1 >= argc) ExitWithUsage(kUsage, kExitMissingValue);
+      if (!RedirectOutput(argv[++i])) {
+        std::fprintf(stderr, "Cannot open log file %s\n", argv[i]);
+        return kExitUsage;
+      }
+    } else if (i == argc - 1 && arg[0] != '-') {
+      sockaddr_storage address;
+      ULONG length;
+      if (!ParseAddress(arg, 0, &address, &length)) {
+        std::printf("Bad address.\n\n");
+        ExitWithUsage(kUsage, kExitUsage);
+      }
+      only = IpOf(reinterpret_cast<sockaddr*>(&address));
+    } else {
+      std::printf("Unknown option: %s\n\n", arg);
+      ExitWithUsage(kUsage, kExitUsage);
+    }
+  }
+  StartWatchdog("ndinfo");
+  int rc = envOnly ? 0 : ListAdapters(only);
+  PrintSettings();
+  return rc;
+}

@@ -1,0 +1,275 @@
+// ndrpingpong: RDMA Write ping-pong with last-byte polling (nd-tools.md §8). Each side exposes
+// its buffer through a memory window; the client writes `size` bytes whose last byte is 'X', the
+// server spins until that byte arrives, sets it to 'Y' and writes the buffer back. The client
+// prints the full round trip per size. Requires in-order placement (the last byte lands last).
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "nd_objects.h"
+
+using namespace ndtool;
+
+namespace {
+
+constexpr std::uint64_t kMaxIterations = 100000;
+constexpr std::size_t kDataSize = kMaxTransfer + 40;
+constexpr std::size_t kBufferSize = kDataSize + 32;  // + our record and the peer's
+constexpr std::size_t kLocalRecordOffset = kDataSize;
+constexpr std::size_t kPeerRecordOffset = kDataSize + 16;
+void* const kReceiveContext = reinterpret_cast<void*>(std::uintptr_t(0x1000));
+void* const kSendContext = reinterpret_cast<void*>(std::uintptr_t(0x2000));
+void* const kBindContext = reinterpret_cast<void*>(std::uintptr_t(0x3000));
+void* const kWriteContext = reinterpret_cast<void*>(std::uintptr_t(0x4000));
+
+// What each side tells the other about its window (sent as is, host byte order).
+struct Record {
+  UINT32 token;
+  UINT64 address;
+};
+static_assert(sizeof(Record) == 16);
+
+// Marks of the last byte: ping and pong, in the warm-up and in the measured rounds.
+struct Marks {
+  char ping, pong;
+};
+constexpr Marks kWarmupMarks{'A', 'B'};
+constexpr Marks kTestMarks{'X', 'Y'};
+
+const char kUsage[] =
+    "ndrpingpong -s|-c [-b|-p] [-n nSge] [-q N] [-l logFile] <ip>[:port]\n"
+    "\n"
+    "RDMA Write ping-pong: the client writes a buffer into the server's memory window and the\n"
+    "server writes it back as soon as its last byte has arrived (in-order placement). The\n"
+    "client prints the full round trip per size, 1 B to 4 MiB.\n"
+    "\n"
+    "  -s              server: listen on ip:port\n"
+    "  -c              client: connect to ip:port\n"
+    "  -b              blocking: wait for completions (CQ Notify); data is still polled\n"
+    "  -p              polling: spin on the CQ (default)\n"
+    "  -n nSge         SGEs per RDMA Write (default 1)\n"
+    "  -q N            accepted and ignored\n"
+    "  -l, --logFile f write stdout (and append stderr) to file f\n"
+    "  -h, --help      this text\n"
+    "  <ip>[:port]     a.b.c.d[:port] or [ipv6][:port], last; default port 54327\n"
+    "\n"
+    "Both sides run the same schedule, so NDWV_BENCH_SIZES and NDWV_BENCH_ITERS must match.\n" NDTOOL_ENV_USAGE;
+
+const ToolSpec kSpec{"ndrpingpong", 54327, kUsage, false};
+
+char LoadByte(const char* at) {
+  char value = *reinterpret_cast<const volatile char*>(at);
+  std::atomic_thread_fence(std::memory_order_acquire);  // the rest of the write is visible too
+  return value;
+}
+
+void StoreByte(char* at, char value) {
+  std::atomic_thread_fence(std::memory_order_release);
+  *reinterpret_cast<volatile char*>(at) = value;
+}
+
+struct Endpoint {
+  Endpoint(Adapter& adapter, const Options& options, ULONG depth)
+      : options(options),
+        threshold(adapter.info().InlineRequestThreshold),
+        buffer(std::make_unique<char[]>(kBufferSize)),  // zero-filled
+        cq(adapter, depth, options.blocking),
+        mr(adapter),
+        sgl(options.nSge) {
+    const ND2_ADAPTER_INFO& info = adapter.info();
+    qp = adapter.CreateQueuePair(cq.get(), std::min(depth, info.MaxReceiveQueueDepth),
+                                 std::min(depth, info.MaxInitiatorQueueDepth), 1, options.nSge,
+                                 threshold);
+    mr.Register(buffer.get(), kBufferSize, ND_MR_FLAG_ALLOW_LOCAL_WRITE | ND_MR_FLAG_ALLOW_REMOTE_WRITE);
+    mw = adapter.CreateMemoryWindow();
+  }
+
+  void PostReceive() {
+    ND2_SGE sge{};
+    sge.Buffer = buffer.get() + kPeerRecordOffset;
+    sge.BufferLength = sizeof(Record);
+    sge.MemoryRegionToken = mr.localToken();
+    ND_CHECK(qp->Receive(kReceiveContext, &sge, 1), "IND2QueuePair::Receive");
+  }
+
+  // Waits for exactly these completions, all successful; anything else fails the tool.
+  void Reap(int sends, int receives, int binds, int writes, const char* what) {
+    while (sends + receives + binds + writes > 0) {
+      ND2_RESULT r = cq.Next(what);
+      Count(r, &sends, &receives, &binds, &writes, what);
+    }
+  }
+
+  static void Count(const ND2_RESULT& r, int* sends, int* receives, int* binds, int* writes,
+                    const char* what) {
+    int* left = r.RequestType == Nd2RequestTypeSend      ? sends
+                : r.RequestType == Nd2RequestTypeReceive ? receives
+                : r.RequestType == Nd2RequestTypeBind    ? binds
+                : r.RequestType == Nd2RequestTypeWrite   ? writes
+                                                         : nullptr;
+    if (r.Status == ND_SUCCESS && r.RequestType == Nd2RequestTypeReceive && *receives == 0)
+      FailMessage("The peer ended the test early (do NDWV_BENCH_SIZES/NDWV_BENCH_ITERS match?)", __LINE__);
+    if (r.Status != ND_SUCCESS || !left || *left == 0) FailCompletion(what, r, __LINE__);
+    --*left;
+  }
+
+  // Binds the window over the whole buffer and sends its token and address to the peer.
+  void BindAndSendRecord() {
+    ND_CHECK(qp->Bind(kBindContext, mr.get(), mw.get(), buffer.get(), kBufferSize, ND_OP_FLAG_ALLOW_WRITE),
+             "IND2QueuePair::Bind");
+    Reap(0, 0, 1, 0, "Memory window bind");
+    Record record{mw->GetRemoteToken(), reinterpret_cast<UINT64>(buffer.get())};
+    std::memcpy(buffer.get() + kLocalRecordOffset, &record, sizeof record);
+    ND2_SGE sge{};
+    sge.Buffer = buffer.get() + kLocalRecordOffset;
+    sge.BufferLength = sizeof record;
+    sge.MemoryRegionToken = mr.localToken();
+    ND_CHECK(qp->Send(kSendContext, &sge, 1, 0), "IND2QueuePair::Send");
+  }
+
+  void TakePeerRecord() { std::memcpy(&peer, buffer.get() + kPeerRecordOffset, sizeof peer); }
+
+  void Write(std::size_t size) {
+    ULONG count = BuildSgl(sgl.data(), options.nSge, buffer.get(), size, mr.localToken());
+    ULONG flags = size < threshold ? ND_OP_FLAG_INLINE : 0;
+    ND_CHECK(qp->Write(kWriteContext, sgl.data(), count, peer.address, peer.token, flags),
+             "IND2QueuePair::Write");
+  }
+
+  // Spins until the last byte of a `size` transfer equals `mark`. When polling, the CQ is polled
+  // on the way (drives a busy-polling provider's progress); a write completion seen there is
+  // counted in *writes.
+  void AwaitByte(std::size_t size, char mark, int* writes, const char* what) {
+    const char* last = buffer.get() + size - 1;
+    SpinDeadline deadline(WaitTimeoutMs());
+    int none = 0;
+    while (LoadByte(last) != mark) {
+      ND2_RESULT r;
+      if (!options.blocking && cq.Poll(&r)) Count(r, &none, &none, &none, writes, what);
+      CpuRelax();
+      if (deadline.Expired()) {
+        std::printf("  (size %zu: byte %zu is 0x%02x, waiting for '%c')\n", size, size - 1,
+                    unsigned(static_cast<unsigned char>(LoadByte(last))), mark);
+        FailTimeout(what, deadline.timeoutMs(), __LINE__);
+      }
+    }
+  }
+
+  void Disconnect(IND2Connector* connector) {
+    ndtool::Disconnect(connector);
+    mw.Reset();  // a window still bound would make Deregister fail with ND_DEVICE_BUSY
+    mr.Deregister();
+  }
+
+  const Options& options;
+  ULONG threshold;
+  std::unique_ptr<char[]> buffer;
+  CompletionQueue cq;
+  MemoryRegion mr;
+  std::vector<ND2_SGE> sgl;
+  NdRef<IND2MemoryWindow> mw;
+  NdRef<IND2QueuePair> qp;
+  Record peer{};
+};
+
+// Client: last byte := ping mark, write, wait for the pong mark, reap the write.
+void Ping(Endpoint& ep, std::size_t size, Marks marks) {
+  StoreByte(ep.buffer.get() + size - 1, marks.ping);
+  ep.Write(size);
+  int writes = 1;
+  ep.AwaitByte(size, marks.pong, &writes, "Waiting for the pong write");
+  ep.Reap(0, 0, 0, writes, "RDMA Write");
+}
+
+// Server: wait for the ping mark, answer with the pong mark, reap the write. A receive
+// completion here would be the client's terminate, i.e. the schedules differ.
+void Pong(Endpoint& ep, std::size_t size, Marks marks) {
+  int writes = 0;
+  ep.AwaitByte(size, marks.ping, &writes, "Waiting for the ping write");
+  StoreByte(ep.buffer.get() + size - 1, marks.pong);
+  ep.Write(size);
+  ep.Reap(0, 0, 0, 1, "RDMA Write (pong)");
+}
+
+int RunServer(const Options& o, const std::vector<Round>& rounds) {
+  NdLibrary nd;
+  Adapter adapter;
+  const sockaddr* address = reinterpret_cast<const sockaddr*>(&o.address);
+  adapter.Open(address, o.addressLength);
+  adapter.RequireInOrderDma();
+  const ND2_ADAPTER_INFO& info = adapter.info();
+  Endpoint ep(adapter, o, std::min(info.MaxCompletionQueueDepth, info.MaxReceiveQueueDepth));
+  ep.PostReceive();  // the client's record
+  ep.PostReceive();  // the client's terminate
+
+  NdRef<IND2Listener> listener = Listen(adapter, address, o.addressLength);
+  NdRef<IND2Connector> connector = GetConnectionRequest(adapter, listener.get());
+  Accept(connector.get(), ep.qp.get(), 0, 0);
+  ep.Reap(0, 1, 0, 0, "Waiting for the client's record");
+  ep.TakePeerRecord();
+  ep.BindAndSendRecord();
+  ep.Reap(1, 0, 0, 0, "Sending the record");
+
+  for (int i = 0; i < kWarmupIterations; ++i) Pong(ep, kWarmupSize, kWarmupMarks);
+  for (const Round& round : rounds)
+    for (std::uint64_t i = 0; i < round.iterations; ++i) Pong(ep, round.size, kTestMarks);
+
+  ep.Reap(0, 1, 0, 0, "Waiting for the client's terminate");
+  ep.Disconnect(connector.get());
+  return 0;
+}
+
+int RunClient(const Options& o, const std::vector<Round>& rounds) {
+  NdLibrary nd;
+  Adapter adapter;
+  sockaddr_storage local;
+  ULONG localLength = 0;
+  const sockaddr* server = reinterpret_cast<const sockaddr*>(&o.address);
+  adapter.OpenForPeer(server, o.addressLength, &local, &localLength);
+  adapter.RequireInOrderDma();
+  const ND2_ADAPTER_INFO& info = adapter.info();
+  Endpoint ep(adapter, o, std::min(info.MaxCompletionQueueDepth, info.MaxInitiatorQueueDepth));
+  ep.PostReceive();  // the server's record
+
+  NdRef<IND2Connector> connector = Connect(adapter, ep.qp.get(), reinterpret_cast<sockaddr*>(&local),
+                                           localLength, server, o.addressLength, 0, 0);
+  CompleteConnect(connector.get());
+  ep.BindAndSendRecord();  // the client goes first: the server may only send after a receive
+  ep.Reap(1, 1, 0, 0, "Exchanging records");
+  ep.TakePeerRecord();
+
+  for (int i = 0; i < kWarmupIterations; ++i) Ping(ep, kWarmupSize, kWarmupMarks);
+
+  PrintTableHeader();
+  for (const Round& round : rounds) {
+    RoundTimer timer;
+    timer.Start();
+    for (std::uint64_t i = 0; i < round.iterations; ++i) Ping(ep, round.size, kTestMarks);
+    timer.Stop();
+    PrintTableRow(round.size, round.iterations, timer.elapsedUs / double(round.iterations),
+                  timer.cpuPercent,
+                  double(round.size) * double(round.iterations) / (timer.elapsedUs / 1e6));
+  }
+
+  // Zero-byte terminate. Its completion may also be a flush if the server tears down first.
+  ND_CHECK(ep.qp->Send(kSendContext, nullptr, 0, 0), "IND2QueuePair::Send");
+  ND2_RESULT r = ep.cq.Next("Sending the terminate");
+  if (r.RequestType != Nd2RequestTypeSend || (r.Status != ND_SUCCESS && r.Status != ND_CANCELED))
+    FailCompletion("Terminate", r, __LINE__);
+  ep.Disconnect(connector.get());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  Options options = ParseOptions(argc, argv, kSpec);
+  std::vector<Round> rounds = TestSchedule(kMaxIterations);
+  PrintBegin(kSpec.name);
+  int rc = options.server ? RunServer(options, rounds) : RunClient(options, rounds);
+  PrintEnd(kSpec.name);
+  return rc;
+}
