@@ -84,6 +84,7 @@ constexpr std::chrono::milliseconds kPollIdle{1};       // no poll for this long
 
 void Stream::PollProgress() {
   uint32_t polls = polls_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (tx_stalled_.load(std::memory_order_relaxed)) Kick();  // the socket had no room: try again
   DriveReceive();
   if (polls == kSpinningPolls) WatchReceive(false);
 }
@@ -98,7 +99,7 @@ void Stream::WatchReceive(bool on) {
     std::lock_guard<std::mutex> lock(watch_mutex_);
     if (shut_ || rx_watched_ == on) return;
     rx_watched_ = on;
-    Engine::Get().Modify(fd_, on ? kWatched : (EPOLLOUT | EPOLLET));
+    Engine::Get().Modify(fd_, on ? kWatched : EPOLLET);  // the poller drives both directions
     if (!on) {
       watch_self_ = shared_from_this();
       Engine::Get().Arm(&watch_timer_, kPollIdle);
@@ -236,7 +237,8 @@ bool Stream::FlushBatch() {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) broken_ = true;
-      return false;  // EPOLLOUT (edge) kicks us again when there is room
+      tx_stalled_.store(true, std::memory_order_relaxed);
+      return false;  // EPOLLOUT (edge), or a poller, kicks us again when there is room
     }
     while (n > 0) {
       iovec& v = batch_.iov[batch_.iov_done];
@@ -249,6 +251,7 @@ bool Stream::FlushBatch() {
     while (batch_.iov_done < batch_.iov_count && batch_.iov[batch_.iov_done].iov_len == 0)
       batch_.iov_done++;
   }
+  tx_stalled_.store(false, std::memory_order_relaxed);
   // Sends and Writes complete once their last byte is in the stream (as on an RNIC).
   for (int i = 0; i < batch_.finished_count; ++i) qp_->FinishSend(batch_.finished[i], WcStatus::Success);
   batch_.finished_count = 0;

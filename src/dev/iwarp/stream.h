@@ -144,6 +144,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   std::mutex reads_mutex_;          // reads_outstanding_: transmit adds, receive retires
   bool close_send_ = false, send_closed_ = false;
   std::atomic<bool> broken_{false};
+  std::atomic<bool> tx_stalled_{false};  // the last sendmsg found the socket full
 
   // ---- receive (rx_mutex_) ----
   std::mutex rx_mutex_;
@@ -166,9 +167,10 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   OutstandingRead rx_read_{};  // the Read whose response is arriving
   bool peer_closed_ = false;
 
-  // While a poller spins on an empty CQ it drives receive itself, and the engine stops watching
-  // the socket for input: a wake-up per message on a busy core costs more than the message. A
-  // timer gives the socket back to the engine when the polling stops, and so does a Notify.
+  // While a poller spins on an empty CQ it drives the socket itself (receive, and transmit when
+  // the socket was full), and the engine stops watching it: a wake-up per message on a busy core
+  // costs more than the message. A timer gives the socket back to the engine when the polling
+  // stops, and so does a Notify.
   std::mutex watch_mutex_;
   bool rx_watched_ = true;
   std::atomic<uint32_t> polls_{0};
