@@ -97,13 +97,15 @@ Endpoint::Endpoint() {
     auto endpoint = std::move(work->endpoint);
     auto qp = std::move(work->qp);
     // The RTR arrived: the QP may send now. Done here, not on the engine that saw the RTR.
-    int32_t status = qp->Modify(QpState::Rts);
+    // The connection is established: if the peer already closed it (the QP went to Error
+    // first), Accept still succeeded, and the close is reported after it.
+    qp->Modify(QpState::Rts);
     AsyncOp* op;
     {
       std::lock_guard<std::mutex> lock(endpoint->mutex_);
       op = std::exchange(endpoint->accept_op_, nullptr);
     }
-    if (op) op->Complete(status == WV_SUCCESS ? WV_SUCCESS : WV_CONNECTION_ABORTED);
+    if (op) op->Complete(WV_SUCCESS);
   };
 }
 
@@ -221,6 +223,7 @@ int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {
   if (length < need) return WV_INVALID_PARAMETER;
   memcpy(&local_, address, need);
   local_len_ = need;
+  ephemeral_ = PortOf(local_) == 0;
   int32_t status = OpenSocket(address->sa_family);
   if (status != WV_SUCCESS) return status;
   bound_ = true;
@@ -370,7 +373,7 @@ bool Endpoint::ReadMpaFrame(MpaKind kind) {
 StreamParams Endpoint::MakeStreamParams(bool passive) const {
   StreamParams params;
   params.crc = Config().mpa_crc || peer_crc_;
-  params.confirm_writes = Config().confirm_writes;
+  params.confirm_placement = Config().confirm_placement;
   params.ird = local_params_.ird;
   params.ord = std::min(local_params_.ord, peer_params_.ird);
   params.max_ulpdu = Config().mpa_max_ulpdu;
@@ -395,7 +398,10 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
       local_ = {};
       local_.ss_family = peer->sa_family;
       local_len_ = need;
+      ephemeral_ = true;
     }
+    // A retry picks a fresh ephemeral port: the last attempt's address pair may linger in TCP.
+    if (ephemeral_) SetPort(local_, 0);
     int32_t status = OpenSocket(peer->sa_family);
     if (status != WV_SUCCESS) return status;
     bound_ = true;
@@ -404,9 +410,10 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   if (connect(fd_, peer, need) != 0 && errno != EINPROGRESS) {
     int error = errno;
     CloseSocket();
-    return error == ENETUNREACH ? WV_NETWORK_UNREACHABLE
-           : error == ECONNREFUSED ? WV_CONNECTION_REFUSED
-                                   : WV_HOST_UNREACHABLE;
+    return error == ENETUNREACH     ? WV_NETWORK_UNREACHABLE
+           : error == ECONNREFUSED  ? WV_CONNECTION_REFUSED
+           : error == EADDRNOTAVAIL ? WV_ADDRESS_ALREADY_EXISTS  // this address pair is in use
+                                    : WV_HOST_UNREACHABLE;
   }
   qp_ = std::move(qp);
   connect_op_ = op;

@@ -92,6 +92,7 @@ class Endpoint final : public ConnectEndpoint,
   sockaddr_storage local_{}, peer_{};
   socklen_t local_len_ = 0, peer_len_ = 0;
   bool bound_ = false;
+  bool ephemeral_ = false;  // the port is ours to choose (bound to 0, or not bound)
   ConnectParams local_params_, peer_params_;
   bool peer_crc_ = false;
   std::shared_ptr<QueuePair> qp_;      // between Connect/Accept and the stream taking it

@@ -315,34 +315,36 @@ bool Stream::AddProbe(size_t reads) {
   return true;
 }
 
-void Stream::ConfirmWrites(uint64_t below) {
+void Stream::ConfirmPlaced(uint64_t below) {
   for (;;) {
     uint64_t position;
     {
       std::lock_guard<std::mutex> lock(reads_mutex_);
-      if (writes_unconfirmed_.empty() || writes_unconfirmed_.front() >= below) return;
-      position = writes_unconfirmed_.front();
-      writes_unconfirmed_.pop_front();
+      if (unconfirmed_.empty() || unconfirmed_.front().position >= below) return;
+      position = unconfirmed_.front().position;
+      unconfirmed_.pop_front();
     }
     qp_->FinishSend(position, WcStatus::Success);
   }
 }
 
-// The peer refused a Write: the one whose STag and offset the Terminate names fails, the Writes
-// before it were placed.
-void Stream::FailWrite(const TerminateMsg& term, WcStatus status) {
+// The peer refused a message: the Send (by its MSN) or Write (by STag and offset) the Terminate
+// names fails; the messages before it were placed.
+void Stream::FailUnconfirmed(const TerminateMsg& term, WcStatus status) {
   DdpHeader offending;
   bool named = !term.ddp_header.empty() && DecodeDdpHeader(term.ddp_header, offending,
                                                            ReservedBits::Ignore) == DdpError::Ok;
   std::lock_guard<std::mutex> lock(reads_mutex_);
-  while (!writes_unconfirmed_.empty()) {
-    uint64_t position = writes_unconfirmed_.front();
-    writes_unconfirmed_.pop_front();
-    const SendWqe& write = qp_->send_at(position);
-    bool culprit = !named || (offending.tagged() && offending.stag == write.rkey &&
-                              offending.to >= write.remote_addr &&
-                              offending.to - write.remote_addr <= write.length);
-    qp_->FinishSend(position, culprit ? status : WcStatus::Success);
+  while (!unconfirmed_.empty()) {
+    Unconfirmed entry = unconfirmed_.front();
+    unconfirmed_.pop_front();
+    const SendWqe& wqe = qp_->send_at(entry.position);
+    bool culprit = !named;
+    if (named && offending.tagged() && wqe.opcode == WrOpcode::Write)
+      culprit = offending.stag == wqe.rkey && offending.to >= wqe.remote_addr &&
+                offending.to - wqe.remote_addr <= wqe.length;
+    if (named && !offending.tagged() && wqe.opcode == WrOpcode::Send) culprit = offending.msn == entry.msn;
+    qp_->FinishSend(entry.position, culprit ? status : WcStatus::Success);
     if (culprit) return;
   }
   qp_->FailOldest(status);
@@ -400,7 +402,7 @@ bool Stream::FillBatch() {
       break;
     }
     SendWqe& wqe = qp_->send_at(next_tx_);
-    if (probe_due_ && wqe.opcode != WrOpcode::Write) {
+    if (probe_due_ && wqe.opcode != WrOpcode::Write && wqe.opcode != WrOpcode::Send) {
       if (!AddProbe(ReadsOutstanding())) break;
       continue;
     }
@@ -440,14 +442,14 @@ bool Stream::FillBatch() {
       break;
     wqe.sent += chunk;
     if (last) {
-      if (is_send) send_msn_++;
-      if (!is_send && params_.confirm_writes) {
+      if (params_.confirm_placement) {
         std::lock_guard<std::mutex> lock(reads_mutex_);
-        writes_unconfirmed_.push_back(next_tx_++);
+        unconfirmed_.push_back({next_tx_++, is_send ? send_msn_ : 0});
         probe_due_ = true;
       } else {
         batch_.finished[batch_.finished_count++] = next_tx_++;
       }
+      if (is_send) send_msn_++;
     }
   }
   return batch_.iov_count > 0;
@@ -729,7 +731,7 @@ bool Stream::FinishSegment() {
           std::lock_guard<std::mutex> lock(reads_mutex_);
           reads_outstanding_.pop_front();
         }
-        if (rx_read_.probe) ConfirmWrites(rx_read_.position);
+        if (rx_read_.probe) ConfirmPlaced(rx_read_.position);
         else qp_->FinishSend(rx_read_.position, WcStatus::Success);
         Kick();  // a Read slot is free
       }
@@ -773,7 +775,7 @@ bool Stream::FinishSegment() {
           }
       }
       if (read_refused && read) qp_->FinishSend(*read, status);
-      else FailWrite(term, status);
+      else FailUnconfirmed(term, status);
       Broken();
       return false;
     }

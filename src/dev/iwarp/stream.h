@@ -30,7 +30,7 @@ struct StreamParams {
   uint32_t ord = 1;          // Read Requests we keep outstanding
   uint32_t max_ulpdu = 16384;
   bool expect_rtr = false;   // passive side: the first FPDU must be the zero-length Write RTR
-  bool confirm_writes = true;  // Writes complete when a zero-length Read (a probe) confirms them
+  bool confirm_placement = true;  // Sends and Writes complete when a zero-length Read (a probe) confirms them
 };
 
 // What the connection manager learns from the stream.
@@ -121,19 +121,23 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   uint64_t next_tx_ = 0;            // next send queue position to start
   uint32_t send_msn_ = 1, read_msn_ = 1;
   // Reads awaiting their response, in order: a request's send queue position, or for a probe
-  // (the zero-length Read that confirms Writes) the position up to which it confirms.
+  // (the zero-length Read that confirms Sends and Writes) the position up to which it confirms.
   struct OutstandingRead {
     uint64_t position;
     bool probe;
   };
   std::deque<OutstandingRead> reads_outstanding_;
-  std::deque<uint64_t> writes_unconfirmed_;  // Writes sent, not yet confirmed
+  struct Unconfirmed {
+    uint64_t position;
+    uint32_t msn;  // Sends: the message's MSN
+  };
+  std::deque<Unconfirmed> unconfirmed_;  // Sends and Writes sent, not yet confirmed
   bool probe_due_ = false;
   uint32_t probe_seq_ = 0;
   bool AddProbe(size_t reads);
   size_t ReadsOutstanding();
-  void ConfirmWrites(uint64_t below);
-  void FailWrite(const wire::TerminateMsg& term, WcStatus status);
+  void ConfirmPlaced(uint64_t below);
+  void FailUnconfirmed(const wire::TerminateMsg& term, WcStatus status);
   std::mutex responses_mutex_;              // receive path adds, transmit path takes
   std::deque<ReadResponse> responses_;
   uint8_t terminate_[wire::kTerminateMaxLen];

@@ -1,0 +1,353 @@
+// Connection establishment between two processes: private data and read limits both ways, the
+// getters' size protocols, local and peer addresses, and the three ways to be refused (passive
+// Reject, no listener, active Reject or release before CompleteConnect).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+namespace ndit {
+namespace {
+
+constexpr uint64_t kClientDataSeed = 101;
+constexpr uint64_t kServerDataSeed = 202;
+constexpr uint64_t kRejectDataSeed = 404;
+
+std::string Num(uint64_t value) { return std::to_string(value); }
+
+// GetPrivateData as the SPI describes it: the (NULL, &0) probe, a short buffer that still gets
+// the first bytes, and an exact copy into a larger buffer (whose tail stays untouched).
+void CheckPrivateData(IND2Connector* connector, ULONG length, uint64_t seed, const char* side) {
+  std::string what = std::string(side) + " GetPrivateData";
+  ULONG size = 0;
+  HRESULT hr = connector->GetPrivateData(nullptr, &size);
+  IT_CHECK_HR(length == 0 ? ND_SUCCESS : ND_BUFFER_OVERFLOW, hr);
+  IT_CHECK_EQ(length, size);
+  if (length > 1) {
+    std::vector<uint8_t> partial(length, 0xEE);
+    ULONG half = length / 2;
+    size = half;
+    IT_CHECK_HR(ND_BUFFER_OVERFLOW, connector->GetPrivateData(partial.data(), &size));
+    IT_CHECK_EQ(length, size);
+    CheckPattern(partial.data(), half, seed, (what + " (short buffer)").c_str());
+    CheckFilled(partial.data() + half, length - half, 0xEE, (what + " (short buffer tail)").c_str());
+  }
+  std::vector<uint8_t> full(length + 8, 0xEE);
+  size = ULONG(full.size());
+  IT_OK(connector->GetPrivateData(full.data(), &size));
+  IT_CHECK_EQ(length, size);
+  CheckPattern(full.data(), length, seed, what.c_str());
+  CheckFilled(full.data() + length, 8, 0xEE, (what + " (beyond the data)").c_str());
+}
+
+void CheckReadLimits(IND2Connector* connector, ULONG inbound, ULONG outbound) {
+  ULONG in = 0xDEAD, out = 0xDEAD;
+  IT_OK(connector->GetReadLimits(&in, &out));
+  IT_CHECK_EQ(inbound, in);
+  IT_CHECK_EQ(outbound, out);
+  // Either pointer is optional.
+  in = 0xDEAD;
+  IT_OK(connector->GetReadLimits(&in, nullptr));
+  IT_CHECK_EQ(inbound, in);
+  out = 0xDEAD;
+  IT_OK(connector->GetReadLimits(nullptr, &out));
+  IT_CHECK_EQ(outbound, out);
+}
+
+enum class Which { Local, Peer };
+
+// GetLocalAddress / GetPeerAddress with the size probe: ND_BUFFER_OVERFLOW and the size, then the
+// address, which is on 127.0.0.1.
+sockaddr_in Address(IND2Connector* connector, Which which) {
+  auto get = [&](sockaddr* address, ULONG* size) {
+    return which == Which::Local ? connector->GetLocalAddress(address, size)
+                                 : connector->GetPeerAddress(address, size);
+  };
+  ULONG size = 0;
+  IT_CHECK_HR(ND_BUFFER_OVERFLOW, get(nullptr, &size));
+  IT_CHECK_EQ(ULONG(sizeof(sockaddr_in)), size);
+  sockaddr_in address{};
+  size = sizeof address;
+  IT_OK(get(reinterpret_cast<sockaddr*>(&address), &size));
+  IT_CHECK_EQ(ULONG(sizeof(sockaddr_in)), size);
+  IT_CHECK_EQ(AF_INET, int(address.sin_family));
+  IT_CHECK_EQ(htonl(INADDR_LOOPBACK), address.sin_addr.s_addr);
+  IT_CHECK(PortOf(address) != 0);
+  return address;
+}
+
+// ---- 1. private data, read limits and addresses -------------------------------------------------
+
+// The passive side: checks what the client asked for, then accepts with its own limits and data.
+IT_PEER(connect_server) {
+  Adapter adapter;
+  Endpoint server(adapter, Ctx(0x5E));
+  uint16_t port = StartListening(adapter, server.listener);
+  parent.SendValue("port", port);
+  Ref<IND2Connector> connector = GetConnectionRequest(adapter, server.listener.get());
+
+  CheckPrivateData(connector.get(), ULONG(args.GetNumber("client_data")), kClientDataSeed,
+                   "server");
+  CheckReadLimits(connector.get(), ULONG(args.GetNumber("server_sees_in")),
+                  ULONG(args.GetNumber("server_sees_out")));
+  // The peer's address is known as soon as the request is (ndmpic relies on it).
+  sockaddr_in peerBefore = Address(connector.get(), Which::Peer);
+
+  ULONG dataLength = ULONG(args.GetNumber("server_data"));
+  std::vector<uint8_t> data(adapter.info().MaxCalleeData + 1);
+  FillPattern(data.data(), data.size(), kServerDataSeed);
+  ULONG ird = ULONG(args.GetNumber("server_ird")), ord = ULONG(args.GetNumber("server_ord"));
+  if (args.Get("oversized_accept_first") == "1") {
+    // Too much private data is refused and leaves the connector ready for a proper Accept.
+    Ov ov;
+    HRESULT hr = connector->Accept(server.qp.get(), ird, ord, data.data(),
+                                   adapter.info().MaxCalleeData + 1, ov.Prepare(connector.get()));
+    IT_CHECK_HR(ND_INVALID_BUFFER_SIZE, ov.Finish(hr, "oversized Accept"));
+  }
+  IT_OK(Accept(connector.get(), server.qp.get(), ird, ord, data.data(), dataLength));
+
+  sockaddr_in local = Address(connector.get(), Which::Local);
+  sockaddr_in peer = Address(connector.get(), Which::Peer);
+  IT_CHECK_EQ(port, PortOf(local));
+  IT_CHECK_EQ(PortOf(peerBefore), PortOf(peer));
+  parent.SendValue("server_local_port", PortOf(local));
+  parent.SendValue("server_peer_port", PortOf(peer));
+
+  // The client disconnects first; ours must still succeed, with the peer gone.
+  parent.Expect("client disconnected");
+  IT_OK(Disconnect(connector.get()));
+}
+
+struct LimitsCase {
+  ULONG clientIrd, clientOrd, clientData;
+  ULONG serverIrd, serverOrd, serverData;
+  bool oversizedFirst;
+};
+
+void ConnectScenario(Adapter& adapter, Channel& peer, const LimitsCase& c) {
+  Endpoint client(adapter, Ctx(0xC1));
+  uint16_t port = uint16_t(peer.ReceiveValue("port"));
+  client.connector = adapter.CreateConnector();
+  IND2Connector* connector = client.connector.get();
+  sockaddr_in local = Loopback(0);
+  IT_OK(connector->Bind(reinterpret_cast<sockaddr*>(&local), sizeof local));
+  sockaddr_in server = Loopback(port);
+  std::vector<uint8_t> data(adapter.info().MaxCallerData + 1);
+  FillPattern(data.data(), data.size(), kClientDataSeed);
+
+  if (c.oversizedFirst) {
+    // More than MaxCallerData: refused, and the connector stays usable (nd2-spi.md §14.1).
+    Ov ov;
+    HRESULT hr = connector->Connect(client.qp.get(), reinterpret_cast<sockaddr*>(&server),
+                                    sizeof server, c.clientIrd, c.clientOrd, data.data(),
+                                    adapter.info().MaxCallerData + 1, ov.Prepare(connector));
+    IT_CHECK_HR(ND_INVALID_BUFFER_SIZE, ov.Finish(hr, "oversized Connect"));
+  }
+  Ov ov;
+  HRESULT hr = connector->Connect(client.qp.get(), reinterpret_cast<sockaddr*>(&server),
+                                  sizeof server, c.clientIrd, c.clientOrd, data.data(),
+                                  c.clientData, ov.Prepare(connector));
+  IT_OK(ov.Finish(hr, "IND2Connector::Connect"));
+
+  // What the server answered, before CompleteConnect.
+  const ND2_ADAPTER_INFO& info = adapter.info();
+  ULONG capIn = info.MaxInboundReadLimit, capOut = info.MaxOutboundReadLimit;
+  ULONG offeredIrd = std::min(c.clientIrd, capIn), offeredOrd = std::min(c.clientOrd, capOut);
+  ULONG serverIrd = std::min({c.serverIrd, capIn, offeredOrd});
+  ULONG serverOrd = std::min({c.serverOrd, capOut, offeredIrd});
+  CheckPrivateData(connector, c.serverData, kServerDataSeed, "client");
+  CheckReadLimits(connector, std::min(serverOrd, capIn), std::min(serverIrd, capOut));
+  sockaddr_in mine = Address(connector, Which::Local);
+  sockaddr_in theirs = Address(connector, Which::Peer);
+  IT_CHECK_EQ(port, PortOf(theirs));
+
+  CompleteConnect(connector);
+  IT_CHECK_EQ(uint64_t(port), peer.ReceiveValue("server_local_port"));
+  IT_CHECK_EQ(uint64_t(PortOf(mine)), peer.ReceiveValue("server_peer_port"));
+  IT_OK(Disconnect(connector));
+  peer.Send("client disconnected");
+}
+
+void RunLimitsCase(const LimitsCase& c) {
+  Adapter adapter;  // the peer's adapter has the same limits: one device per host
+  const ND2_ADAPTER_INFO& info = adapter.info();
+  ULONG capIn = info.MaxInboundReadLimit, capOut = info.MaxOutboundReadLimit;
+  // The server sees the client's limits clamped by both adapters.
+  std::map<std::string, std::string> args = {
+      {"client_data", Num(c.clientData)},
+      {"server_sees_in", Num(std::min({c.clientOrd, capOut, capIn}))},
+      {"server_sees_out", Num(std::min({c.clientIrd, capIn, capOut}))},
+      {"server_ird", Num(c.serverIrd)},
+      {"server_ord", Num(c.serverOrd)},
+      {"server_data", Num(c.serverData)},
+      {"oversized_accept_first", c.oversizedFirst ? "1" : "0"},
+  };
+  RunWithPeer("connect_server", args, [&](Channel& peer) { ConnectScenario(adapter, peer, c); });
+}
+
+TEST(IntegrationConnect, PrivateDataAndReadLimitsBothWays) {
+  Adapter probe;
+  // The whole of MaxCallerData one way, an odd size the other; limits within the caps.
+  RunLimitsCase({3, 5, probe.info().MaxCallerData, 4, 2, 17, true});
+}
+
+TEST(IntegrationConnect, ReadLimitsAreClampedAndEmptyPrivateData) {
+  // Asking for more than the adapter has gets the adapter's caps; the passive side is further
+  // held to what the active side offered.
+  RunLimitsCase({7, 0xFFFFFFFF, 0, 0xFFFFFFFF, 0xFFFFFFFF, 0, false});
+}
+
+TEST(IntegrationConnect, MaxCalleeDataAndZeroReadLimits) {
+  Adapter probe;
+  RunLimitsCase({0, 0, 1, 0, 0, probe.info().MaxCalleeData, false});
+}
+
+// ---- 2. refusals --------------------------------------------------------------------------------
+
+// Rejects the first request with private data; with then_accept=1 accepts the next one and
+// receives one message on it.
+IT_PEER(reject_server) {
+  Adapter adapter;
+  Endpoint server(adapter, Ctx(0x5E));
+  std::vector<uint8_t> inbox(256, 0xEE);
+  Mr inboxMr(adapter, inbox.data(), inbox.size(), kSinkFlags);
+  uint16_t port = StartListening(adapter, server.listener);
+  parent.SendValue("port", port);
+
+  Ref<IND2Connector> first = GetConnectionRequest(adapter, server.listener.get());
+  CheckPrivateData(first.get(), 9, kClientDataSeed, "server");
+  uint8_t data[20];
+  FillPattern(data, sizeof data, kRejectDataSeed);
+  IT_OK(first->Reject(data, sizeof data));
+
+  if (args.Get("then_accept") == "1") {
+    ND2_SGE sge = {inbox.data(), ULONG(inbox.size()), inboxMr.token()};
+    IT_OK(server.qp->Receive(Ctx(0x100), &sge, 1));
+    Ref<IND2Connector> second = GetConnectionRequest(adapter, server.listener.get());
+    CheckPrivateData(second.get(), 9, kClientDataSeed, "server (second request)");
+    IT_OK(Accept(second.get(), server.qp.get(), 1, 1));
+    ExpectCompletion(server.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x100), Ctx(0x5E), 100},
+                     "receive on the retried connection");
+    CheckPattern(inbox.data(), 100, 7, "message on the retried connection");
+    CheckFilled(inbox.data() + 100, inbox.size() - 100, 0xEE, "receive buffer beyond the message");
+    parent.Expect("client disconnected");
+    IT_OK(Disconnect(second.get()));
+  } else {
+    parent.Expect("done");
+  }
+}
+
+TEST(IntegrationReject, PassiveRejectRefusesConnectWithPrivateData) {
+  RunWithPeer("reject_server", [](Channel& peer) {
+    Adapter adapter;
+    Endpoint client(adapter, Ctx(0xC1));
+    uint16_t port = uint16_t(peer.ReceiveValue("port"));
+    client.connector = adapter.CreateConnector();
+    uint8_t data[9];
+    FillPattern(data, sizeof data, kClientDataSeed);
+    IT_CHECK_HR(ND_CONNECTION_REFUSED,
+                Connect(client.connector.get(), client.qp.get(), port, 1, 1, data, sizeof data));
+    CheckPrivateData(client.connector.get(), 20, kRejectDataSeed, "client (reject data)");
+    peer.Send("done");
+  });
+}
+
+TEST(IntegrationReject, ConnectCanBeRetriedAfterReject) {
+  RunWithPeer("reject_server", {{"then_accept", "1"}}, [](Channel& peer) {
+    Adapter adapter;
+    Endpoint client(adapter, Ctx(0xC1));
+    std::vector<uint8_t> message(100);
+    FillPattern(message.data(), message.size(), 7);
+    Mr messageMr(adapter, message.data(), message.size(), kSourceFlags);
+    uint16_t port = uint16_t(peer.ReceiveValue("port"));
+    client.connector = adapter.CreateConnector();
+    IND2Connector* connector = client.connector.get();
+    uint8_t data[9];
+    FillPattern(data, sizeof data, kClientDataSeed);
+    IT_CHECK_HR(ND_CONNECTION_REFUSED,
+                Connect(connector, client.qp.get(), port, 1, 1, data, sizeof data));
+    // Retry on the same connector and QP (REFUSED allows it; the QP is left as it was).
+    sockaddr_in server = Loopback(port);
+    Ov ov;
+    HRESULT hr = connector->Connect(client.qp.get(), reinterpret_cast<sockaddr*>(&server),
+                                    sizeof server, 1, 1, data, sizeof data, ov.Prepare(connector));
+    IT_OK(ov.Finish(hr, "second Connect"));
+    CompleteConnect(connector);
+    ND2_SGE sge = {message.data(), ULONG(message.size()), messageMr.token()};
+    IT_OK(client.qp->Send(Ctx(0x200), &sge, 1, 0));
+    ExpectCompletion(client.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x200), Ctx(0xC1)},
+                     "send on the retried connection");
+    IT_OK(Disconnect(connector));
+    peer.Send("client disconnected");
+  });
+}
+
+TEST(IntegrationReject, ConnectToPortWithoutListenerIsRefused) {
+  RunLocal([] {
+    // A port that is certainly not listening: bound by us, without listen().
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    IT_CHECK(fd >= 0);
+    sockaddr_in address = Loopback(0);
+    IT_CHECK(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    socklen_t length = sizeof address;
+    IT_CHECK(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+    struct Closer {
+      int fd;
+      ~Closer() { close(fd); }
+    } closer{fd};
+
+    Adapter adapter;
+    Endpoint client(adapter, Ctx(0xC1));
+    client.connector = adapter.CreateConnector();
+    IT_CHECK_HR(ND_CONNECTION_REFUSED,
+                Connect(client.connector.get(), client.qp.get(), PortOf(address), 1, 1));
+  });
+}
+
+// Accepts two requests; each time the active side gives up before CompleteConnect, so Accept
+// completes ND_CONNECTION_REFUSED.
+IT_PEER(accept_refused_server) {
+  Adapter adapter;
+  Ref<IND2Listener> listener;
+  uint16_t port = StartListening(adapter, listener);
+  parent.SendValue("port", port);
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    Endpoint server(adapter, Ctx(0x5E));
+    Ref<IND2Connector> connector = GetConnectionRequest(adapter, listener.get());
+    IT_CHECK_HR(ND_CONNECTION_REFUSED, Accept(connector.get(), server.qp.get(), 1, 1));
+    parent.Send("attempt " + std::to_string(attempt) + " refused");
+  }
+}
+
+TEST(IntegrationReject, ActiveRejectOrReleaseRefusesAccept) {
+  RunWithPeer("accept_refused_server", [](Channel& peer) {
+    Adapter adapter;
+    uint16_t port = uint16_t(peer.ReceiveValue("port"));
+    {
+      // 1: Connect completes, then the active side Rejects instead of CompleteConnect.
+      Endpoint client(adapter, Ctx(0xC1));
+      client.connector = adapter.CreateConnector();
+      IT_OK(Connect(client.connector.get(), client.qp.get(), port, 1, 1));
+      IT_OK(client.connector->Reject(nullptr, 0));
+      peer.Expect("attempt 1 refused");
+    }
+    {
+      // 2: Connect completes, then the connector is released without CompleteConnect.
+      Endpoint client(adapter, Ctx(0xC1));
+      client.connector = adapter.CreateConnector();
+      IT_OK(Connect(client.connector.get(), client.qp.get(), port, 1, 1));
+      IT_CHECK_EQ(0u, client.connector.Reset());
+      peer.Expect("attempt 2 refused");
+    }
+  });
+}
+
+}  // namespace
+}  // namespace ndit
