@@ -123,6 +123,10 @@ bool ProtectionDomain::InvalidateWindow(MemoryWindow* mw) {
 
 KeyCheck ProtectionDomain::CheckLocal(uint32_t lkey, uint64_t addr, uint64_t length, bool write) const {
   std::shared_lock lock(mutex_);
+  return CheckLocalLocked(lkey, addr, length, write);
+}
+
+KeyCheck ProtectionDomain::CheckLocalLocked(uint32_t lkey, uint64_t addr, uint64_t length, bool write) const {
   const Slot* s = Lookup(lkey, Slot::Region);
   if (!s) return KeyCheck::InvalidKey;
   if (!Contains(s->addr, s->length, addr, length)) return KeyCheck::OutOfBounds;

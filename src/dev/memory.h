@@ -55,6 +55,7 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
   // Local access by an SGE: the L_Key must name a region that contains the range (and grants
   // local write when `write`).
   KeyCheck CheckLocal(uint32_t lkey, uint64_t addr, uint64_t length, bool write) const;
+  KeyCheck CheckLocalLocked(uint32_t lkey, uint64_t addr, uint64_t length, bool write) const;
   // Remote access by a peer through an R_Key (region or window bound to qpn).
   KeyCheck CheckRemote(uint32_t rkey, uint32_t qpn, uint64_t addr, uint64_t length, uint32_t access) const;
 

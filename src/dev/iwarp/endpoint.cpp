@@ -259,6 +259,11 @@ void Endpoint::OnListenReady() {
     socklen_t len = sizeof peer;
     int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
+    // Handshakes that failed or timed out are over: they do not hold a backlog slot.
+    std::erase_if(handshaking_, [](const std::shared_ptr<Endpoint>& child) {
+      std::lock_guard<std::mutex> lock(child->mutex_);
+      return child->state_ == State::Closed;
+    });
     if (handshaking_.size() + ready_.size() >= size_t(backlog_)) {
       close(fd);  // backlog full: the peer's Connect is refused
       continue;

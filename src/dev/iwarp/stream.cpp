@@ -619,7 +619,11 @@ bool Stream::StartSegment() {
     return false;
   }
   if (!have_recv_) {
-    if (hdr_.mo != 0 || !qp_->TakeReceive(&recv_)) {
+    if (hdr_.mo != 0) {
+      Fail(MakeTerm(DdpUntaggedCode::InvalidMo), WcStatus::Flushed);
+      return false;
+    }
+    if (!qp_->TakeReceive(&recv_)) {
       Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
       return false;
     }
@@ -653,7 +657,22 @@ std::pair<uint8_t*, uint64_t> Stream::Target(uint32_t offset) {
 }
 
 bool Stream::LockTarget(std::shared_lock<std::shared_mutex>& placement) {
-  if (hdr_.opcode != RdmapOpcode::RdmaWrite || payload_len_ == 0) return true;  // zero length: no key (IB C9-88)
+  if (payload_len_ == 0) return true;  // zero length: no key (IB C9-88)
+  if (IsSend(hdr_.opcode)) {
+    // A receive's buffers are granted by their L_Keys: checked under the lock, like a Write's
+    // target, so a bad SGE or a region deregistered since the post is never written.
+    placement = std::shared_lock(qp_->pd().placement_lock());
+    for (uint32_t i = 0; i < recv_.num_sge; ++i)
+      if (recv_.sge[i].length &&
+          qp_->pd().CheckLocalLocked(recv_.sge[i].lkey, recv_.sge[i].addr, recv_.sge[i].length, true) !=
+              KeyCheck::Ok) {
+        placement.unlock();
+        Fail(kTermRdmapCatastrophic, WcStatus::LocalProtection);
+        return false;
+      }
+    return true;
+  }
+  if (hdr_.opcode != RdmapOpcode::RdmaWrite) return true;
   // Re-checked under the lock: the region cannot be deregistered while bytes land in it.
   placement = std::shared_lock(qp_->pd().placement_lock());
   if (qp_->pd().CheckRemoteLocked(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite) == KeyCheck::Ok)

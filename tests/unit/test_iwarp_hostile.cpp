@@ -1,0 +1,1294 @@
+// A hostile iWARP peer against the device: a raw TCP socket, written here with the wire codecs,
+// that completes (or fails to complete) the MPA rev 2 exchange and then sends malformed or
+// forbidden FPDUs to a passive ndwv QP.
+//
+// The requirement under test: a malformed or hostile byte stream ends only that connection, with
+// a Terminate (RFC 5040/5041/5044 codes), flushes its QP (every posted request completes exactly
+// once), and touches no memory that was not granted. So every test checks:
+//   * what the raw peer receives: the Terminate with its layer/type/code (and the offending
+//     headers it names), nothing else of interest (no Read Response), then the end of the stream;
+//   * the ndwv QP: to Error, each posted receive (and send) completed exactly once, Flushed;
+//   * memory: every buffer (regions, their guard bytes, the receive buffers) byte-for-byte
+//     unchanged, except where the peer was allowed to write.
+//
+// Every wait is bounded (kBound); the tests assert statuses, counts and bytes, never timing.
+// Only 127.0.0.1 is used.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <ndwv/wvstatus.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/settings.h"
+#include "dev/cq.h"
+#include "dev/device.h"
+#include "dev/endpoint.h"
+#include "dev/memory.h"
+#include "dev/qp.h"
+#include "wire/bytes.h"
+#include "wire/ddp.h"
+#include "wire/mpa.h"
+
+namespace ndwv::dev {
+namespace {
+
+using namespace std::chrono_literals;
+namespace w = ndwv::wire;
+using w::DdpHeader;
+using w::RdmapOpcode;
+using w::TermCode;
+
+// The bound on every wait.
+using Clock = std::chrono::steady_clock;
+constexpr auto kBound = 5s;
+Clock::time_point Deadline() { return Clock::now() + kBound; }
+int RemainingMs(Clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return ms < 0 ? 0 : int(ms);
+}
+
+sockaddr_in Loopback(uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
+// ---- an asynchronous request's record ---------------------------------------------------------
+
+class Op final : public AsyncOp {
+ public:
+  void Complete(int32_t status) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    statuses_.push_back(status);
+    cv_.notify_all();
+  }
+  // The first status, waiting at most kBound; nullopt if the request did not complete.
+  std::optional<int32_t> Wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_until(lock, Deadline(), [&] { return !statuses_.empty(); })) return std::nullopt;
+    return statuses_.front();
+  }
+  size_t count() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return statuses_.size();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<int32_t> statuses_;
+};
+
+// ---- the raw peer -----------------------------------------------------------------------------
+
+enum class End { Eof, Reset, Timeout };
+const char* ToString(End e) { return e == End::Eof ? "EOF" : e == End::Reset ? "reset" : "timeout"; }
+
+class RawPeer {
+ public:
+  RawPeer() = default;
+  RawPeer(const RawPeer&) = delete;
+  RawPeer& operator=(const RawPeer&) = delete;
+  ~RawPeer() { Close(); }
+
+  bool crc = true;  // what the MPA exchange negotiated
+
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int fd() const { return fd_; }
+
+  void Connect(uint16_t port) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd_, 0) << strerror(errno);
+    int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sockaddr_in to = Loopback(port);
+    ASSERT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to), 0) << strerror(errno);
+    ASSERT_EQ(fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK), 0);
+  }
+
+  uint16_t LocalPort() const {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    return ntohs(a.sin_port);
+  }
+
+  void Send(std::span<const uint8_t> bytes) {
+    auto deadline = Deadline();
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n > 0) {
+        done += size_t(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      ASSERT_TRUE(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) << "send: " << strerror(errno);
+      pollfd p{fd_, POLLOUT, 0};
+      ASSERT_GT(poll(&p, 1, RemainingMs(deadline)), 0) << "send did not finish in time";
+    }
+  }
+
+  void HalfClose() { shutdown(fd_, SHUT_WR); }
+
+  // Exactly n bytes, or a test failure.
+  void ReadExact(uint8_t* out, size_t n) {
+    auto deadline = Deadline();
+    size_t done = 0;
+    while (done < n) {
+      ssize_t got = recv(fd_, out + done, n - done, 0);
+      if (got > 0) {
+        done += size_t(got);
+        continue;
+      }
+      ASSERT_NE(got, 0) << "the stream ended after " << done << " of " << n << " bytes";
+      if (errno == EINTR) continue;
+      ASSERT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << "recv: " << strerror(errno);
+      pollfd p{fd_, POLLIN, 0};
+      ASSERT_GT(poll(&p, 1, RemainingMs(deadline)), 0)
+          << "only " << done << " of " << n << " bytes arrived in time";
+    }
+  }
+
+  // Everything until the peer's end of stream (or a reset, or the bound).
+  End ReadToEnd(std::vector<uint8_t>& out) {
+    auto deadline = Deadline();
+    uint8_t chunk[4096];
+    for (;;) {
+      ssize_t got = recv(fd_, chunk, sizeof chunk, 0);
+      if (got > 0) {
+        out.insert(out.end(), chunk, chunk + got);
+        continue;
+      }
+      if (got == 0) return End::Eof;
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return End::Reset;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, RemainingMs(deadline)) <= 0) return End::Timeout;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// ---- frames the raw peer builds ---------------------------------------------------------------
+
+std::vector<uint8_t> Encode(const w::MpaFrame& frame) {
+  std::vector<uint8_t> out(w::MpaFrameLength(frame));
+  EXPECT_EQ(w::EncodeMpaFrame(frame, out), out.size());
+  return out;
+}
+
+const uint8_t kRequestData[] = {'h', 'o', 's', 't', 'i', 'l', 'e'};
+
+// A request ndwv serves: rev 2, enhanced, P2P with the zero-length Write RTR, CRC asked for.
+w::MpaFrame GoodRequest() {
+  w::MpaFrame f;
+  f.reply = false;
+  f.crc = true;
+  f.revision = w::kMpaRevision2;
+  f.enhanced = true;
+  f.p2p = true;
+  f.rtr_write = true;
+  f.ird = 4;
+  f.ord = 4;
+  f.private_data = kRequestData;
+  return f;
+}
+
+// One FPDU: the DDP/RDMAP header (plus a Read Request's 28 bytes), the payload, pad and CRC.
+std::vector<uint8_t> Fpdu(const DdpHeader& h, std::span<const uint8_t> payload, bool crc,
+                          const w::ReadRequest* read = nullptr) {
+  std::vector<uint8_t> ulpdu(h.length() + (read ? w::kReadRequestLen : 0) + payload.size());
+  size_t n = w::EncodeDdpHeader(h, ulpdu);
+  EXPECT_EQ(n, h.length());
+  if (read) n += w::EncodeReadRequest(*read, std::span(ulpdu).subspan(n));
+  if (!payload.empty()) memcpy(ulpdu.data() + n, payload.data(), payload.size());
+  std::vector<uint8_t> out(w::FpduLength(ulpdu.size()));
+  EXPECT_EQ(w::EncodeFpdu(ulpdu, crc, out), out.size());
+  return out;
+}
+
+std::vector<uint8_t> Concat(std::initializer_list<std::vector<uint8_t>> parts) {
+  std::vector<uint8_t> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = uint8_t(0xA0 ^ (seed * 29 + i * 13));
+  return v;
+}
+
+// ---- what the raw peer receives ---------------------------------------------------------------
+
+struct Segment {
+  DdpHeader hdr;
+  w::ReadRequest read;
+  w::TerminateCtrl term;
+  uint16_t term_segment_len = 0;
+  std::vector<uint8_t> term_ddp, term_rdmap, payload;
+};
+
+struct Inbound {
+  std::vector<Segment> segments;
+  End end = End::Timeout;
+  size_t leftover = 0;  // bytes after the last whole FPDU
+  std::string error;    // a decoding problem, empty if none
+  size_t Count(RdmapOpcode op) const {
+    return size_t(std::count_if(segments.begin(), segments.end(),
+                                [&](const Segment& s) { return s.hdr.opcode == op; }));
+  }
+};
+
+bool Parse(std::span<const uint8_t> ulpdu, Segment& out, std::string& error) {
+  w::DdpSegment seg;
+  w::DdpError e = w::DecodeDdpSegment(ulpdu, seg);
+  if (e != w::DdpError::Ok) {
+    error = std::string("DDP segment: ") + w::ToString(e);
+    return false;
+  }
+  out.hdr = seg.hdr;
+  out.read = seg.read;
+  out.term = seg.term.ctrl;
+  out.term_segment_len = seg.term.ddp_segment_len;
+  out.term_ddp.assign(seg.term.ddp_header.begin(), seg.term.ddp_header.end());
+  out.term_rdmap.assign(seg.term.rdmap_header.begin(), seg.term.rdmap_header.end());
+  out.payload.assign(seg.payload.begin(), seg.payload.end());
+  return true;
+}
+
+// Reads until the stream ends and decodes every FPDU in it.
+Inbound Collect(RawPeer& peer) {
+  Inbound in;
+  std::vector<uint8_t> bytes;
+  in.end = peer.ReadToEnd(bytes);
+  std::span<const uint8_t> rest(bytes);
+  while (!rest.empty()) {
+    w::FpduView view;
+    w::FpduError e = w::DecodeFpdu(rest, peer.crc, view);
+    if (e == w::FpduError::Truncated) break;
+    if (e != w::FpduError::Ok) {
+      in.error = std::string("FPDU: ") + w::ToString(e);
+      break;
+    }
+    Segment s;
+    if (!Parse(view.ulpdu, s, in.error)) break;
+    in.segments.push_back(std::move(s));
+    rest = rest.subspan(view.length);
+  }
+  in.leftover = rest.size();
+  return in;
+}
+
+// Exactly one FPDU.
+void ReadFpdu(RawPeer& peer, Segment& out) {
+  uint8_t len[2];
+  ASSERT_NO_FATAL_FAILURE(peer.ReadExact(len, 2));
+  size_t ulpdu = w::LoadBe16(len);
+  std::vector<uint8_t> fpdu(w::FpduLength(ulpdu));
+  fpdu[0] = len[0], fpdu[1] = len[1];
+  ASSERT_NO_FATAL_FAILURE(peer.ReadExact(fpdu.data() + 2, fpdu.size() - 2));
+  w::FpduView view;
+  ASSERT_EQ(w::DecodeFpdu(fpdu, peer.crc, view), w::FpduError::Ok);
+  std::string error;
+  ASSERT_TRUE(Parse(view.ulpdu, out, error)) << error;
+}
+
+std::string Name(TermCode c) {
+  char buf[96];
+  snprintf(buf, sizeof buf, "layer %u type %u code 0x%02x (%s)", unsigned(c.layer), unsigned(c.type),
+           unsigned(c.code), w::Describe(c));
+  return buf;
+}
+
+// The peer sent a Terminate with `code` as its last FPDU, nothing but `allowed_before` before it,
+// never a Read Response, and then ended the stream. Returns the Terminate.
+void ExpectTerminate(const Inbound& in, TermCode code, Segment& term, size_t allowed_before = 0) {
+  ASSERT_TRUE(in.error.empty()) << in.error;
+  EXPECT_EQ(in.leftover, 0u) << "a partial FPDU at the end";
+  EXPECT_NE(in.end, End::Timeout) << "the stream did not end within the bound";
+  EXPECT_EQ(in.Count(RdmapOpcode::ReadResponse), 0u) << "memory was sent back";
+  ASSERT_FALSE(in.segments.empty()) << "no Terminate (stream ended by " << ToString(in.end) << ")";
+  ASSERT_EQ(in.Count(RdmapOpcode::Terminate), 1u);
+  EXPECT_EQ(in.segments.size(), allowed_before + 1) << "unexpected FPDUs before the Terminate";
+  term = in.segments.back();
+  ASSERT_EQ(term.hdr.opcode, RdmapOpcode::Terminate) << "the Terminate is the stream's last FPDU";
+  EXPECT_EQ(term.hdr.qn, uint32_t(w::DdpQueue::Terminate));
+  EXPECT_EQ(term.hdr.msn, 1u);
+  EXPECT_EQ(term.hdr.mo, 0u);
+  EXPECT_TRUE(term.hdr.last);
+  EXPECT_EQ(term.term.code, code) << "got " << Name(term.term.code) << ", want " << Name(code);
+}
+
+// The offending DDP header the Terminate carries, decoded.
+void ExpectNamesSegment(const Segment& term, const DdpHeader& sent, size_t sent_ulpdu_len) {
+  ASSERT_TRUE(term.term.m && term.term.d) << "the offending segment is not attached";
+  EXPECT_EQ(term.term_segment_len, sent_ulpdu_len);
+  DdpHeader named;
+  ASSERT_EQ(w::DecodeDdpHeader(term.term_ddp, named), w::DdpError::Ok);
+  EXPECT_EQ(named.opcode, sent.opcode);
+  if (sent.tagged()) {
+    EXPECT_EQ(named.stag, sent.stag);
+    EXPECT_EQ(named.to, sent.to);
+  } else {
+    EXPECT_EQ(named.msn, sent.msn);
+    EXPECT_EQ(named.mo, sent.mo);
+  }
+}
+
+// Whether ndwv confirms Sends and Writes with a zero-length Read (NDWV_IWARP_CONFIRM_PLACEMENT).
+bool ConfirmsPlacement() {
+  const base::Settings* settings = base::LoadSettings();
+  return settings ? settings->confirm_placement : true;
+}
+
+constexpr TermCode Protection(w::RdmapErrorCode c) { return w::MakeTerm(w::RdmapErrorType::RemoteProtection, c); }
+
+// ---- the ndwv side ----------------------------------------------------------------------------
+
+constexpr size_t kGuard = 64;
+constexpr size_t kRegion = 512;
+constexpr size_t kRecvSize = 128;
+constexpr uint32_t kRecvs = 4;
+constexpr uint64_t kFirstRecvId = 100;
+
+// [guard][region][guard], all of it filled with a pattern; only the region is registered.
+struct Buffer {
+  Buffer(size_t length, uint8_t seed) : length(length), bytes(2 * kGuard + length) {
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(seed * 37 + i * 7 + (i >> 7));
+    original = bytes;
+  }
+  uint8_t* region() { return bytes.data() + kGuard; }
+  uint64_t addr() { return reinterpret_cast<uint64_t>(region()); }
+  const size_t length;
+  std::vector<uint8_t> bytes, original;
+  uint32_t key = 0;
+};
+
+// The buffer equals its pattern except in [from, to) of the region (offsets into the region),
+// where each byte is the pattern or `allowed` (allowed[i] is what may land at region offset from+i).
+::testing::AssertionResult Unchanged(const Buffer& b, const char* name, size_t from = 0, size_t to = 0,
+                                     std::span<const uint8_t> allowed = {}) {
+  for (size_t i = 0; i < b.bytes.size(); ++i) {
+    if (b.bytes[i] == b.original[i]) continue;
+    long offset = long(i) - long(kGuard);  // relative to the region
+    if (offset >= long(from) && offset < long(to) && size_t(offset) - from < allowed.size() &&
+        b.bytes[i] == allowed[size_t(offset) - from])
+      continue;
+    return ::testing::AssertionFailure()
+           << name << ": byte at region offset " << offset << " changed from " << int(b.original[i]) << " to "
+           << int(b.bytes[i]) << (offset < 0 || size_t(offset) >= b.length ? " (outside the region)" : "");
+  }
+  return ::testing::AssertionSuccess();
+}
+
+struct Conn {
+  explicit Conn(uintptr_t tag) : context(reinterpret_cast<void*>(tag)) {}
+  ~Conn() {
+    // The endpoint first: it completes what it holds of ours (canceled); then the flush.
+    if (ep) ep->Close();
+    if (qp) qp->Modify(QpState::Error);
+  }
+
+  void Setup() {
+    qp = std::make_shared<QueuePair>(pd, cq, cq, nullptr, context, QpCaps{16, 16, 4, 4, 64});
+    uint32_t rkey;
+    ASSERT_EQ(pd->Register(writable.region(), kRegion, kRemoteWrite | kLocalWrite, &writable.key, &rkey), WV_SUCCESS);
+    ASSERT_EQ(writable.key, rkey);
+    ASSERT_EQ(pd->Register(locked.region(), kRegion, kLocalWrite, &locked.key, &rkey), WV_SUCCESS);
+    ASSERT_EQ(pd->Register(readable.region(), kRegion, kRemoteRead, &readable.key, &rkey), WV_SUCCESS);
+    ASSERT_EQ(pd->Register(recv.region(), recv.length, kLocalWrite, &recv.key, &rkey), WV_SUCCESS);
+    ASSERT_EQ(pd->Register(local.region(), kRegion, kLocalWrite, &local.key, &rkey), WV_SUCCESS);
+    ep = Device::All()[0]->CreateEndpoint();
+    ASSERT_TRUE(ep);
+  }
+
+  void PostReceives(uint32_t count) {
+    for (uint32_t i = 0; i < count; ++i) {
+      Sge sge{recv.addr() + i * kRecvSize, uint32_t(kRecvSize), recv.key};
+      ASSERT_EQ(qp->PostReceive(kFirstRecvId + i, &sge, 1), WV_SUCCESS);
+    }
+  }
+
+  // Everything the CQ holds now (an empty poll also lends the thread to receive progress).
+  void Drain() {
+    Completion batch[32];
+    while (size_t n = cq->Poll(batch, 32)) completions.insert(completions.end(), batch, batch + n);
+  }
+
+  // Polls until `done` holds, at most kBound.
+  template <class Pred>
+  bool PollUntil(Pred done) {
+    auto deadline = Deadline();
+    for (;;) {
+      Drain();
+      if (done()) return true;
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+
+  // Waits for the library to move the QP to Error, then for that move's flush to finish (a second
+  // move to Error returns only after the first one's flush), and collects every completion.
+  void WaitForError() {
+    ASSERT_TRUE(PollUntil([&] { return qp->state() == QpState::Error; }))
+        << "the QP is still " << ToString(qp->state());
+    ASSERT_EQ(qp->Modify(QpState::Error), WV_SUCCESS);
+    Drain();
+  }
+
+  // Each of the wr_ids completed exactly once with its status; nothing else completed.
+  void ExpectCompletions(const std::map<uint64_t, WcStatus>& expected) {
+    std::map<uint64_t, std::vector<WcStatus>> seen;
+    for (const Completion& c : completions) {
+      EXPECT_EQ(c.qp_context, context);
+      seen[c.wr_id].push_back(c.status);
+    }
+    for (const auto& [id, statuses] : seen) {
+      auto it = expected.find(id);
+      if (it == expected.end()) {
+        ADD_FAILURE() << "unexpected completion of wr_id " << id << " (status " << int(statuses[0]) << ")";
+        continue;
+      }
+      EXPECT_EQ(statuses.size(), 1u) << "wr_id " << id << " completed " << statuses.size() << " times";
+      EXPECT_EQ(int(statuses[0]), int(it->second)) << "wr_id " << id;
+    }
+    for (const auto& [id, status] : expected)
+      EXPECT_TRUE(seen.count(id)) << "wr_id " << id << " never completed";
+  }
+
+  std::map<uint64_t, WcStatus> AllReceivesFlushed(uint32_t count = kRecvs, uint32_t first = 0) const {
+    std::map<uint64_t, WcStatus> m;
+    for (uint32_t i = first; i < count; ++i) m[kFirstRecvId + i] = WcStatus::Flushed;
+    return m;
+  }
+
+  void ExpectMemoryUntouched() {
+    EXPECT_TRUE(Unchanged(writable, "writable region"));
+    EXPECT_TRUE(Unchanged(locked, "region without remote rights"));
+    EXPECT_TRUE(Unchanged(readable, "readable region"));
+    EXPECT_TRUE(Unchanged(recv, "receive buffers"));
+    EXPECT_TRUE(Unchanged(local, "local buffer"));
+  }
+
+  void* const context;
+  std::shared_ptr<ProtectionDomain> pd = std::make_shared<ProtectionDomain>();
+  std::shared_ptr<CompletionQueue> cq = std::make_shared<CompletionQueue>(256);
+  std::shared_ptr<QueuePair> qp;
+  std::shared_ptr<ConnectEndpoint> ep;
+  Buffer writable{kRegion, 1}, locked{kRegion, 2}, readable{kRegion, 3}, recv{kRecvSize * kRecvs, 4},
+      local{kRegion, 5};
+  std::vector<Completion> completions;
+  RawPeer peer;
+  Op get_request, accept, notify;
+};
+
+class IwarpHostile : public ::testing::Test {
+ protected:
+  static constexpr int kBacklog = 4;
+
+  void SetUp() override {
+    ASSERT_FALSE(Device::All().empty()) << "no device (settings refused?)";
+    listener = Device::All()[0]->CreateEndpoint();
+    sockaddr_in any_port = Loopback(0);
+    ASSERT_EQ(listener->Bind(reinterpret_cast<sockaddr*>(&any_port), sizeof any_port), WV_SUCCESS);
+    ASSERT_EQ(listener->Listen(kBacklog), WV_SUCCESS);
+    ConnectionInfo info;
+    ASSERT_EQ(listener->Query(&info), WV_SUCCESS);
+    ASSERT_EQ(info.local.ss_family, AF_INET);
+    port = ntohs(reinterpret_cast<const sockaddr_in&>(info.local).sin_port);
+    ASSERT_NE(port, 0);
+  }
+
+  void TearDown() override {
+    if (listener) listener->Close();  // cancels GetRequests that point at our records
+    conns.clear();
+  }
+
+  Conn& NewConn() {
+    conns.push_back(std::make_unique<Conn>(0xC0 + conns.size()));
+    Conn& c = *conns.back();
+    c.Setup();
+    return c;
+  }
+
+  // TCP connect, the MPA Request, and GetRequest completes into c's endpoint.
+  void Request(Conn& c, const w::MpaFrame& request = GoodRequest()) {
+    ASSERT_EQ(listener->GetRequest(c.ep, &c.get_request), WV_PENDING);
+    ASSERT_NO_FATAL_FAILURE(c.peer.Connect(port));
+    ASSERT_NO_FATAL_FAILURE(c.peer.Send(Encode(request)));
+    std::optional<int32_t> status = c.get_request.Wait();
+    ASSERT_TRUE(status.has_value()) << "GetRequest did not complete";
+    ASSERT_EQ(*status, WV_SUCCESS);
+  }
+
+  // Accept with c's QP; the raw peer reads the MPA Reply.
+  void AcceptAndReadReply(Conn& c) {
+    ConnectParams params;
+    params.ird = 4;
+    params.ord = 4;
+    ASSERT_EQ(c.ep->Accept(c.qp, params, &c.accept), WV_PENDING);
+    std::vector<uint8_t> frame(w::kMpaHeaderLen);
+    ASSERT_NO_FATAL_FAILURE(c.peer.ReadExact(frame.data(), frame.size()));
+    size_t frame_len = 0;
+    ASSERT_EQ(w::DecodeMpaHeader(frame, w::MpaKind::Reply, frame_len), w::MpaError::Ok);
+    frame.resize(frame_len);
+    ASSERT_NO_FATAL_FAILURE(c.peer.ReadExact(frame.data() + w::kMpaHeaderLen, frame_len - w::kMpaHeaderLen));
+    w::MpaFrame reply;
+    ASSERT_EQ(w::DecodeMpaFrame(frame, w::MpaKind::Reply, reply), w::MpaError::Ok);
+    ASSERT_FALSE(reply.reject);
+    ASSERT_TRUE(reply.enhanced && reply.p2p && reply.rtr_write) << "not the P2P / Write-RTR reply";
+    EXPECT_TRUE(reply.crc) << "we asked for CRCs: either side asking means CRCs are used";
+    c.peer.crc = reply.crc;
+  }
+
+  void SendRtr(Conn& c) {
+    c.peer.Send(Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, 0, 0, true), {}, c.peer.crc));
+  }
+
+  // The whole exchange: Request, Accept, Reply, RTR; Accept completes and the QP is in RTS. A
+  // NotifyDisconnect is left armed.
+  void Establish(Conn& c, uint32_t receives = kRecvs) {
+    ASSERT_NO_FATAL_FAILURE(c.PostReceives(receives));
+    ASSERT_NO_FATAL_FAILURE(Request(c));
+    ASSERT_NO_FATAL_FAILURE(AcceptAndReadReply(c));
+    ASSERT_NO_FATAL_FAILURE(SendRtr(c));
+    std::optional<int32_t> status = c.accept.Wait();
+    ASSERT_TRUE(status.has_value()) << "Accept did not complete after the RTR";
+    ASSERT_EQ(*status, WV_SUCCESS);
+    ASSERT_EQ(c.qp->state(), QpState::Rts);
+    ASSERT_EQ(c.ep->NotifyDisconnect(&c.notify), WV_PENDING);
+  }
+
+  // After a hostile FPDU: the Terminate with `code`, the end of the stream, the QP flushed with
+  // `completions`, and the endpoint's NotifyDisconnect told. Returns the Terminate.
+  void ExpectTerminatedAndFlushed(Conn& c, TermCode code, const std::map<uint64_t, WcStatus>& completions,
+                                  Segment& term) {
+    Inbound in = Collect(c.peer);
+    ASSERT_NO_FATAL_FAILURE(ExpectTerminate(in, code, term));
+    EXPECT_EQ(in.end, End::Eof) << "the stream should close after the Terminate (FIN), not "
+                                << ToString(in.end);
+    ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+    c.ExpectCompletions(completions);
+    EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS)) << "the endpoint was not told";
+  }
+
+  std::shared_ptr<ConnectEndpoint> listener;
+  uint16_t port = 0;
+  std::vector<std::unique_ptr<Conn>> conns;
+};
+
+// ==== 0. control: the raw peer's frames are right, so the failures below are the hostile bits ====
+
+TEST_F(IwarpHostile, ControlWellFormedPeerIsServedAndItsFinFlushesTheRest) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+
+  // Send -> the first receive; Write into the writable region; Read from the readable one.
+  std::vector<uint8_t> message = Bytes(100, 1), data = Bytes(200, 2);
+  const uint64_t write_at = c.writable.addr() + 16;
+  w::ReadRequest read{0x1234, 0x40, 64, c.readable.key, c.readable.addr() + 8};
+  c.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, write_at, true), data, c.peer.crc),
+                      Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, c.peer.crc),
+                      Fpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, 0, true), {}, c.peer.crc, &read)}));
+  ASSERT_TRUE(c.PollUntil([&] { return !c.completions.empty(); })) << "the Send did not complete";
+  ASSERT_EQ(c.completions.size(), 1u);
+  EXPECT_EQ(c.completions[0].wr_id, kFirstRecvId);
+  EXPECT_EQ(c.completions[0].status, WcStatus::Success);
+  EXPECT_EQ(c.completions[0].length, message.size());
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, message.size(), message));
+  EXPECT_TRUE(Unchanged(c.writable, "writable region", 16, 16 + data.size(), data));
+  EXPECT_EQ(memcmp(c.writable.region() + 16, data.data(), data.size()), 0) << "the Write was not placed";
+
+  Segment response;
+  ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, response));
+  EXPECT_EQ(response.hdr.opcode, RdmapOpcode::ReadResponse);
+  EXPECT_EQ(response.hdr.stag, read.sink_stag);
+  EXPECT_EQ(response.hdr.to, read.sink_to);
+  EXPECT_TRUE(response.hdr.last);
+  ASSERT_EQ(response.payload.size(), 64u);
+  EXPECT_EQ(memcmp(response.payload.data(), c.readable.region() + 8, 64), 0);
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+
+  // A FIN at a message boundary is a graceful disconnect: no Terminate, the rest is flushed.
+  c.peer.HalfClose();
+  Inbound in = Collect(c.peer);
+  EXPECT_TRUE(in.error.empty()) << in.error;
+  EXPECT_EQ(in.end, End::Eof);
+  EXPECT_EQ(in.Count(RdmapOpcode::Terminate), 0u);
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  auto expected = c.AllReceivesFlushed(kRecvs, 1);
+  expected[kFirstRecvId] = WcStatus::Success;
+  c.ExpectCompletions(expected);
+  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
+  EXPECT_TRUE(Unchanged(c.locked, "region without remote rights"));
+  EXPECT_TRUE(Unchanged(c.readable, "readable region"));
+}
+
+// ==== 1. bad MPA exchange: only that TCP connection is closed; the listener serves the next ====
+
+TEST_F(IwarpHostile, BadMpaRequestsAreDroppedAndTheListenerStillServesAGoodOne) {
+  Conn& good = NewConn();
+  // One GetRequest waits through everything: none of the bad connections may complete it.
+  ASSERT_EQ(listener->GetRequest(good.ep, &good.get_request), WV_PENDING);
+
+  // A request that is well formed but asks for what ndwv does not do (markers) is refused with
+  // a Reply that has R set; it does not reach GetRequest.
+  {
+    w::MpaFrame markers = GoodRequest();
+    markers.markers = true;
+    RawPeer peer;
+    ASSERT_NO_FATAL_FAILURE(peer.Connect(port));
+    ASSERT_NO_FATAL_FAILURE(peer.Send(Encode(markers)));
+    std::vector<uint8_t> answer;
+    End end = peer.ReadToEnd(answer);
+    EXPECT_NE(end, End::Timeout);
+    w::MpaFrame reply;
+    ASSERT_EQ(w::DecodeMpaFrame(answer, w::MpaKind::Reply, reply), w::MpaError::Ok)
+        << answer.size() << " bytes, then " << ToString(end);
+    EXPECT_TRUE(reply.reject);
+    EXPECT_EQ(good.get_request.count(), 0u);
+  }
+
+  w::MpaFrame reply_key = GoodRequest();
+  reply_key.reply = true;  // a Reply's key where a Request is due
+  std::vector<uint8_t> wrong_key = Encode(GoodRequest());
+  memcpy(wrong_key.data(), "MPA ID Req Frane", w::kMpaKeyLen);
+  std::vector<uint8_t> garbage = Bytes(300, 9);
+  std::vector<uint8_t> bad_revision = Encode(GoodRequest());
+  bad_revision[17] = 7;
+  std::vector<uint8_t> too_long = Encode(GoodRequest());
+  w::StoreBe16(too_long.data() + 18, 600);  // PD_Length over 512
+  std::vector<uint8_t> truncated = Encode(GoodRequest());
+  truncated.resize(truncated.size() - 3);  // then FIN
+  struct Bad {
+    const char* what;
+    std::vector<uint8_t> bytes;
+    bool fin;
+  };
+  const Bad bad[] = {
+      {"wrong MPA key", wrong_key, false},
+      {"garbage", garbage, false},
+      {"Reply key in a Request", Encode(reply_key), false},
+      {"revision 7", bad_revision, false},
+      {"PD_Length over 512", too_long, false},
+      {"Request cut short, then FIN", truncated, true},
+  };
+  // More dead connections than the listener's backlog: they must not count against it.
+  static_assert(sizeof(bad) / sizeof(bad[0]) > size_t(kBacklog));
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.what);
+    RawPeer peer;
+    ASSERT_NO_FATAL_FAILURE(peer.Connect(port));
+    ASSERT_NO_FATAL_FAILURE(peer.Send(b.bytes));
+    if (b.fin) peer.HalfClose();
+    std::vector<uint8_t> answer;
+    End end = peer.ReadToEnd(answer);
+    EXPECT_NE(end, End::Timeout) << "the connection was not closed";
+    EXPECT_TRUE(answer.empty()) << "a malformed request is not answered";
+    EXPECT_EQ(good.get_request.count(), 0u) << "GetRequest completed with a bad connection";
+  }
+
+  // The good connection gets the waiting GetRequest, and a full handshake completes on it.
+  ASSERT_NO_FATAL_FAILURE(good.PostReceives(kRecvs));
+  ASSERT_NO_FATAL_FAILURE(good.peer.Connect(port));
+  ASSERT_NO_FATAL_FAILURE(good.peer.Send(Encode(GoodRequest())));
+  std::optional<int32_t> status = good.get_request.Wait();
+  if (!status) {
+    std::vector<uint8_t> answer;
+    End end = good.peer.ReadToEnd(answer);
+    FAIL() << "the listener did not serve a good connection after the bad ones; the connection got "
+           << answer.size() << " bytes, then " << ToString(end);
+  }
+  ASSERT_EQ(*status, WV_SUCCESS);
+  ConnectionInfo info;
+  ASSERT_EQ(good.ep->Query(&info), WV_SUCCESS);
+  EXPECT_EQ(ntohs(reinterpret_cast<const sockaddr_in&>(info.peer).sin_port), good.peer.LocalPort())
+      << "GetRequest holds another connection than the good one";
+  ASSERT_EQ(info.peer_params.data_length, sizeof kRequestData);
+  EXPECT_EQ(memcmp(info.peer_params.data, kRequestData, sizeof kRequestData), 0);
+  ASSERT_NO_FATAL_FAILURE(AcceptAndReadReply(good));
+  ASSERT_NO_FATAL_FAILURE(SendRtr(good));
+  EXPECT_EQ(good.accept.Wait(), std::optional<int32_t>(WV_SUCCESS));
+  EXPECT_EQ(good.qp->state(), QpState::Rts);
+  std::vector<uint8_t> message = Bytes(40, 3);
+  good.peer.Send(Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, good.peer.crc));
+  ASSERT_TRUE(good.PollUntil([&] { return !good.completions.empty(); }));
+  EXPECT_EQ(good.completions[0].status, WcStatus::Success);
+  EXPECT_EQ(good.completions[0].length, message.size());
+}
+
+// ==== 2. CRC errors ===========================================================================
+
+TEST_F(IwarpHostile, BadCrcOnASendTerminatesWithLlpCrcErrorAndFlushesEveryRequestOnce) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  ASSERT_TRUE(c.peer.crc) << "CRCs were not negotiated";
+
+  // An outstanding ndwv Read (the peer never answers it) must be flushed too.
+  SendWqe read{};
+  read.wr_id = 7;
+  read.opcode = WrOpcode::Read;
+  read.flags = kSignaled;
+  read.num_sge = 1;
+  read.sge[0] = {c.local.addr(), 32, c.local.key};
+  read.length = 32;
+  read.remote_addr = 0x1000;
+  read.rkey = 0x4242;
+  ASSERT_EQ(c.qp->PostSend(read), WV_SUCCESS);
+  Segment request;
+  ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, request));
+  ASSERT_EQ(request.hdr.opcode, RdmapOpcode::ReadRequest);
+
+  std::vector<uint8_t> message = Bytes(100, 4);
+  std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, true);
+  fpdu.back() ^= 0x01;
+  c.peer.Send(fpdu);
+
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, w::MakeTerm(w::LlpErrorCode::CrcError),
+                                                     [&] {
+                                                       auto m = c.AllReceivesFlushed();
+                                                       m[7] = WcStatus::Flushed;
+                                                       return m;
+                                                     }(),
+                                                     term));
+  EXPECT_FALSE(term.term.d) << "an LLP error attaches no header";
+  // The first receive took the Send: its bytes before the checked tail may have landed there
+  // (it is the receive's own buffer); the last 64 of the FPDU never do, nor anything else.
+  const size_t unchecked = message.size() - 64;
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, unchecked, message));
+  EXPECT_TRUE(Unchanged(c.writable, "writable region"));
+  EXPECT_TRUE(Unchanged(c.local, "Read sink"));
+}
+
+TEST_F(IwarpHostile, BadCrcOnAWritePlacesNothingOfItsCheckedTailAndNothingOutsideIt) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  ASSERT_TRUE(c.peer.crc);
+  std::vector<uint8_t> data = Bytes(48, 5);  // within the checked tail: nothing may land
+  std::vector<uint8_t> fpdu =
+      Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, c.writable.addr() + 100, true), data, true);
+  fpdu[fpdu.size() - 2] ^= 0x80;
+  c.peer.Send(fpdu);
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectTerminatedAndFlushed(c, w::MakeTerm(w::LlpErrorCode::CrcError), c.AllReceivesFlushed(), term));
+  c.ExpectMemoryUntouched();
+}
+
+TEST_F(IwarpHostile, BadCrcOnTheRtrRefusesTheAccept) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(c.PostReceives(kRecvs));
+  ASSERT_NO_FATAL_FAILURE(Request(c));
+  ASSERT_NO_FATAL_FAILURE(AcceptAndReadReply(c));
+  std::vector<uint8_t> rtr = Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, 0, 0, true), {}, true);
+  rtr.back() ^= 0x10;
+  c.peer.Send(rtr);
+  Inbound in = Collect(c.peer);
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminate(in, w::MakeTerm(w::LlpErrorCode::CrcError), term));
+  EXPECT_EQ(c.accept.Wait(), std::optional<int32_t>(WV_CONNECTION_REFUSED));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions(c.AllReceivesFlushed());
+  c.ExpectMemoryUntouched();
+}
+
+// ==== 3. tagged access violations: Terminate with the RDMAP protection code, nothing placed ====
+
+struct WriteCase {
+  const char* name;
+  enum Key { Unknown, NoRights, Writable } key;
+  long offset;      // TO relative to the region's start
+  size_t length;
+  w::RdmapErrorCode code;
+};
+
+class IwarpHostileWrite : public IwarpHostile, public ::testing::WithParamInterface<WriteCase> {};
+
+TEST_P(IwarpHostileWrite, IsTerminatedWithItsProtectionCodeAndPlacesNothing) {
+  const WriteCase& p = GetParam();
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  uint32_t stag = p.key == WriteCase::Unknown    ? (c.writable.key ^ 0x00ABCD00u)
+                  : p.key == WriteCase::NoRights ? c.locked.key
+                                                 : c.writable.key;
+  Buffer& target = p.key == WriteCase::NoRights ? c.locked : c.writable;
+  DdpHeader h = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, stag, target.addr() + uint64_t(p.offset), true);
+  std::vector<uint8_t> data = Bytes(p.length, 6);
+  c.peer.Send(Fpdu(h, data, c.peer.crc));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, Protection(p.code), c.AllReceivesFlushed(), term));
+  ExpectNamesSegment(term, h, h.length() + data.size());
+  EXPECT_TRUE(term.term.r) << "RFC 5040: a protection error names the RDMAP header too";
+  c.ExpectMemoryUntouched();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    IwarpHostile, IwarpHostileWrite,
+    ::testing::Values(
+        WriteCase{"UnknownStag", WriteCase::Unknown, 0, 32, w::RdmapErrorCode::InvalidStag},
+        WriteCase{"StagOfRegionWithoutRemoteRights", WriteCase::NoRights, 0, 32, w::RdmapErrorCode::AccessRights},
+        WriteCase{"StartsBeforeTheRegion", WriteCase::Writable, -16, 32, w::RdmapErrorCode::BaseBounds},
+        WriteCase{"EndsOneBytePastTheRegion", WriteCase::Writable, long(kRegion) - 31, 32,
+                  w::RdmapErrorCode::BaseBounds},
+        WriteCase{"EntirelyAfterTheRegion", WriteCase::Writable, long(kRegion), 16, w::RdmapErrorCode::BaseBounds},
+        WriteCase{"LongerThanTheRegion", WriteCase::Writable, 0, kRegion + 1, w::RdmapErrorCode::BaseBounds},
+        WriteCase{"LargePastTheEnd", WriteCase::Writable, long(kRegion) / 2, 3000, w::RdmapErrorCode::BaseBounds}),
+    [](const ::testing::TestParamInfo<WriteCase>& info) { return std::string(info.param.name); });
+
+TEST_F(IwarpHostile, WriteWhoseSecondSegmentLeavesTheRegionPlacesOnlyTheFirst) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  // Segment 1: the last 100 bytes of the region (allowed). Segment 2: the 100 bytes after it.
+  std::vector<uint8_t> first = Bytes(100, 7), second = Bytes(100, 8);
+  const uint64_t at = c.writable.addr() + kRegion - 100;
+  DdpHeader h2 = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, at + 100, true);
+  c.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, at, false), first, c.peer.crc),
+                      Fpdu(h2, second, c.peer.crc)}));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectTerminatedAndFlushed(c, Protection(w::RdmapErrorCode::BaseBounds), c.AllReceivesFlushed(), term));
+  ExpectNamesSegment(term, h2, h2.length() + second.size());
+  EXPECT_TRUE(Unchanged(c.writable, "writable region", kRegion - 100, kRegion, first));
+  EXPECT_EQ(memcmp(c.writable.region() + kRegion - 100, first.data(), 100), 0) << "the allowed segment";
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers"));
+}
+
+TEST_F(IwarpHostile, UnsolicitedReadResponseIsTerminatedAndPlacesNothing) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  DdpHeader h = DdpHeader::Tagged(RdmapOpcode::ReadResponse, c.writable.key, c.writable.addr(), true);
+  std::vector<uint8_t> data = Bytes(32, 9);
+  c.peer.Send(Fpdu(h, data, c.peer.crc));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpTaggedCode::InvalidStag),
+                                                     c.AllReceivesFlushed(), term));
+  ExpectNamesSegment(term, h, h.length() + data.size());
+  c.ExpectMemoryUntouched();
+}
+
+// ==== 4. framing: truncated FPDUs and lengths shorter than their headers ======================
+
+TEST_F(IwarpHostile, TruncatedWriteThenEofEndsTheConnectionAndPlacesNothing) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, c.writable.addr(), true),
+                                   Bytes(60, 10), c.peer.crc);
+  fpdu.resize(2 + 14 + 20);  // the length says 74 bytes of ULPDU; 34 come, then FIN
+  c.peer.Send(fpdu);
+  c.peer.HalfClose();
+  Inbound in = Collect(c.peer);
+  EXPECT_TRUE(in.error.empty()) << in.error;
+  EXPECT_NE(in.end, End::Timeout) << "the connection did not end";
+  EXPECT_EQ(in.Count(RdmapOpcode::ReadResponse), 0u);
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions(c.AllReceivesFlushed());
+  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
+  c.ExpectMemoryUntouched();
+}
+
+TEST_F(IwarpHostile, TruncatedSendThenEofFlushesTheReceiveItTookOnce) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), Bytes(50, 11), c.peer.crc);
+  fpdu.resize(2 + 18 + 10);
+  c.peer.Send(fpdu);
+  c.peer.HalfClose();
+  Inbound in = Collect(c.peer);
+  EXPECT_TRUE(in.error.empty()) << in.error;
+  EXPECT_NE(in.end, End::Timeout);
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions(c.AllReceivesFlushed());
+  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
+  c.ExpectMemoryUntouched();
+}
+
+// A long truncated Write: bytes before the FPDU's checked tail go straight to the (granted)
+// target, so some may land; but only inside [TO, TO + what was sent), and only what was sent.
+TEST_F(IwarpHostile, LongTruncatedWritePlacesAtMostWhatWasSentWithinItsRange) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  std::vector<uint8_t> data = Bytes(400, 12);
+  std::vector<uint8_t> fpdu =
+      Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, c.writable.addr() + 50, true), data, c.peer.crc);
+  const size_t sent = 200;
+  fpdu.resize(2 + 14 + sent);
+  c.peer.Send(fpdu);
+  c.peer.HalfClose();
+  Inbound in = Collect(c.peer);
+  EXPECT_NE(in.end, End::Timeout);
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions(c.AllReceivesFlushed());
+  EXPECT_TRUE(Unchanged(c.writable, "writable region", 50, 50 + sent, data));
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers"));
+  EXPECT_TRUE(Unchanged(c.locked, "region without remote rights"));
+}
+
+struct ShortCase {
+  const char* name;
+  uint16_t ctrl;        // the DDP/RDMAP control field
+  uint16_t ulpdu_len;   // what the length field claims (and what is sent)
+};
+
+class IwarpHostileShort : public IwarpHostile, public ::testing::WithParamInterface<ShortCase> {};
+
+TEST_P(IwarpHostileShort, LengthShorterThanItsHeadersIsADdpCatastrophicError) {
+  const ShortCase& p = GetParam();
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  // A whole, correctly framed FPDU (length, pad, CRC) whose ULPDU is too short for its headers.
+  std::vector<uint8_t> ulpdu = Bytes(p.ulpdu_len, 13);
+  if (p.ulpdu_len >= 2) w::StoreBe16(ulpdu.data(), p.ctrl);
+  std::vector<uint8_t> fpdu(w::FpduLength(ulpdu.size()));
+  ASSERT_EQ(w::EncodeFpdu(ulpdu, c.peer.crc, fpdu), fpdu.size());
+  c.peer.Send(fpdu);
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, w::kTermDdpCatastrophic, c.AllReceivesFlushed(), term));
+  c.ExpectMemoryUntouched();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    IwarpHostile, IwarpHostileShort,
+    ::testing::Values(
+        ShortCase{"TaggedWriteOf10", w::MakeDdpCtrl(RdmapOpcode::RdmaWrite, true), 10},
+        ShortCase{"SendOf12", w::MakeDdpCtrl(RdmapOpcode::Send, true), 12},
+        ShortCase{"ReadRequestOf30", w::MakeDdpCtrl(RdmapOpcode::ReadRequest, true), 30},
+        ShortCase{"TerminateOf18", w::MakeDdpCtrl(RdmapOpcode::Terminate, true), 18},
+        ShortCase{"Empty", 0, 0}),
+    [](const ::testing::TestParamInfo<ShortCase>& info) { return std::string(info.param.name); });
+
+TEST_F(IwarpHostile, FirstFpduThatIsNotTheRtrIsRefusedAndItsWriteNotPlaced) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(c.PostReceives(kRecvs));
+  ASSERT_NO_FATAL_FAILURE(Request(c));
+  ASSERT_NO_FATAL_FAILURE(AcceptAndReadReply(c));
+  // A real Write, with a valid key, in place of the zero-length RTR.
+  c.peer.Send(Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, c.writable.addr(), true),
+                   Bytes(32, 14), c.peer.crc));
+  Inbound in = Collect(c.peer);
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminate(in, w::MakeTerm(w::LlpErrorCode::NoMatchingRtr), term));
+  EXPECT_EQ(c.accept.Wait(), std::optional<int32_t>(WV_CONNECTION_REFUSED));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions(c.AllReceivesFlushed());
+  c.ExpectMemoryUntouched();
+}
+
+// ==== 5. untagged (Send) errors ===============================================================
+
+TEST_F(IwarpHostile, SendWithAnUnexpectedMsnIsTerminated) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  DdpHeader h = DdpHeader::Untagged(RdmapOpcode::Send, 2, 0, true);  // MSN 1 is due
+  std::vector<uint8_t> message = Bytes(40, 15);
+  c.peer.Send(Fpdu(h, message, c.peer.crc));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpUntaggedCode::InvalidMsnRange),
+                                                     c.AllReceivesFlushed(), term));
+  ExpectNamesSegment(term, h, h.length() + message.size());
+  c.ExpectMemoryUntouched();
+}
+
+TEST_F(IwarpHostile, ReplayedMsnAfterAGoodSendIsTerminated) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  std::vector<uint8_t> message = Bytes(40, 16), replay = Bytes(40, 17);
+  c.peer.Send(Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, c.peer.crc));
+  ASSERT_TRUE(c.PollUntil([&] { return !c.completions.empty(); }));
+  DdpHeader h = DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true);
+  c.peer.Send(Fpdu(h, replay, c.peer.crc));
+  Segment term;
+  auto expected = c.AllReceivesFlushed(kRecvs, 1);
+  expected[kFirstRecvId] = WcStatus::Success;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpUntaggedCode::InvalidMsnRange), expected, term));
+  ExpectNamesSegment(term, h, h.length() + replay.size());
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, message.size(), message));
+}
+
+TEST_F(IwarpHostile, SendWithNoReceivePostedIsTerminated) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c, /*receives=*/1));
+  std::vector<uint8_t> message = Bytes(40, 18), extra = Bytes(40, 19);
+  c.peer.Send(Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, c.peer.crc));
+  ASSERT_TRUE(c.PollUntil([&] { return !c.completions.empty(); }));
+  DdpHeader h = DdpHeader::Untagged(RdmapOpcode::Send, 2, 0, true);
+  c.peer.Send(Fpdu(h, extra, c.peer.crc));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpUntaggedCode::InvalidMsnNoBuffer),
+                                                     {{kFirstRecvId, WcStatus::Success}}, term));
+  ExpectNamesSegment(term, h, h.length() + extra.size());
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, message.size(), message));
+}
+
+TEST_F(IwarpHostile, SendLongerThanTheReceiveIsTerminatedAndPlacesNothing) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  DdpHeader h = DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true);
+  std::vector<uint8_t> message = Bytes(kRecvSize + 1, 20);
+  c.peer.Send(Fpdu(h, message, c.peer.crc));
+  Segment term;
+  auto expected = c.AllReceivesFlushed(kRecvs, 1);
+  expected[kFirstRecvId] = WcStatus::LocalLength;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpUntaggedCode::MessageTooLong), expected, term));
+  ExpectNamesSegment(term, h, h.length() + message.size());
+  c.ExpectMemoryUntouched();
+}
+
+TEST_F(IwarpHostile, SendSegmentWithAGapInItsOffsetIsTerminatedInvalidMo) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  std::vector<uint8_t> part = Bytes(32, 21);
+  DdpHeader h = DdpHeader::Untagged(RdmapOpcode::Send, 1, 64, true);  // 32 bytes came, MO 64 follows
+  c.peer.Send(Concat({Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, false), part, c.peer.crc),
+                      Fpdu(h, part, c.peer.crc)}));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpUntaggedCode::InvalidMo), c.AllReceivesFlushed(), term));
+  ExpectNamesSegment(term, h, h.length() + part.size());
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, part.size(), part));
+}
+
+// RFC 5041: an untagged segment whose MO is not where the message stands is "invalid MO"; for the
+// first segment of a message that is MO != 0. (Not "no buffer": a receive is posted.)
+TEST_F(IwarpHostile, FirstSendSegmentWithNonZeroMoIsTerminatedInvalidMo) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  DdpHeader h = DdpHeader::Untagged(RdmapOpcode::Send, 1, 16, true);
+  std::vector<uint8_t> message = Bytes(32, 22);
+  c.peer.Send(Fpdu(h, message, c.peer.crc));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpUntaggedCode::InvalidMo), c.AllReceivesFlushed(), term));
+  ExpectNamesSegment(term, h, h.length() + message.size());
+  c.ExpectMemoryUntouched();
+}
+
+// A receive names its buffer by an L_Key, and the grant is the region the key names: a Send must
+// not land outside it, whatever the SGE says. Either the post is refused, or the receive
+// completes with an error when the data comes (and the connection ends); the bytes after the
+// region stay as they were, and the receive never completes with success.
+TEST_F(IwarpHostile, SendIsNotPlacedOutsideTheRegionOfTheReceivesKey) {
+  Conn& c = NewConn();
+  // The receive's SGE starts 64 bytes before the end of the receive region and is 128 long.
+  Sge sge{c.recv.addr() + c.recv.length - 64, 128, c.recv.key};
+  const int32_t posted = c.qp->PostReceive(kFirstRecvId, &sge, 1);
+  ASSERT_NO_FATAL_FAILURE(Establish(c, /*receives=*/0));
+  std::vector<uint8_t> message = Bytes(128, 23);
+  c.peer.Send(Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, c.peer.crc));
+  EXPECT_TRUE(c.PollUntil([&] { return !c.completions.empty() || c.qp->state() == QpState::Error; }))
+      << "neither a completion nor the end of the connection";
+  EXPECT_TRUE(Unchanged(c.recv, "receive region and the guard after it", c.recv.length - 64, c.recv.length, message));
+  for (const Completion& done : c.completions)
+    EXPECT_NE(done.status, WcStatus::Success) << "a receive reaching outside its key's region completed";
+  if (posted == WV_SUCCESS) {
+    ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+    EXPECT_EQ(c.completions.size(), 1u);
+  }
+}
+
+// The same for a region that was deregistered while the receive was posted.
+TEST_F(IwarpHostile, SendIsNotPlacedIntoADeregisteredReceiveBuffer) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c, /*receives=*/1));
+  ASSERT_EQ(c.pd->Deregister(c.recv.key), WV_SUCCESS);
+  std::vector<uint8_t> message = Bytes(64, 24);
+  c.peer.Send(Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, c.peer.crc));
+  EXPECT_TRUE(c.PollUntil([&] { return !c.completions.empty() || c.qp->state() == QpState::Error; }))
+      << "neither a completion nor the end of the connection";
+  EXPECT_TRUE(Unchanged(c.recv, "deregistered receive buffer"));
+  for (const Completion& done : c.completions)
+    EXPECT_NE(done.status, WcStatus::Success) << "a receive into deregistered memory completed";
+}
+
+// ==== 6. Read Requests the responder must refuse ==============================================
+
+struct ReadCase {
+  const char* name;
+  enum Key { Unknown, WriteOnly, NoRights, Readable } key;
+  long offset;
+  uint32_t size;
+  w::RdmapErrorCode code;
+};
+
+class IwarpHostileRead : public IwarpHostile, public ::testing::WithParamInterface<ReadCase> {};
+
+TEST_P(IwarpHostileRead, IsTerminatedWithItsProtectionCodeAndNothingIsSentBack) {
+  const ReadCase& p = GetParam();
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  Buffer& source = p.key == ReadCase::WriteOnly  ? c.writable
+                   : p.key == ReadCase::NoRights ? c.locked
+                                                 : c.readable;
+  uint32_t stag = p.key == ReadCase::Unknown ? (c.readable.key ^ 0x00ABCD00u) : source.key;
+  w::ReadRequest read{0x77, 0, p.size, stag, source.addr() + uint64_t(p.offset)};
+  DdpHeader h = DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, 0, true);
+  c.peer.Send(Fpdu(h, {}, c.peer.crc, &read));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, Protection(p.code), c.AllReceivesFlushed(), term));
+  ExpectNamesSegment(term, h, h.length() + w::kReadRequestLen);
+  ASSERT_EQ(term.term_rdmap.size(), w::kReadRequestLen) << "the Read Request is not attached";
+  w::ReadRequest named;
+  ASSERT_TRUE(w::DecodeReadRequest(term.term_rdmap, named));
+  EXPECT_EQ(named.src_stag, read.src_stag);
+  EXPECT_EQ(named.src_to, read.src_to);
+  EXPECT_EQ(named.size, read.size);
+  c.ExpectMemoryUntouched();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    IwarpHostile, IwarpHostileRead,
+    ::testing::Values(
+        ReadCase{"RegionWithRemoteWriteOnly", ReadCase::WriteOnly, 0, 64, w::RdmapErrorCode::AccessRights},
+        ReadCase{"RegionWithoutRemoteRights", ReadCase::NoRights, 0, 64, w::RdmapErrorCode::AccessRights},
+        ReadCase{"UnknownStag", ReadCase::Unknown, 0, 64, w::RdmapErrorCode::InvalidStag},
+        ReadCase{"PastTheEndOfAReadableRegion", ReadCase::Readable, long(kRegion) - 32, 64,
+                 w::RdmapErrorCode::BaseBounds},
+        ReadCase{"BeforeAReadableRegion", ReadCase::Readable, -8, 64, w::RdmapErrorCode::BaseBounds}),
+    [](const ::testing::TestParamInfo<ReadCase>& info) { return std::string(info.param.name); });
+
+TEST_F(IwarpHostile, ReadRequestWithAnUnexpectedMsnIsTerminated) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  w::ReadRequest read{0x77, 0, 64, c.readable.key, c.readable.addr()};
+  DdpHeader h = DdpHeader::Untagged(RdmapOpcode::ReadRequest, 5, 0, true);
+  c.peer.Send(Fpdu(h, {}, c.peer.crc, &read));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpUntaggedCode::InvalidMsnRange),
+                                                     c.AllReceivesFlushed(), term));
+  ExpectNamesSegment(term, h, h.length() + w::kReadRequestLen);
+}
+
+// A Terminate from the peer ends the connection; it is not answered with one.
+TEST_F(IwarpHostile, PeersTerminateFlushesTheQpAndIsNotAnswered) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  uint8_t term[w::kTerminateMaxLen];
+  size_t n = w::EncodeTerminate(term, w::kTermRdmapCatastrophic);
+  ASSERT_GT(n, 0u);
+  std::vector<uint8_t> fpdu(w::FpduLength(n));
+  ASSERT_EQ(w::EncodeFpdu({term, n}, c.peer.crc, fpdu), fpdu.size());
+  c.peer.Send(fpdu);
+  Inbound in = Collect(c.peer);
+  EXPECT_TRUE(in.error.empty()) << in.error;
+  EXPECT_NE(in.end, End::Timeout);
+  EXPECT_EQ(in.Count(RdmapOpcode::Terminate), 0u) << "a Terminate was answered with a Terminate";
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions(c.AllReceivesFlushed());
+  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
+  c.ExpectMemoryUntouched();
+}
+
+// ==== 7. two connections: the hostile one ends alone ==========================================
+
+TEST_F(IwarpHostile, HostileBytesOnOneConnectionLeaveTheOtherWorking) {
+  Conn& bad = NewConn();
+  Conn& good = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(bad));
+  ASSERT_NO_FATAL_FAILURE(Establish(good));
+
+  // The hostile peer writes to the good connection's region with the good connection's key.
+  // Keys are per PD (slot and generation), so the same value names the bad connection's own
+  // writable region: the good region's address is outside it.
+  ASSERT_EQ(good.writable.key, bad.writable.key);
+  DdpHeader h = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, good.writable.key, good.writable.addr(), true);
+  bad.peer.Send(Fpdu(h, Bytes(64, 25), bad.peer.crc));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(bad, Protection(w::RdmapErrorCode::BaseBounds),
+                                                     bad.AllReceivesFlushed(), term));
+  bad.ExpectMemoryUntouched();
+  good.ExpectMemoryUntouched();
+
+  // The good connection: nothing happened to it ...
+  good.Drain();
+  EXPECT_TRUE(good.completions.empty());
+  EXPECT_EQ(good.qp->state(), QpState::Rts);
+  EXPECT_EQ(good.notify.count(), 0u) << "the good connection was told of a disconnect";
+
+  // ... and it still receives (Write, Send, Read) ...
+  std::vector<uint8_t> data = Bytes(80, 26), message = Bytes(60, 27);
+  w::ReadRequest read{0x99, 0x10, 48, good.readable.key, good.readable.addr() + 100};
+  good.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, good.writable.key, good.writable.addr() + 200, true),
+                              data, good.peer.crc),
+                         Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, good.peer.crc),
+                         Fpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, 0, true), {}, good.peer.crc, &read)}));
+  ASSERT_TRUE(good.PollUntil([&] { return !good.completions.empty(); }));
+  EXPECT_EQ(good.completions[0].wr_id, kFirstRecvId);
+  EXPECT_EQ(good.completions[0].status, WcStatus::Success);
+  EXPECT_EQ(good.completions[0].length, message.size());
+  EXPECT_TRUE(Unchanged(good.recv, "good receive buffers", 0, message.size(), message));
+  EXPECT_EQ(memcmp(good.recv.region(), message.data(), message.size()), 0);
+  EXPECT_EQ(memcmp(good.writable.region() + 200, data.data(), data.size()), 0);
+  EXPECT_TRUE(Unchanged(good.writable, "good writable region", 200, 200 + data.size(), data));
+  Segment response;
+  ASSERT_NO_FATAL_FAILURE(ReadFpdu(good.peer, response));
+  EXPECT_EQ(response.hdr.opcode, RdmapOpcode::ReadResponse);
+  EXPECT_EQ(response.hdr.stag, read.sink_stag);
+  ASSERT_EQ(response.payload.size(), 48u);
+  EXPECT_EQ(memcmp(response.payload.data(), good.readable.region() + 100, 48), 0);
+
+  // ... and sends.
+  SendWqe send{};
+  send.wr_id = 55;
+  send.opcode = WrOpcode::Send;
+  send.flags = kSignaled;
+  send.num_sge = 1;
+  send.sge[0] = {good.local.addr(), 100, good.local.key};
+  send.length = 100;
+  ASSERT_EQ(good.qp->PostSend(send), WV_SUCCESS);
+  Segment got;
+  ASSERT_NO_FATAL_FAILURE(ReadFpdu(good.peer, got));
+  EXPECT_EQ(got.hdr.opcode, RdmapOpcode::Send);
+  EXPECT_EQ(got.hdr.msn, 1u);
+  ASSERT_EQ(got.payload.size(), 100u);
+  EXPECT_EQ(memcmp(got.payload.data(), good.local.region(), 100), 0);
+  if (ConfirmsPlacement()) {
+    // ndwv confirms the Send with a zero-length Read; the raw peer answers it as RDMAP requires.
+    Segment probe;
+    ASSERT_NO_FATAL_FAILURE(ReadFpdu(good.peer, probe));
+    ASSERT_EQ(probe.hdr.opcode, RdmapOpcode::ReadRequest);
+    EXPECT_EQ(probe.read.size, 0u);
+    good.peer.Send(Fpdu(DdpHeader::Tagged(RdmapOpcode::ReadResponse, probe.read.sink_stag, probe.read.sink_to, true),
+                        {}, good.peer.crc));
+  }
+  ASSERT_TRUE(good.PollUntil([&] { return good.completions.size() >= 2; }));
+  EXPECT_EQ(good.completions[1].wr_id, 55u);
+  EXPECT_EQ(good.completions[1].status, WcStatus::Success);
+  EXPECT_EQ(good.qp->state(), QpState::Rts);
+  EXPECT_EQ(good.notify.count(), 0u);
+  EXPECT_EQ(bad.notify.count(), 1u);
+}
+
+}  // namespace
+}  // namespace ndwv::dev
