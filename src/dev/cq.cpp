@@ -35,9 +35,13 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
     }
     if (count_.load(std::memory_order_acquire) == 0) {
       std::lock_guard<std::mutex> lock(mutex_);
-      seen_ = pushed_;  // a draining poll has seen everything
-      solicited_unseen_ = 0;
-      return 0;
+      // Checked again under the lock: an entry pushed since the check above was not seen, and
+      // marking it seen would keep the next Notify from firing for it (a lost wake-up).
+      if (count_.load() == 0) {
+        seen_ = pushed_;  // a draining poll has seen everything
+        solicited_unseen_ = 0;
+        return 0;
+      }
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);

@@ -27,8 +27,10 @@ constexpr uint32_t kSinkStagTag = 0xFF000000u;
 uint32_t SinkStag(uint64_t position) { return kSinkStagTag | uint32_t(position & 0xFFFFFF); }
 // Probes (zero-length Reads confirming Writes) carry their own tag.
 constexpr uint32_t kProbeStagTag = 0xFE000000u;
-// Payload bytes at the end of each FPDU placed only after its CRC checked out.
+// Payload bytes at the end of each FPDU placed only after its CRC checked out. At least 1: the
+// tail's placement is what stores the last byte alone and last (FinishSegment).
 constexpr uint32_t kCheckedTail = 64;
+static_assert(kCheckedTail >= 1);
 uint32_t ProbeStag(uint32_t seq) { return kProbeStagTag | (seq & 0xFFFFFF); }
 
 TermCode RemoteProtection(KeyCheck check) {
@@ -728,7 +730,14 @@ bool Stream::FinishSegment() {
     for (uint32_t placed = 0; placed < tail_len_;) {
       auto [dest, room] = Target(payload_done_);
       uint32_t n = uint32_t(std::min<uint64_t>(room, tail_len_ - placed));
-      memcpy(dest, tail + placed, n);
+      // The segment's last byte is stored once, by itself, after all the others; memcpy promises
+      // neither (glibc's AVX-512 memcpy copies 64..128 bytes as two overlapping 64-byte stores,
+      // for 64 both over the whole tail). A reader polling the last byte may write it as soon as
+      // it sees it (ndrpingpong's 'X' -> 'Y'); a second store would undo that write.
+      bool last_piece = placed + n == tail_len_;
+      memcpy(dest, tail + placed, last_piece ? n - 1 : n);
+      if (last_piece)
+        std::atomic_ref<uint8_t>(dest[n - 1]).store(tail[placed + n - 1], std::memory_order_release);
       placed += n;
       payload_done_ += n;
     }
