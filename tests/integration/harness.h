@@ -399,7 +399,8 @@ struct RemoteBuffer {
 static_assert(sizeof(RemoteBuffer) == 24);
 
 // Sends `buffer` to the peer in a Send (request context `context`) and waits for its completion.
-void SendRemoteBuffer(Endpoint& e, const RemoteBuffer& buffer, void* context);
+void SendRemoteBuffer(Endpoint& e, const RemoteBuffer& buffer, void* context,
+                      bool peer_may_end_first = false);
 // Waits for the receive `context` (posted into `inbox`) to bring a RemoteBuffer, and returns it.
 RemoteBuffer ReceiveRemoteBuffer(Endpoint& e, const uint8_t* inbox, void* context);
 

@@ -68,7 +68,7 @@ std::string RunTarget(Channel& channel, Case c) {
   IT_OK(target.qp->Receive(Ctx(0x300), &sge, 1));  // never matched: the connection dies first
   ConnectTo(channel, target);
   SendRemoteBuffer(target, {reinterpret_cast<uint64_t>(region), kRegion, regionMr.remoteToken(), 0},
-                   Ctx(0x200));
+                   Ctx(0x200), /*peer_may_end_first=*/true);
 
   // The violation ends the connection here too: the outstanding receive is flushed.
   ExpectCompletion(target.receiveCq,
