@@ -21,10 +21,12 @@ const std::vector<SettingInfo>& SettingTable() {
      "Transports offered as adapters, in order of preference."},
     {"NDWV_MPA_CRC", SettingType::Boolean, "1", 0, 1, nullptr,
      "iWARP: request MPA CRC-32C on every FPDU (used if either side asks for it)."},
-    {"NDWV_IWARP_CONFIRM_PLACEMENT", SettingType::Boolean, "1", 0, 1, nullptr,
-     "iWARP: complete a Send or RDMA Write only after a zero-length Read confirms the peer placed "
-     "it, so a refusal (access violation, no receive posted) is reported on the request itself "
-     "(every ndwv peer answers such a Read). 0: complete when handed to TCP."},
+    {"NDWV_IWARP_CONFIRM", SettingType::Choice, "writes", 0, 0, "none,writes,all",
+     "iWARP: which requests complete only after a zero-length Read confirms the peer placed them, "
+     "so that a refusal is reported on the request itself: RDMA Writes (an access violation "
+     "completes ND_ACCESS_VIOLATION), all (Sends too: no receive posted completes ND_IO_TIMEOUT, "
+     "at a round trip per Send), or none (complete when handed to TCP, as RNICs do). Every ndwv "
+     "peer answers such a Read."},
     {"NDWV_MPA_MAX_ULPDU", SettingType::Integer, "16384", 256, 65000, nullptr,
      "iWARP: largest DDP segment sent, in bytes."},
     {"NDWV_CM_TIMEOUT_MS", SettingType::Integer, "10000", 10, 600000, nullptr,
@@ -102,7 +104,7 @@ const Settings* LoadSettings() {
       }
       else if (n == "NDWV_TRANSPORTS") settings.transports = choice;
       else if (n == "NDWV_MPA_CRC") settings.mpa_crc = number;
-      else if (n == "NDWV_IWARP_CONFIRM_PLACEMENT") settings.confirm_placement = number;
+      else if (n == "NDWV_IWARP_CONFIRM") settings.confirm = Settings::Confirm(number);
       else if (n == "NDWV_MPA_MAX_ULPDU") settings.mpa_max_ulpdu = uint32_t(number);
       else if (n == "NDWV_CM_TIMEOUT_MS") settings.cm_timeout_ms = uint32_t(number);
       else if (n == "NDWV_DISCONNECT_TIMEOUT_MS") settings.disconnect_timeout_ms = uint32_t(number);

@@ -22,7 +22,7 @@ struct SettingInfo {
 struct Settings {
   int log_level;                 // 0 error .. 4 trace
   bool mpa_crc;                  // ask for and send MPA CRC-32C
-  bool confirm_placement;        // iWARP: a zero-length Read confirms Sends and Writes before they complete
+  enum class Confirm { None, Writes, All } confirm;  // iWARP: requests a zero-length Read confirms
   uint32_t mpa_max_ulpdu;        // largest DDP segment we send
   uint32_t cm_timeout_ms;        // connection setup: TCP connect + MPA exchange
   uint32_t disconnect_timeout_ms;// how long a graceful close waits for the peer's close

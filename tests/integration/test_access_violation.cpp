@@ -5,7 +5,7 @@
 // unchanged outside what it allowed.
 //
 // On iWARP a Write is complete for the sender once it is on the wire, unless the provider confirms
-// it (ndwv does by default, NDWV_IWARP_CONFIRM_PLACEMENT=1, with a zero-length Read behind it). With
+// it (ndwv does by default, NDWV_IWARP_CONFIRM=writes, with a zero-length Read behind it). With
 // confirmation off, the Write itself may complete ND_SUCCESS; the test records which status came.
 #include <cstdlib>
 #include <cstring>
@@ -40,10 +40,8 @@ bool IsWrite(Case c) { return c == Case::WriteNoRight || c == Case::WriteBeyond;
 
 // What this process's ndwv does (the setting is read at NdStartup from the environment).
 bool ConfirmsWrites() {
-  const char* value = std::getenv("NDWV_IWARP_CONFIRM_PLACEMENT");
-  if (value == nullptr) return true;
-  std::string v = value;
-  return !(v == "0" || v == "false" || v == "no");
+  const char* value = std::getenv("NDWV_IWARP_CONFIRM");
+  return value == nullptr || std::string(value) != "none";
 }
 
 // ---- the target: the active side, which describes its region first ------------------------------
@@ -195,10 +193,10 @@ TEST(IntegrationAccessViolation, ReadBeyondTheRegion) { InitiatorHere("read_beyo
 // The initiator in the peer, with Write confirmation off: what does the Write complete with?
 TEST(IntegrationAccessViolation, WriteWithoutRightWhenWritesAreNotConfirmed) {
   for (const char* name : {"write_no_right", "write_beyond"}) {
-    RunWithPeer("violation_initiator", {{"case", name}, {"env:NDWV_IWARP_CONFIRM_PLACEMENT", "0"}},
+    RunWithPeer("violation_initiator", {{"case", name}, {"env:NDWV_IWARP_CONFIRM", "none"}},
                 [&](Channel& peer) {
                   std::string status = RunTarget(peer, ParseCase(name));
-                  std::printf("[ INFO     ] %s with NDWV_IWARP_CONFIRM_PLACEMENT=0: the Write completed %s\n",
+                  std::printf("[ INFO     ] %s with NDWV_IWARP_CONFIRM=none: the Write completed %s\n",
                               name, status.c_str());
                   ::testing::Test::RecordProperty(std::string(name) + "_write_status", status);
                 });

@@ -365,10 +365,10 @@ void ExpectNamesSegment(const Segment& term, const DdpHeader& sent, size_t sent_
   }
 }
 
-// Whether ndwv confirms Sends and Writes with a zero-length Read (NDWV_IWARP_CONFIRM_PLACEMENT).
-bool ConfirmsPlacement() {
+// Whether ndwv confirms Sends with a zero-length Read (NDWV_IWARP_CONFIRM=all).
+bool ConfirmsSends() {
   const base::Settings* settings = base::LoadSettings();
-  return settings ? settings->confirm_placement : true;
+  return settings && settings->confirm == base::Settings::Confirm::All;
 }
 
 constexpr TermCode Protection(w::RdmapErrorCode c) { return w::MakeTerm(w::RdmapErrorType::RemoteProtection, c); }
@@ -1273,7 +1273,7 @@ TEST_F(IwarpHostile, HostileBytesOnOneConnectionLeaveTheOtherWorking) {
   EXPECT_EQ(got.hdr.msn, 1u);
   ASSERT_EQ(got.payload.size(), 100u);
   EXPECT_EQ(memcmp(got.payload.data(), good.local.region(), 100), 0);
-  if (ConfirmsPlacement()) {
+  if (ConfirmsSends()) {
     // ndwv confirms the Send with a zero-length Read; the raw peer answers it as RDMAP requires.
     Segment probe;
     ASSERT_NO_FATAL_FAILURE(ReadFpdu(good.peer, probe));

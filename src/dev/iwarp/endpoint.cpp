@@ -62,7 +62,8 @@ class Finisher {
 };
 
 const base::Settings& Config() {
-  static const base::Settings defaults{int(base::LogLevel::Error), true, true, 16384, 10000, 5000, 2, true, "iwarp"};
+  static const base::Settings defaults{int(base::LogLevel::Error), true, base::Settings::Confirm::Writes,
+                                       16384, 10000, 5000, 2, true, "iwarp"};
   const base::Settings* s = base::LoadSettings();
   return s ? *s : defaults;
 }
@@ -378,7 +379,8 @@ bool Endpoint::ReadMpaFrame(MpaKind kind) {
 StreamParams Endpoint::MakeStreamParams(bool passive) const {
   StreamParams params;
   params.crc = Config().mpa_crc || peer_crc_;
-  params.confirm_placement = Config().confirm_placement;
+  params.confirm_writes = Config().confirm != base::Settings::Confirm::None;
+  params.confirm_sends = Config().confirm == base::Settings::Confirm::All;
   params.ird = local_params_.ird;
   params.ord = std::min(local_params_.ord, peer_params_.ird);
   params.max_ulpdu = Config().mpa_max_ulpdu;

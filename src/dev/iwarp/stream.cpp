@@ -444,7 +444,7 @@ bool Stream::FillBatch() {
       break;
     wqe.sent += chunk;
     if (last) {
-      if (params_.confirm_placement) {
+      if (is_send ? params_.confirm_sends : params_.confirm_writes) {
         std::lock_guard<std::mutex> lock(reads_mutex_);
         unconfirmed_.push_back({next_tx_++, is_send ? send_msn_ : 0});
         probe_due_ = true;

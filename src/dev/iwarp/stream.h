@@ -30,7 +30,8 @@ struct StreamParams {
   uint32_t ord = 1;          // Read Requests we keep outstanding
   uint32_t max_ulpdu = 16384;
   bool expect_rtr = false;   // passive side: the first FPDU must be the zero-length Write RTR
-  bool confirm_placement = true;  // Sends and Writes complete when a zero-length Read (a probe) confirms them
+  // Writes (and Sends) complete when a zero-length Read (a probe) confirms they were placed.
+  bool confirm_writes = true, confirm_sends = false;
 };
 
 // What the connection manager learns from the stream.
