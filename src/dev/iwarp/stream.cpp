@@ -86,14 +86,16 @@ constexpr std::chrono::milliseconds kPollIdle{1};       // no poll for this long
 
 void Stream::PollProgress() {
   uint32_t polls = polls_.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (tx_stalled_.load(std::memory_order_relaxed)) Kick();  // the socket had no room: try again
-  DriveReceive();
+  // A stalled transmit (the socket had no room) or a Read Response owed: send now.
+  if (tx_stalled_.load(std::memory_order_relaxed) || response_owed_.exchange(false)) Kick();
+  DriveReceive(true);
   if (polls == kSpinningPolls) WatchReceive(false);
 }
 
 void Stream::OnNotifyArmed() {
   polls_.store(0, std::memory_order_relaxed);
   WatchReceive(true);
+  if (response_owed_.exchange(false)) Kick();
 }
 
 void Stream::WatchReceive(bool on) {
@@ -109,7 +111,10 @@ void Stream::WatchReceive(bool on) {
       watch_self_.reset();
     }
   }
-  if (on) DriveReceive();  // what arrived while nobody watched
+  if (on) {
+    if (response_owed_.exchange(false)) Kick();
+    DriveReceive();  // what arrived while nobody watched
+  }
 }
 
 void Stream::OnWatchTimer(Timer* timer) {
@@ -470,11 +475,12 @@ void Stream::QueueTerminate(TermCode code) {
 
 // ----------------------------------------------------------------------------------- receive
 
-void Stream::DriveReceive() {
+void Stream::DriveReceive(bool poller) {
   rx_kicks_.fetch_add(1, std::memory_order_acq_rel);
   for (;;) {
     if (!rx_mutex_.try_lock()) return;
     uint64_t seen = rx_kicks_.load(std::memory_order_acquire);
+    rx_by_poller_ = poller;
     if (!shut_) ProcessRx();
     rx_mutex_.unlock();
     if (rx_kicks_.load(std::memory_order_acquire) == seen) return;
@@ -782,7 +788,10 @@ bool Stream::FinishSegment() {
         }
         responses_.push_back({read_req_.sink_stag, read_req_.sink_to, read_req_.src_to, read_req_.size, 0});
       }
-      Kick();
+      // A spinning poller owns this socket (the engine does not watch it): the Response goes out
+      // with whatever the poller's application posts next, or at its next poll, in one sendmsg.
+      if (rx_by_poller_ && !rx_watched_relaxed()) response_owed_.store(true);
+      else Kick();
       return true;
     }
     case RdmapOpcode::Terminate: {

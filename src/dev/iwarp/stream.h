@@ -95,7 +95,11 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
                uint64_t offset, uint32_t length);
   void QueueTerminate(wire::TermCode code);
 
-  void DriveReceive();
+  void DriveReceive(bool poller = false);
+  bool rx_watched_relaxed() {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    return rx_watched_;
+  }
   void ProcessRx();
   void WatchReceive(bool on);
   static void OnWatchTimer(Timer* timer);
@@ -150,6 +154,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool close_send_ = false, send_closed_ = false;
   std::atomic<bool> broken_{false};
   std::atomic<bool> tx_stalled_{false};  // the last sendmsg found the socket full
+  std::atomic<bool> response_owed_{false};  // a Read Response waits for the poller's next kick
+  bool rx_by_poller_ = false;             // rx_mutex_: the receive path runs on a poller
 
   // ---- receive (rx_mutex_) ----
   std::mutex rx_mutex_;
