@@ -235,7 +235,25 @@ void Stream::ProcessTx() {
   }
 }
 
+bool Stream::SourcesGranted() const {
+  for (int i = 0; i < batch_.source_count; ++i) {
+    const Source& s = batch_.sources[i];
+    if (qp_->pd().CheckRemoteLocked(s.stag, qpn_, s.addr, s.length, kRemoteRead) != KeyCheck::Ok) return false;
+  }
+  return true;
+}
+
 bool Stream::FlushBatch() {
+  // Memory read for the peer is re-checked whenever bytes leave, with deregistration held off, so
+  // a region deregistered (and freed) after the Read Request was checked is never sent.
+  std::shared_lock<std::shared_mutex> sources;
+  if (batch_.source_count) {
+    sources = std::shared_lock(qp_->pd().placement_lock());
+    if (!SourcesGranted()) {
+      broken_ = true;  // the Response cannot be completed: the connection ends
+      return false;
+    }
+  }
   while (!batch_.empty()) {
     msghdr msg{};
     msg.msg_iov = batch_.iov + batch_.iov_done;
@@ -358,7 +376,7 @@ void Stream::FailUnconfirmed(const TerminateMsg& term, WcStatus status) {
 }
 
 bool Stream::FillBatch() {
-  batch_.iov_count = batch_.iov_done = batch_.fpdus = batch_.finished_count = 0;
+  batch_.iov_count = batch_.iov_done = batch_.fpdus = batch_.finished_count = batch_.source_count = 0;
   if (terminate_len_) {
     // The Terminate is the last FPDU of the stream: send it alone, then close.
     uint8_t* h = batch_.headers[batch_.fpdus++];
@@ -393,10 +411,20 @@ bool Stream::FillBatch() {
                                           params_.max_ulpdu - kDdpTaggedHeaderLen);
       bool last = response->sent + chunk == response->size;
       Sge source{response->source, response->size, 0};
-      if (!AddFpdu(DdpHeader::Tagged(RdmapOpcode::ReadResponse, response->sink_stag,
-                                     response->sink_to + response->sent, last),
-                   nullptr, nullptr, &source, 1, false, response->sent, chunk))
-        break;
+      Source piece{response->source_stag, response->source + response->sent, chunk};
+      {
+        std::shared_lock<std::shared_mutex> granted(qp_->pd().placement_lock());  // the CRC reads it
+        if (chunk && qp_->pd().CheckRemoteLocked(piece.stag, qpn_, piece.addr, piece.length, kRemoteRead) !=
+                         KeyCheck::Ok) {
+          broken_ = true;  // deregistered since the request was checked: the connection ends
+          break;
+        }
+        if (!AddFpdu(DdpHeader::Tagged(RdmapOpcode::ReadResponse, response->sink_stag,
+                                       response->sink_to + response->sent, last),
+                     nullptr, nullptr, &source, 1, false, response->sent, chunk))
+          break;
+      }
+      if (chunk) batch_.sources[batch_.source_count++] = piece;
       response->sent += chunk;
       if (last) {
         std::lock_guard<std::mutex> lock(responses_mutex_);
@@ -786,7 +814,8 @@ bool Stream::FinishSegment() {
           Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
           return false;
         }
-        responses_.push_back({read_req_.sink_stag, read_req_.sink_to, read_req_.src_to, read_req_.size, 0});
+        responses_.push_back({read_req_.sink_stag, read_req_.sink_to, read_req_.src_stag, read_req_.src_to,
+                              read_req_.size, 0});
       }
       // A spinning poller owns this socket (the engine does not watch it): the Response goes out
       // with whatever the poller's application posts next, or at its next poll, in one sendmsg.

@@ -69,9 +69,16 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   struct ReadResponse {
     uint32_t sink_stag;
     uint64_t sink_to;
-    uint64_t source;  // local address, checked when the request arrived
+    uint32_t source_stag;  // checked when the request arrived, and again whenever bytes leave
+    uint64_t source;       // local address
     uint32_t size;
     uint32_t sent;
+  };
+  // Local memory a batch reads for the peer (Read Responses).
+  struct Source {
+    uint32_t stag;
+    uint64_t addr;
+    uint32_t length;
   };
   // One batch of FPDUs handed to sendmsg; kept until fully written.
   static constexpr int kBatchFpdus = 16;
@@ -84,11 +91,14 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     int fpdus = 0;
     uint64_t finished[kBatchFpdus];  // send queue positions whose last byte is in this batch
     int finished_count = 0;
+    Source sources[kBatchFpdus];
+    int source_count = 0;
     bool empty() const { return iov_done == iov_count; }
   };
 
   void ProcessTx();
   bool FlushBatch();  // false if the socket is full (or broken)
+  bool SourcesGranted() const;  // under the PD's placement lock
   bool FillBatch();   // false if there is nothing to send
   bool AddFpdu(const wire::DdpHeader& hdr, const wire::ReadRequest* read,
                const uint8_t* inline_data, const Sge* sge, uint32_t num_sge, bool sge_remote,
