@@ -82,11 +82,13 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   };
   // One batch of FPDUs handed to sendmsg; kept until fully written.
   static constexpr int kBatchFpdus = 16;
+  static constexpr size_t kSmallFpdu = 256;
   static constexpr int kBatchIov = 64;
   struct TxBatch {
     iovec iov[kBatchIov];
     int iov_count = 0, iov_done = 0;
-    uint8_t headers[kBatchFpdus][2 + wire::kTerminateMaxLen + 2];
+    // Each FPDU's length field and headers; a small FPDU is built here whole (one iovec).
+    uint8_t headers[kBatchFpdus][kSmallFpdu];
     uint8_t trailers[kBatchFpdus][8];
     int fpdus = 0;
     uint64_t finished[kBatchFpdus];  // send queue positions whose last byte is in this batch
