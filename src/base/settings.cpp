@@ -27,8 +27,8 @@ const std::vector<SettingInfo>& SettingTable() {
      "completes ND_ACCESS_VIOLATION), all (Sends too: no receive posted completes ND_IO_TIMEOUT, "
      "at a round trip per Send), or none (complete when handed to TCP, as RNICs do). Every ndwv "
      "peer answers such a Read."},
-    {"NDWV_MPA_MAX_ULPDU", SettingType::Integer, "16384", 256, 65000, nullptr,
-     "iWARP: largest DDP segment sent, in bytes."},
+    {"NDWV_MPA_MAX_ULPDU", SettingType::Integer, "65000", 256, 65000, nullptr,
+     "iWARP: largest DDP segment sent, in bytes. Large segments cost fewer system calls per byte; a software receiver reassembles them across TCP segments."},
     {"NDWV_CM_TIMEOUT_MS", SettingType::Integer, "10000", 10, 600000, nullptr,
      "Connection setup (TCP connect and MPA exchange) time limit, in milliseconds."},
     {"NDWV_DISCONNECT_TIMEOUT_MS", SettingType::Integer, "5000", 10, 600000, nullptr,

@@ -63,7 +63,7 @@ class Finisher {
 
 const base::Settings& Config() {
   static const base::Settings defaults{int(base::LogLevel::Error), true, base::Settings::Confirm::Writes,
-                                       16384, 10000, 5000, 2, true, "iwarp"};
+                                       65000, 10000, 5000, 2, true, "iwarp"};
   const base::Settings* s = base::LoadSettings();
   return s ? *s : defaults;
 }

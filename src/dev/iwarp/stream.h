@@ -28,7 +28,7 @@ struct StreamParams {
   bool crc = true;
   uint32_t ird = 1;          // Read Requests we answer at once
   uint32_t ord = 1;          // Read Requests we keep outstanding
-  uint32_t max_ulpdu = 16384;
+  uint32_t max_ulpdu = 65000;
   bool expect_rtr = false;   // passive side: the first FPDU must be the zero-length Write RTR
   // Writes (and Sends) complete when a zero-length Read (a probe) confirms they were placed.
   bool confirm_writes = true, confirm_sends = false;
