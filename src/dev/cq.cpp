@@ -34,12 +34,14 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
       sources_mutex_.unlock();
     }
     if (count_.load(std::memory_order_acquire) == 0) {
+      if (!unseen_.load(std::memory_order_acquire)) return 0;  // nothing to mark seen
       std::lock_guard<std::mutex> lock(mutex_);
       // Checked again under the lock: an entry pushed since the check above was not seen, and
       // marking it seen would keep the next Notify from firing for it (a lost wake-up).
       if (count_.load() == 0) {
         seen_ = pushed_;  // a draining poll has seen everything
         solicited_unseen_ = 0;
+        unseen_.store(false, std::memory_order_relaxed);
         return 0;
       }
     }
@@ -54,6 +56,7 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
   if (n < max) {
     seen_ = pushed_;
     solicited_unseen_ = 0;
+    unseen_.store(false, std::memory_order_relaxed);
   }
   return n;
 }
@@ -74,6 +77,7 @@ void CompletionQueue::Push(const Completion& completion, bool solicited) {
       ring_[(head_ + count) % ring_.size()] = completion;
       count_.store(count + 1, std::memory_order_release);
       pushed_++;
+      unseen_.store(true, std::memory_order_relaxed);
       bool wakes_solicited = solicited || completion.status != WcStatus::Success;
       if (wakes_solicited) solicited_unseen_++;
       if (armed_ && (armed_type_ == NotifyType::Any ||
@@ -91,6 +95,7 @@ void CompletionQueue::CompleteArmedLocked(int32_t, AsyncOp** done) {
   armed_type_ = NotifyType::Errors;
   seen_ = pushed_;
   solicited_unseen_ = 0;
+  unseen_.store(false, std::memory_order_relaxed);
 }
 
 void CompletionQueue::Finish(AsyncOp* list, int32_t status) {

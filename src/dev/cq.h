@@ -72,6 +72,7 @@ class CompletionQueue {
   uint64_t pushed_ = 0;          // entries ever pushed
   uint64_t seen_ = 0;            // entries that fired a notify or that a draining poll saw
   uint64_t solicited_unseen_ = 0;// solicited or error entries pushed after seen_
+  std::atomic<bool> unseen_{false};  // pushed_ != seen_, readable without the lock
   AsyncOp* armed_ = nullptr;     // outstanding Notify requests, oldest first
   NotifyType armed_type_ = NotifyType::Errors;  // strongest type armed
 

@@ -258,7 +258,7 @@ bool QueuePair::TakeReceive(RecvWqe* out) {
   if (srq_) return srq_->Take(out);
   std::lock_guard<std::mutex> lock(rq_mutex_);
   if (rq_head_ == rq_tail_) return false;
-  *out = rq_[rq_head_ % rq_.size()];
+  rq_[rq_head_ % rq_.size()].CopyTo(out);
   rq_head_++;
   return true;
 }

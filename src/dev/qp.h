@@ -57,6 +57,14 @@ struct RecvWqe {
   uint32_t num_sge;
   Sge sge[kMaxSge];
   uint64_t length;  // capacity
+
+  // Copies what is in use (on the receive path: not the whole SGE array).
+  void CopyTo(RecvWqe* out) const {
+    out->wr_id = wr_id;
+    out->num_sge = num_sge;
+    out->length = length;
+    for (uint32_t i = 0; i < num_sge; ++i) out->sge[i] = sge[i];
+  }
 };
 
 struct QpCaps {

@@ -29,7 +29,7 @@ bool SharedReceiveQueue::Take(RecvWqe* out) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (head_ == tail_) return false;
-    *out = ring_[head_ % ring_.size()];
+    ring_[head_ % ring_.size()].CopyTo(out);
     head_++;
     if (armed_ && tail_ - head_ < limit_) std::swap(fire, armed_);
   }

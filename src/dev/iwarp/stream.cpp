@@ -87,7 +87,9 @@ constexpr std::chrono::milliseconds kPollIdle{10};  // no poll for this long: th
 void Stream::PollProgress() {
   uint32_t polls = polls_.fetch_add(1, std::memory_order_relaxed) + 1;
   // A stalled transmit (the socket had no room) or a Read Response owed: send now.
-  if (tx_stalled_.load(std::memory_order_relaxed) || response_owed_.exchange(false)) Kick();
+  if (tx_stalled_.load(std::memory_order_relaxed) ||
+      (response_owed_.load(std::memory_order_relaxed) && response_owed_.exchange(false)))
+    Kick();
   DriveReceive(true);
   if (polls == kSpinningPolls) WatchReceive(false);
 }
@@ -519,9 +521,16 @@ void Stream::QueueTerminate(TermCode code) {
 // ----------------------------------------------------------------------------------- receive
 
 void Stream::DriveReceive(bool poller) {
-  rx_kicks_.fetch_add(1, std::memory_order_acq_rel);
+  // Only a caller that finds the lock taken must leave a kick for the holder (who looks for one
+  // after unlocking); the common uncontended call costs no atomic read-modify-write.
+  bool kicked = false;
   for (;;) {
-    if (!rx_mutex_.try_lock()) return;
+    if (!rx_mutex_.try_lock()) {
+      if (kicked) return;
+      rx_kicks_.fetch_add(1, std::memory_order_acq_rel);
+      kicked = true;
+      continue;  // the holder may have unlocked before it saw our kick: try once more
+    }
     uint64_t seen = rx_kicks_.load(std::memory_order_acquire);
     rx_by_poller_ = poller;
     if (!shut_) ProcessRx();
