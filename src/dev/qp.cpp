@@ -156,8 +156,6 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
     wqe.remote_addr = request.remote_addr;
     wqe.rkey = request.rkey;
     wqe.window = request.window;
-    wqe.bind_lkey = request.bind_lkey;
-    wqe.bind_access = request.bind_access;
     wqe.sent = 0;
     wqe.done = false;
     wqe.status = WcStatus::Success;

@@ -34,29 +34,32 @@ struct Sge {
   uint32_t lkey;
 };
 
+// Laid out so that a small request touches few cache lines of the (large, cycling) queue ring:
+// the fixed fields first, then either the SGE list or the inline data, whichever it uses.
 struct SendWqe {
   uint64_t wr_id;
   WrOpcode opcode;
   uint32_t flags;
-  uint32_t num_sge;
-  Sge sge[kMaxSge];
+  uint32_t num_sge;       // 0 for inline requests
   uint64_t length;        // bytes the request moves
   uint64_t remote_addr;   // Write/Read
   uint32_t rkey;          // Write/Read
-  std::shared_ptr<MemoryWindow> window;  // Bind/Invalidate
-  uint32_t bind_lkey, bind_access;
   // Execution state, owned by the link while it transmits.
-  uint64_t sent;
   WcStatus status;        // set when done
   bool done;
-  uint8_t inline_data[kMaxInline];
+  uint64_t sent;
+  std::shared_ptr<MemoryWindow> window;  // Bind/Invalidate
+  union {
+    Sge sge[kMaxSge];
+    uint8_t inline_data[kMaxInline];  // ND_OP_FLAG_INLINE: copied at post time
+  };
 };
 
 struct RecvWqe {
   uint64_t wr_id;
   uint32_t num_sge;
-  Sge sge[kMaxSge];
   uint64_t length;  // capacity
+  Sge sge[kMaxSge];
 
   // Copies what is in use (on the receive path: not the whole SGE array).
   void CopyTo(RecvWqe* out) const {
