@@ -22,8 +22,6 @@ namespace ndwv::dev::iwarp {
 
 using namespace ndwv::wire;
 
-namespace {
-
 // Requests finished under the endpoint's lock are completed after it is released, so a
 // completion callback may call back into the endpoint.
 class Finisher {
@@ -60,6 +58,8 @@ class Finisher {
   int32_t statuses_[kMax] = {};
   int count_ = 0;
 };
+
+namespace {
 
 const base::Settings& Config() {
   static const base::Settings defaults{int(base::LogLevel::Error), true, base::Settings::Confirm::Writes,
@@ -433,26 +433,22 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   return WV_PENDING;
 }
 
-void Endpoint::FailConnect(int32_t status) {
+void Endpoint::FailConnect(Finisher& finish, int32_t status) {
+  finish.Add(std::exchange(connect_op_, nullptr), status);
   CloseSocket();
   DisarmTimer();
   qp_.reset();
   SetState(State::Bound);  // a refused or unreachable Connect may be retried
 }
 
-void Endpoint::OnConnectReady() {
+void Endpoint::OnConnectReady(Finisher& finish) {
   int error = 0;
   socklen_t len = sizeof error;
   getsockopt(fd_, SOL_SOCKET, SO_ERROR, &error, &len);
   if (error) {
-    AsyncOp* op = std::exchange(connect_op_, nullptr);
-    FailConnect(0);
-    int32_t status = error == ECONNREFUSED ? WV_CONNECTION_REFUSED
-                     : error == ENETUNREACH ? WV_NETWORK_UNREACHABLE
-                                            : WV_HOST_UNREACHABLE;
-    mutex_.unlock();
-    op->Complete(status);
-    mutex_.lock();
+    FailConnect(finish, error == ECONNREFUSED ? WV_CONNECTION_REFUSED
+                        : error == ENETUNREACH ? WV_NETWORK_UNREACHABLE
+                                               : WV_HOST_UNREACHABLE);
     return;
   }
   local_len_ = sizeof local_;
@@ -467,23 +463,13 @@ void Endpoint::OnConnectReady() {
   request.private_data = {local_params_.data, local_params_.data_length};
   Engine::Get().Modify(fd_, EPOLLIN | EPOLLRDHUP);
   SetState(State::ActiveMpaSent);
-  if (!SendMpaFrame(request)) {
-    AsyncOp* op = std::exchange(connect_op_, nullptr);
-    FailConnect(0);
-    mutex_.unlock();
-    op->Complete(WV_CONNECTION_REFUSED);
-    mutex_.lock();
-  }
+  if (!SendMpaFrame(request)) FailConnect(finish, WV_CONNECTION_REFUSED);
 }
 
-void Endpoint::OnMpaReply() {
+void Endpoint::OnMpaReply(Finisher& finish) {
   if (!ReadMpaFrame(MpaKind::Reply)) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-    AsyncOp* op = std::exchange(connect_op_, nullptr);
-    FailConnect(0);
-    mutex_.unlock();
-    op->Complete(WV_CONNECTION_REFUSED);  // reset before any reply: nobody took the request
-    mutex_.lock();
+    FailConnect(finish, WV_CONNECTION_REFUSED);  // reset before any reply: nobody took the request
     return;
   }
   MpaFrame reply;
@@ -495,21 +481,16 @@ void Endpoint::OnMpaReply() {
   peer_params_.ird = reply.ird;
   peer_params_.ord = reply.ord;
   peer_crc_ = reply.crc;
-  AsyncOp* op = std::exchange(connect_op_, nullptr);
-  int32_t status = WV_SUCCESS;
   if (reply.reject || reply.markers || !reply.enhanced || !reply.p2p || !reply.rtr_write) {
     // Rejected by the peer's application, or a peer we cannot talk to (markers, no RTR Write).
-    FailConnect(0);
-    status = WV_CONNECTION_REFUSED;
-  } else {
-    DisarmTimer();
-    Engine::Get().Unwatch(fd_);  // the stream watches it from CompleteConnect on
-    watching_ = false;
-    SetState(State::ActiveReplied);
+    FailConnect(finish, WV_CONNECTION_REFUSED);
+    return;
   }
-  mutex_.unlock();
-  op->Complete(status);
-  mutex_.lock();
+  DisarmTimer();
+  Engine::Get().Unwatch(fd_);  // the stream watches it from CompleteConnect on
+  watching_ = false;
+  SetState(State::ActiveReplied);
+  finish.Add(std::exchange(connect_op_, nullptr), WV_SUCCESS);
 }
 
 int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& params, AsyncOp* op) {
@@ -636,12 +617,13 @@ void Endpoint::OnMpaRequest() {
 // ---------------------------------------------------------------------------- engine events
 
 void Endpoint::OnIo(uint32_t events) {
+  Finisher finish;
   std::lock_guard<std::mutex> lock(mutex_);
   if (fd_ < 0 || !watching_) return;  // a late event for a socket we no longer watch
   switch (state_) {
     case State::Listening: OnListenReady(); break;
-    case State::ActiveConnecting: OnConnectReady(); break;
-    case State::ActiveMpaSent: OnMpaReply(); break;
+    case State::ActiveConnecting: OnConnectReady(finish); break;
+    case State::ActiveMpaSent: OnMpaReply(finish); break;
     case State::PassiveHandshake: OnMpaRequest(); break;
     default: break;
   }
@@ -761,10 +743,7 @@ int32_t Endpoint::NotifyDisconnect(AsyncOp* op) {
 void Endpoint::CancelRequests() {
   Finisher finish;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (connect_op_) {
-    finish.Add(std::exchange(connect_op_, nullptr), WV_CANCELLED);
-    FailConnect(0);
-  }
+  if (connect_op_) FailConnect(finish, WV_CANCELLED);
   finish.AddList(notify_ops_, WV_CANCELLED);
   while (!requests_.empty()) {
     finish.Add(requests_.front().op, WV_CANCELLED);

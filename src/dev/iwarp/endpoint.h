@@ -24,6 +24,7 @@
 namespace ndwv::dev::iwarp {
 
 std::shared_ptr<ConnectEndpoint> CreateEndpoint();
+class Finisher;
 
 class Endpoint final : public ConnectEndpoint,
                        public StreamObserver,
@@ -73,13 +74,14 @@ class Endpoint final : public ConnectEndpoint,
   void HandleTimeout();
 
   void OnListenReady();
-  void OnConnectReady();
+  void OnConnectReady(Finisher& finish);
   bool ReadMpaFrame(wire::MpaKind kind);  // true when a whole frame is in mpa_buffer_
-  void OnMpaReply();
+  void OnMpaReply(Finisher& finish);
   void OnMpaRequest();
   void RequestReady(const std::shared_ptr<Endpoint>& child);
   void AdoptConnection(Endpoint& child);  // target of GetRequest takes the child's connection
-  void FailConnect(int32_t status);       // under mutex_; completes outside via finish list
+  // Under mutex_: the pending Connect ends with `status` (completed by `finish`, after the lock).
+  void FailConnect(Finisher& finish, int32_t status);
   void FinishDisconnect(int32_t status);  // CM phase over: QP phase on the work pool
   void CloseSocket();
   bool SendMpaFrame(const wire::MpaFrame& frame);

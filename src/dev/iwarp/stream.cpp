@@ -286,7 +286,7 @@ bool Stream::FlushBatch() {
 }
 
 bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_t* inline_data,
-                     const Sge* sge, uint32_t num_sge, bool, uint64_t offset, uint32_t length) {
+                     const Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t length) {
   int pieces_needed = 2 + (inline_data ? 1 : int(num_sge));
   if (batch_.fpdus == kBatchFpdus || batch_.iov_count + pieces_needed > kBatchIov) return false;
   int slot = batch_.fpdus++;
@@ -347,7 +347,7 @@ bool Stream::AddProbe(size_t reads) {
   if (reads >= params_.ord) return false;  // sent when a Read slot frees up
   ReadRequest request{ProbeStag(probe_seq_), 0, 0, 0, 0};
   if (!AddFpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, read_msn_, 0, true), &request, nullptr,
-               nullptr, 0, false, 0, 0))
+               nullptr, 0, 0, 0))
     return false;
   read_msn_++;
   probe_seq_++;
@@ -413,7 +413,7 @@ bool Stream::FillBatch() {
   }
   if (close_send_ && qp_->state() == QpState::Error) return false;
   if (rtr_pending_) {
-    AddFpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, 0, 0, true), nullptr, nullptr, nullptr, 0, false, 0, 0);
+    AddFpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, 0, 0, true), nullptr, nullptr, nullptr, 0, 0, 0);
     rtr_pending_ = false;
   }
   for (;;) {
@@ -438,7 +438,7 @@ bool Stream::FillBatch() {
         }
         if (!AddFpdu(DdpHeader::Tagged(RdmapOpcode::ReadResponse, response->sink_stag,
                                        response->sink_to + response->sent, last),
-                     nullptr, nullptr, &source, 1, false, response->sent, chunk))
+                     nullptr, nullptr, &source, 1, response->sent, chunk))
           break;
       }
       if (chunk) batch_.sources[batch_.source_count++] = piece;
@@ -473,7 +473,7 @@ bool Stream::FillBatch() {
       if (reads >= params_.ord) break;  // beyond the read limit a Read waits; it does not fail
       ReadRequest request{SinkStag(next_tx_), 0, uint32_t(wqe.length), wqe.rkey, wqe.remote_addr};
       if (!AddFpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, read_msn_, 0, true), &request,
-                   nullptr, nullptr, 0, false, 0, 0))
+                   nullptr, nullptr, 0, 0, 0))
         break;
       read_msn_++;
       std::lock_guard<std::mutex> lock(reads_mutex_);
@@ -489,7 +489,7 @@ bool Stream::FillBatch() {
                                       send_msn_, uint32_t(wqe.sent), last)
                 : DdpHeader::Tagged(RdmapOpcode::RdmaWrite, wqe.rkey, wqe.remote_addr + wqe.sent, last);
     bool is_inline = wqe.flags & kInline;
-    if (!AddFpdu(hdr, nullptr, is_inline ? wqe.inline_data : nullptr, wqe.sge, wqe.num_sge, false,
+    if (!AddFpdu(hdr, nullptr, is_inline ? wqe.inline_data : nullptr, wqe.sge, wqe.num_sge,
                  wqe.sent, chunk))
       break;
     wqe.sent += chunk;

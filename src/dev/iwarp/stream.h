@@ -103,7 +103,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool SourcesGranted() const;  // under the PD's placement lock
   bool FillBatch();   // false if there is nothing to send
   bool AddFpdu(const wire::DdpHeader& hdr, const wire::ReadRequest* read,
-               const uint8_t* inline_data, const Sge* sge, uint32_t num_sge, bool sge_remote,
+               const uint8_t* inline_data, const Sge* sge, uint32_t num_sge,
                uint64_t offset, uint32_t length);
   void QueueTerminate(wire::TermCode code);
 
