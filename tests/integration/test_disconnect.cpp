@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "harness.h"
 
 namespace ndit {
@@ -219,7 +221,10 @@ TEST(IntegrationDisconnect, ActiveSideSendsAndDisconnectsRightAfterConnecting) {
 // The client connects, then either releases its QP and connector without Disconnect, or its
 // process exits. Either way the server's NotifyDisconnect completes, its receives are flushed,
 // and its Disconnect succeeds.
-IT_PEER(abandoned_server) {
+// Serves one client with three receives posted, says "ready", and checks what the client's
+// going away (however it went) does here: NotifyDisconnect completes, the receives are flushed,
+// Disconnect succeeds, nothing else completes.
+void ServeUntilTheClientIsGone(Channel& client, const char* how) {
   Adapter adapter;
   std::vector<uint8_t> inbox(3 * 64);
   Mr mr(adapter, inbox.data(), inbox.size(), kSinkFlags);
@@ -228,17 +233,21 @@ IT_PEER(abandoned_server) {
     ND2_SGE sge = {inbox.data() + 64 * i, 64, mr.token()};
     IT_OK(e.qp->Receive(Ctx(0x100 + i), &sge, 1));
   }
-  Serve(parent, e);
+  Serve(client, e);
   Ov notify;
   HRESULT hr = e.connector->NotifyDisconnect(notify.Prepare(e.connector.get()));
   IT_CHECK_HR(ND_PENDING, hr);
-  parent.Send("ready");
-  IT_OK(notify.Finish(hr, "NotifyDisconnect when the client went away"));
+  client.Send("ready");
+  IT_OK(notify.Finish(hr, (std::string("NotifyDisconnect when ") + how).c_str()));
   for (int i = 0; i < 3; ++i)
     ExpectCompletion(e.cq.get(), {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x100 + i), kServerQp, -1},
-                     "a receive outstanding when the client went away");
+                     (std::string("a receive outstanding when ") + how).c_str());
   IT_OK(Disconnect(e.connector.get()));
   ExpectNoCompletion(e.cq.get(), "server CQ", 50);
+}
+
+IT_PEER(abandoned_server) {
+  ServeUntilTheClientIsGone(parent, "the client went away");
   parent.Send("server done");
 }
 
@@ -254,26 +263,7 @@ IT_PEER(vanishing_client) {
 TEST(IntegrationDisconnect, PeerProcessExitsWithoutDisconnect) {
   RunWithPeer("vanishing_client", [](Channel& client) {
     // This process serves; the channel to the client carries the port and "ready".
-    Adapter adapter;
-    std::vector<uint8_t> inbox(3 * 64);
-    Mr mr(adapter, inbox.data(), inbox.size(), kSinkFlags);
-    Endpoint e(adapter, kServerQp, {.depth = 4});
-    for (int i = 0; i < 3; ++i) {
-      ND2_SGE sge = {inbox.data() + 64 * i, 64, mr.token()};
-      IT_OK(e.qp->Receive(Ctx(0x100 + i), &sge, 1));
-    }
-    Serve(client, e);
-    Ov notify;
-    HRESULT hr = e.connector->NotifyDisconnect(notify.Prepare(e.connector.get()));
-    IT_CHECK_HR(ND_PENDING, hr);
-    client.Send("ready");
-    IT_OK(notify.Finish(hr, "NotifyDisconnect when the client process exited"));
-    for (int i = 0; i < 3; ++i)
-      ExpectCompletion(e.cq.get(),
-                       {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x100 + i), kServerQp, -1},
-                       "a receive outstanding when the client process exited");
-    IT_OK(Disconnect(e.connector.get()));
-    ExpectNoCompletion(e.cq.get(), "server CQ", 50);
+    ServeUntilTheClientIsGone(client, "the client process exited");
   });
 }
 
