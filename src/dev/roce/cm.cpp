@@ -1,0 +1,807 @@
+#include "dev/roce/cm.h"
+
+#include <algorithm>
+#include <iterator>
+
+#include <ndwv/wvstatus.h>
+
+#include "wire/bytes.h"
+#include "wire/ib.h"
+
+namespace ndwv::dev::roce {
+
+using wire::ib::CmAttr;
+using wire::ib::CmError;
+using wire::ib::CmMessage;
+using wire::ib::RejectedMessage;
+using wire::ib::RejReason;
+
+namespace {
+
+constexpr uint32_t kIndexMask = 0xFFFFFF;
+
+// Copies private data into a message's fixed field (the rest stays zero).
+template <size_t N>
+bool CopyPrivateData(uint8_t (&field)[N], std::span<const uint8_t> data) {
+  if (data.size() > N) return false;
+  std::copy(data.begin(), data.end(), field);
+  return true;
+}
+
+CmDrop DropFor(CmError e) {
+  switch (e) {
+    case CmError::BadBaseVersion:
+    case CmError::BadClassVersion: return CmDrop::BadVersion;
+    case CmError::NotCm: return CmDrop::NotCm;
+    case CmError::BadMethod: return CmDrop::BadMethod;
+    case CmError::UnknownAttribute: return CmDrop::UnknownAttribute;
+    default: return CmDrop::Truncated;
+  }
+}
+
+}  // namespace
+
+// Compares in whole milliseconds so that the two conversions round-trip (20 <-> 4295 ms).
+uint8_t TimeValueFromMs(uint32_t ms) {
+  for (uint8_t x = 0; x < 31; x++)
+    if (TimeValueToMs(x) >= ms) return x;
+  return 31;
+}
+
+uint32_t TimeValueToMs(uint8_t x) {
+  uint64_t ms = (wire::ib::TimeValueMicros(x) + 999) / 1000;
+  return uint32_t(std::clamp<uint64_t>(ms, 1, UINT32_MAX));
+}
+
+const char* ToString(CmState s) {
+  static const char* const names[] = {"IDLE",     "REQ_SENT",     "MRA_REQ_RCVD", "REP_RCVD",
+                                      "MRA_REP_SENT", "REQ_RCVD", "MRA_REQ_SENT", "REP_SENT",
+                                      "MRA_REP_RCVD", "ESTABLISHED", "DREQ_SENT",  "DREQ_RCVD",
+                                      "TIMEWAIT", "NO_SUCH_ID"};
+  static_assert(std::size(names) == size_t(CmState::NoSuchId) + 1);
+  return names[size_t(s)];
+}
+
+const char* ToString(CmEventKind k) {
+  static const char* const names[] = {"ReqReceived", "RepReceived",  "Established", "Rejected",
+                                      "ReqTimeout",  "RepTimeout",   "MraReceived", "DreqReceived",
+                                      "DrepReceived", "DreqTimeout", "TimewaitExit"};
+  static_assert(std::size(names) == size_t(CmEventKind::TimewaitExit) + 1);
+  return names[size_t(k)];
+}
+
+const char* ToString(CmDrop d) {
+  static const char* const names[] = {"truncated", "bad version", "not CM", "bad method",
+                                      "unknown attribute", "unknown comm ID", "comm ID mismatch",
+                                      "QPN mismatch", "wrong state", "duplicate"};
+  static_assert(std::size(names) == size_t(CmDrop::Count));
+  return d < CmDrop::Count ? names[size_t(d)] : "?";
+}
+
+// §3.9: each side advertised the PSN it expects to receive and its own IRD/ORD.
+QpAttributes ActiveQpAttributes(const ConnectArgs& ours, const wire::ib::CmRep& rep) {
+  QpAttributes a;
+  a.dest_qpn = rep.local_qpn;
+  a.sq_psn = rep.starting_psn;
+  a.rq_psn = ours.starting_psn & wire::ib::kPsnMask;
+  a.max_dest_rd_atomic = ours.ird;
+  a.max_rd_atomic = std::min(ours.ord, rep.responder_resources);
+  a.path_mtu = ours.path_mtu;
+  a.retry_count = ours.retry_count;
+  a.local_ack_timeout = ours.local_ack_timeout;
+  a.rnr_retry_count = rep.rnr_retry_count;
+  return a;
+}
+
+QpAttributes PassiveQpAttributes(const wire::ib::CmReq& req, const AcceptArgs& ours) {
+  QpAttributes a;
+  a.dest_qpn = req.local_qpn;
+  a.sq_psn = req.starting_psn;
+  a.rq_psn = ours.starting_psn & wire::ib::kPsnMask;
+  a.max_dest_rd_atomic = ours.ird;
+  a.max_rd_atomic = std::min(ours.ord, req.responder_resources);
+  a.path_mtu = req.path_mtu;
+  a.retry_count = req.retry_count;
+  a.local_ack_timeout = req.primary_local_ack_timeout;
+  a.rnr_retry_count = req.rnr_retry_count;
+  return a;
+}
+
+CmAgent::CmAgent(CmEnv& env, const CmConfig& config) : env_(env), config_(config) {
+  config_.max_retries = std::min<uint32_t>(config_.max_retries, 15);  // a 4-bit field
+  response_timeout_ = TimeValueFromMs(config_.response_timeout_ms);
+  next_index_ = config_.id_seed & kIndexMask;
+  next_instance_ = uint8_t(config_.id_seed >> 24);
+  next_tid_ = uint64_t(config_.id_seed) << 32;
+}
+
+// ---------------------------------------------------------------------------- bookkeeping
+
+// The low 24 bits count, the top 8 revolve: an ID recurs only after 2^24 connections, so a
+// retried connection never looks like a duplicate of the one before.
+uint32_t CmAgent::NewCommId() {
+  for (;;) {
+    next_index_ = (next_index_ + 1) & kIndexMask;
+    next_instance_++;
+    uint32_t id = uint32_t(next_instance_) << 24 | next_index_;
+    if (id != 0 && !ceps_.contains(id)) return id;  // 0 means "no ID" in a REJ
+  }
+}
+
+uint64_t CmAgent::NewTid() { return ++next_tid_; }
+
+CmAgent::Cep* CmAgent::Find(uint32_t id) {
+  auto it = ceps_.find(id);
+  return it == ceps_.end() ? nullptr : &it->second;
+}
+
+const CmAgent::Cep* CmAgent::Find(uint32_t id) const {
+  auto it = ceps_.find(id);
+  return it == ceps_.end() ? nullptr : &it->second;
+}
+
+CmAgent::Cep* CmAgent::Lookup(uint32_t ours, uint32_t theirs) {
+  Cep* cep = Find(ours);
+  if (!cep) {
+    Drop(CmDrop::UnknownCommId);
+    return nullptr;
+  }
+  if (cep->remote_id != 0 && cep->remote_id != theirs) {
+    Drop(CmDrop::CommIdMismatch);
+    return nullptr;
+  }
+  return cep;
+}
+
+CmAgent::Cep* CmAgent::FindByRemote(uint64_t ca_guid, uint32_t remote_id) {
+  auto it = by_remote_.find({ca_guid, remote_id});
+  return it == by_remote_.end() ? nullptr : Find(it->second);
+}
+
+CmState CmAgent::StateOf(uint32_t id) const {
+  const Cep* cep = Find(id);
+  return cep ? cep->state : CmState::NoSuchId;
+}
+
+uint32_t CmAgent::TimeoutMsOf(uint32_t id) const {
+  const Cep* cep = Find(id);
+  return cep ? cep->timeout_ms : 0;
+}
+
+void CmAgent::Arm(Cep& cep, uint64_t deadline) {
+  Disarm(cep);
+  cep.deadline = deadline;
+  deadlines_.insert({deadline, cep.local_id});
+}
+
+void CmAgent::Disarm(Cep& cep) {
+  if (cep.deadline == UINT64_MAX) return;
+  deadlines_.erase({cep.deadline, cep.local_id});
+  cep.deadline = UINT64_MAX;
+}
+
+uint64_t CmAgent::NextDeadlineMs() const {
+  return deadlines_.empty() ? UINT64_MAX : deadlines_.begin()->first;
+}
+
+void CmAgent::EnterTimewait(Cep& cep) {
+  cep.state = CmState::Timewait;
+  Arm(cep, env_.NowMs() + config_.timewait_ms);
+}
+
+void CmAgent::EnterIdle(Cep& cep) {
+  Disarm(cep);
+  cep.state = CmState::Idle;
+  if (cep.destroyed) Erase(cep);
+}
+
+void CmAgent::Erase(Cep& cep) {
+  Disarm(cep);
+  if (cep.passive) by_remote_.erase({cep.remote_ca_guid, cep.remote_id});
+  ceps_.erase(cep.local_id);
+}
+
+void CmAgent::Emit(const Cep& cep, CmEventKind kind, const CmMessage* msg, uint16_t reason) {
+  if (cep.destroyed) return;
+  CmEvent& e = events_.emplace_back();
+  e.id = cep.local_id;
+  e.kind = kind;
+  e.has_message = msg != nullptr;
+  if (msg) e.msg = *msg;
+  e.peer = cep.peer;
+  e.reject_reason = reason;
+}
+
+bool CmAgent::PopEvent(CmEvent* out) {
+  if (events_.empty()) return false;
+  *out = events_.front();
+  events_.pop_front();
+  return true;
+}
+
+// ---------------------------------------------------------------------------- sending
+
+void CmAgent::Send(const sockaddr_storage& to, CmMessage m) {
+  m.mad.attribute_id = uint16_t(m.attr);
+  counters_.sent[CmCounters::Index(m.attr)]++;
+  env_.SendMad(to, m);
+}
+
+void CmAgent::SendOutstanding(Cep& cep, CmMessage m) {
+  cep.outstanding = m;
+  cep.transmissions = 1;
+  Send(cep.peer, m);
+  Arm(cep, env_.NowMs() + cep.timeout_ms);
+}
+
+void CmAgent::SendRej(Cep& cep, RejReason reason, RejectedMessage which,
+                      std::span<const uint8_t> private_data) {
+  CmMessage m;
+  m.attr = CmAttr::Rej;
+  m.mad.transaction_id = cep.tid;
+  m.rej.local_comm_id = cep.local_id;
+  m.rej.remote_comm_id = cep.remote_id;
+  m.rej.message_rejected = which;
+  m.rej.reason = uint16_t(reason);
+  if (reason == RejReason::Timeout) {  // carries our CA GUID, by which the peer finds its CEP
+    wire::StoreBe64(m.rej.reject_info, config_.ca_guid);
+    m.rej.reject_info_length = 8;
+  }
+  CopyPrivateData(m.rej.private_data, private_data);
+  Send(cep.peer, m);
+}
+
+void CmAgent::RejectReq(const sockaddr_storage& to, const CmMessage& req, RejReason reason) {
+  CmMessage m;
+  m.attr = CmAttr::Rej;
+  m.mad.transaction_id = req.mad.transaction_id;
+  m.rej.local_comm_id = 0;
+  m.rej.remote_comm_id = req.req.local_comm_id;
+  m.rej.message_rejected = RejectedMessage::Req;
+  m.rej.reason = uint16_t(reason);
+  Send(to, m);
+}
+
+void CmAgent::SendMra(Cep& cep, MraFor what) {
+  CmMessage m;
+  m.attr = CmAttr::Mra;
+  m.mad.transaction_id = cep.tid;
+  m.mra.local_comm_id = cep.local_id;
+  m.mra.remote_comm_id = cep.remote_id;
+  m.mra.message_mraed = what;
+  m.mra.service_timeout = TimeValueFromMs(config_.mra_timeout_ms);
+  cep.last_answer = m;
+  Send(cep.peer, m);
+}
+
+void CmAgent::SendDreq(Cep& cep, std::span<const uint8_t> private_data) {
+  CmMessage m;
+  m.attr = CmAttr::Dreq;
+  m.mad.transaction_id = NewTid();
+  m.dreq.local_comm_id = cep.local_id;
+  m.dreq.remote_comm_id = cep.remote_id;
+  m.dreq.remote_qpn = cep.remote_qpn;
+  CopyPrivateData(m.dreq.private_data, private_data);
+  cep.state = CmState::DreqSent;
+  SendOutstanding(cep, m);
+}
+
+void CmAgent::SendDrep(const sockaddr_storage& to, uint32_t local_id, uint32_t remote_id,
+                       uint64_t tid, std::span<const uint8_t> private_data) {
+  CmMessage m;
+  m.attr = CmAttr::Drep;
+  m.mad.transaction_id = tid;
+  m.drep.local_comm_id = local_id;
+  m.drep.remote_comm_id = remote_id;
+  CopyPrivateData(m.drep.private_data, private_data);
+  Send(to, m);
+}
+
+// ---------------------------------------------------------------------------- consumer calls
+
+uint32_t CmAgent::Connect(const sockaddr_storage& to, const ConnectArgs& args) {
+  if (args.private_data.size() > wire::ib::kReqPrivateData) return 0;
+  uint32_t id = NewCommId();
+  Cep& cep = ceps_[id];
+  cep.local_id = id;
+  cep.peer = to;
+  cep.local_qpn = args.local_qpn & wire::ib::kQpnMask;
+  cep.tid = NewTid();
+  // §3.5: 2 packet lifetimes + the response time we asked of the peer.
+  cep.timeout_ms = 2 * config_.packet_lifetime_ms + TimeValueToMs(response_timeout_);
+  cep.max_retries = config_.max_retries;
+  cep.state = CmState::ReqSent;
+
+  CmMessage m;
+  m.attr = CmAttr::Req;
+  m.mad.transaction_id = cep.tid;
+  wire::ib::CmReq& r = m.req;
+  r.local_comm_id = id;
+  r.service_id = args.service_id;
+  r.local_ca_guid = config_.ca_guid;
+  r.local_qpn = cep.local_qpn;
+  r.responder_resources = args.ird;
+  r.initiator_depth = args.ord;
+  r.remote_cm_response_timeout = response_timeout_;
+  r.local_cm_response_timeout = response_timeout_;
+  r.starting_psn = args.starting_psn & wire::ib::kPsnMask;
+  r.retry_count = args.retry_count;
+  r.path_mtu = args.path_mtu;
+  r.rnr_retry_count = args.rnr_retry_count;
+  r.max_cm_retries = uint8_t(config_.max_retries);
+  r.srq = args.srq;
+  std::copy(std::begin(args.local_gid), std::end(args.local_gid), r.primary_local_gid);
+  std::copy(std::begin(args.remote_gid), std::end(args.remote_gid), r.primary_remote_gid);
+  r.primary_hop_limit = args.hop_limit;
+  r.primary_traffic_class = args.traffic_class;
+  r.primary_local_ack_timeout = args.local_ack_timeout;
+  CopyPrivateData(r.private_data, args.private_data);
+  SendOutstanding(cep, m);
+  return id;
+}
+
+int32_t CmAgent::SendRtu(uint32_t id, std::span<const uint8_t> private_data) {
+  Cep* cep = Find(id);
+  if (!cep) return WV_NOT_FOUND;
+  if (cep->state != CmState::RepRcvd && cep->state != CmState::MraRepSent)
+    return WV_INVALID_DEVICE_STATE;
+  CmMessage m;
+  m.attr = CmAttr::Rtu;
+  m.mad.transaction_id = cep->tid;
+  m.rtu.local_comm_id = cep->local_id;
+  m.rtu.remote_comm_id = cep->remote_id;
+  if (!CopyPrivateData(m.rtu.private_data, private_data)) return WV_INVALID_PARAMETER;
+  cep->last_answer = m;  // resent if the REP comes again (the RTU was lost)
+  cep->state = CmState::Established;
+  cep->established_reported = true;  // the active consumer knows: it sent the RTU
+  Send(cep->peer, m);
+  return WV_SUCCESS;
+}
+
+int32_t CmAgent::Listen(uint64_t service_id) {
+  return services_.insert(service_id).second ? WV_SUCCESS : WV_ADDRESS_ALREADY_EXISTS;
+}
+
+void CmAgent::StopListening(uint64_t service_id) { services_.erase(service_id); }
+
+int32_t CmAgent::Accept(uint32_t id, const AcceptArgs& args) {
+  Cep* cep = Find(id);
+  if (!cep) return WV_NOT_FOUND;
+  if (cep->state != CmState::ReqRcvd && cep->state != CmState::MraReqSent)
+    return WV_INVALID_DEVICE_STATE;
+  CmMessage m;
+  m.attr = CmAttr::Rep;
+  m.mad.transaction_id = cep->tid;
+  wire::ib::CmRep& r = m.rep;
+  if (!CopyPrivateData(r.private_data, args.private_data)) return WV_INVALID_PARAMETER;
+  cep->local_qpn = args.local_qpn & wire::ib::kQpnMask;
+  r.local_comm_id = cep->local_id;
+  r.remote_comm_id = cep->remote_id;
+  r.local_qpn = cep->local_qpn;
+  r.starting_psn = args.starting_psn & wire::ib::kPsnMask;
+  r.responder_resources = args.ird;
+  r.initiator_depth = args.ord;
+  r.rnr_retry_count = args.rnr_retry_count;
+  r.srq = args.srq;
+  r.local_ca_guid = config_.ca_guid;
+  cep->state = CmState::RepSent;
+  SendOutstanding(*cep, m);
+  return WV_SUCCESS;
+}
+
+int32_t CmAgent::Reject(uint32_t id, std::span<const uint8_t> private_data) {
+  Cep* cep = Find(id);
+  if (!cep) return WV_NOT_FOUND;
+  if (private_data.size() > wire::ib::kRejPrivateData) return WV_INVALID_PARAMETER;
+  switch (cep->state) {
+    case CmState::ReqRcvd:
+    case CmState::MraReqSent:
+      SendRej(*cep, RejReason::ConsumerReject, RejectedMessage::Req, private_data);
+      EnterIdle(*cep);
+      return WV_SUCCESS;
+    case CmState::RepRcvd:
+    case CmState::MraRepSent:
+      SendRej(*cep, RejReason::ConsumerReject, RejectedMessage::Rep, private_data);
+      EnterIdle(*cep);
+      return WV_SUCCESS;
+    case CmState::RepSent:
+    case CmState::MraRepRcvd:  // the peer may have readied its QP: time-wait
+      SendRej(*cep, RejReason::ConsumerReject, RejectedMessage::Other, private_data);
+      EnterTimewait(*cep);
+      return WV_SUCCESS;
+    default:
+      return WV_INVALID_DEVICE_STATE;
+  }
+}
+
+void CmAgent::ReportEstablished(Cep& cep, const CmMessage* rtu) {
+  Disarm(cep);  // the REP is answered
+  cep.state = CmState::Established;
+  if (cep.established_reported) return;
+  cep.established_reported = true;
+  Emit(cep, CmEventKind::Established, rtu);
+}
+
+int32_t CmAgent::Established(uint32_t id) {
+  Cep* cep = Find(id);
+  if (!cep) return WV_NOT_FOUND;
+  switch (cep->state) {
+    case CmState::RepSent:
+    case CmState::MraRepRcvd:
+      ReportEstablished(*cep, nullptr);
+      return WV_SUCCESS;
+    case CmState::Established:
+    case CmState::DreqSent:
+    case CmState::DreqRcvd:
+    case CmState::Timewait:
+      return WV_SUCCESS;  // a late first packet: already past it
+    default:
+      return WV_INVALID_DEVICE_STATE;
+  }
+}
+
+int32_t CmAgent::Disconnect(uint32_t id, std::span<const uint8_t> private_data) {
+  Cep* cep = Find(id);
+  if (!cep) return WV_NOT_FOUND;
+  switch (cep->state) {
+    case CmState::Established:
+      if (private_data.size() > wire::ib::kDreqPrivateData) return WV_INVALID_PARAMETER;
+      SendDreq(*cep, private_data);
+      return WV_SUCCESS;
+    case CmState::DreqRcvd:
+      if (private_data.size() > wire::ib::kDrepPrivateData) return WV_INVALID_PARAMETER;
+      SendDrep(cep->peer, cep->local_id, cep->remote_id, cep->dreq_tid, private_data);
+      EnterTimewait(*cep);
+      return WV_SUCCESS;
+    default:
+      return WV_INVALID_DEVICE_STATE;
+  }
+}
+
+// §3.4, "Destroying an id".
+void CmAgent::Destroy(uint32_t id) {
+  Cep* cep = Find(id);
+  if (!cep) return;
+  cep->destroyed = true;
+  std::erase_if(events_, [id](const CmEvent& e) { return e.id == id; });
+  switch (cep->state) {
+    case CmState::Established:  // one DREQ, not retried: nobody waits for its answer
+      SendDreq(*cep);
+      EnterTimewait(*cep);
+      break;
+    case CmState::DreqSent:
+      EnterTimewait(*cep);
+      break;
+    case CmState::DreqRcvd:
+      SendDrep(cep->peer, cep->local_id, cep->remote_id, cep->dreq_tid);
+      EnterTimewait(*cep);
+      break;
+    case CmState::ReqSent:
+    case CmState::MraReqRcvd:
+      SendRej(*cep, RejReason::Timeout, RejectedMessage::Other);
+      EnterIdle(*cep);
+      break;
+    case CmState::ReqRcvd:
+    case CmState::MraReqSent:
+    case CmState::RepRcvd:
+    case CmState::MraRepSent:
+    case CmState::RepSent:
+    case CmState::MraRepRcvd:
+      Reject(id, {});  // to IDLE, where a destroyed CEP is erased, or to TIMEWAIT
+      break;
+    case CmState::Timewait:  // the record stays until its timer
+      break;
+    default:
+      Erase(*cep);
+      break;
+  }
+}
+
+// ---------------------------------------------------------------------------- timers
+
+void CmAgent::OnTimer() {
+  uint64_t now = env_.NowMs();
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    Cep& cep = ceps_.at(deadlines_.begin()->second);
+    Disarm(cep);
+    OnDeadline(cep);
+  }
+}
+
+void CmAgent::OnDeadline(Cep& cep) {
+  if (cep.state == CmState::Timewait) {
+    Emit(cep, CmEventKind::TimewaitExit);
+    EnterIdle(cep);
+    return;
+  }
+  bool retransmitting = cep.state == CmState::ReqSent || cep.state == CmState::MraReqRcvd ||
+                        cep.state == CmState::RepSent || cep.state == CmState::MraRepRcvd ||
+                        cep.state == CmState::DreqSent;
+  if (!retransmitting) return;
+  if (cep.transmissions < 1 + cep.max_retries) {
+    cep.transmissions++;
+    counters_.retransmits++;
+    Send(cep.peer, cep.outstanding);
+    Arm(cep, env_.NowMs() + cep.timeout_ms);
+    return;
+  }
+  switch (cep.state) {
+    case CmState::ReqSent:
+    case CmState::MraReqRcvd:  // WinOFED tells the peer, which may hold a CEP for our REQ
+      counters_.req_timeouts++;
+      SendRej(cep, RejReason::Timeout, RejectedMessage::Other);
+      Emit(cep, CmEventKind::ReqTimeout);
+      EnterIdle(cep);
+      break;
+    case CmState::RepSent:
+    case CmState::MraRepRcvd:
+      counters_.rep_timeouts++;
+      SendRej(cep, RejReason::Timeout, RejectedMessage::Other);
+      Emit(cep, CmEventKind::RepTimeout);
+      EnterIdle(cep);
+      break;
+    default:  // DREQ_SENT (§3.6)
+      counters_.dreq_timeouts++;
+      Emit(cep, CmEventKind::DreqTimeout);
+      EnterTimewait(cep);
+      break;
+  }
+}
+
+// ---------------------------------------------------------------------------- input
+
+void CmAgent::OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad) {
+  CmMessage m;
+  if (CmError e = wire::ib::DecodeCm(mad, m); e != CmError::Ok) {
+    Drop(DropFor(e));
+    return;
+  }
+  counters_.received[CmCounters::Index(m.attr)]++;
+  switch (m.attr) {
+    case CmAttr::Req: OnReq(from, m); break;
+    case CmAttr::Mra: OnMra(m); break;
+    case CmAttr::Rej: OnRej(m); break;
+    case CmAttr::Rep: OnRep(m); break;
+    case CmAttr::Rtu: OnRtu(m); break;
+    case CmAttr::Dreq: OnDreq(from, m); break;
+    case CmAttr::Drep: OnDrep(m); break;
+    default: Drop(CmDrop::UnknownAttribute); break;
+  }
+}
+
+void CmAgent::OnReq(const sockaddr_storage& from, const CmMessage& m) {
+  const wire::ib::CmReq& req = m.req;
+  if (Cep* dup = FindByRemote(req.local_ca_guid, req.local_comm_id)) {
+    switch (dup->state) {
+      case CmState::ReqRcvd:  // the consumer is slow: ask for time (delayed MRA)
+        SendMra(*dup, kMraForReq);
+        dup->state = CmState::MraReqSent;
+        return;
+      case CmState::MraReqSent:
+        counters_.duplicate_answers++;
+        Send(dup->peer, dup->last_answer);
+        return;
+      case CmState::RepSent:
+      case CmState::MraRepRcvd:  // our REP was lost
+        counters_.duplicate_answers++;
+        Send(dup->peer, dup->outstanding);
+        return;
+      case CmState::Timewait:
+        counters_.stale_rejects_sent++;
+        SendRej(*dup, RejReason::StaleConnection, RejectedMessage::Req);
+        return;
+      default:
+        Drop(CmDrop::Duplicate);
+        return;
+    }
+  }
+  if (!services_.contains(req.service_id)) {
+    counters_.invalid_service_rejects_sent++;
+    RejectReq(from, m, RejReason::InvalidServiceId);
+    return;
+  }
+  // The peer's QP is still bound to a connection of ours: that one is stale. A live one is told
+  // so with a DREQ; one in time-wait keeps the QP number out of use until the timer (pitfall 15).
+  for (auto& [id, old] : ceps_) {
+    if (old.remote_ca_guid != req.local_ca_guid || old.remote_qpn != req.local_qpn) continue;
+    if (old.state != CmState::Timewait && old.state != CmState::Established) continue;
+    counters_.stale_rejects_sent++;
+    RejectReq(from, m, RejReason::StaleConnection);
+    if (old.state == CmState::Established) SendDreq(old);
+    return;
+  }
+
+  uint32_t id = NewCommId();
+  Cep& cep = ceps_[id];
+  cep.local_id = id;
+  cep.remote_id = req.local_comm_id;
+  cep.passive = true;
+  cep.peer = from;
+  cep.remote_ca_guid = req.local_ca_guid;
+  cep.remote_qpn = req.local_qpn;
+  cep.tid = m.mad.transaction_id;
+  // §3.5: the active side promised to answer our REP within its local response timeout.
+  cep.timeout_ms = TimeValueToMs(req.local_cm_response_timeout);
+  cep.max_retries = req.max_cm_retries;
+  cep.state = CmState::ReqRcvd;
+  by_remote_[{cep.remote_ca_guid, cep.remote_id}] = id;
+  Emit(cep, CmEventKind::ReqReceived, &m);
+}
+
+void CmAgent::OnMra(const CmMessage& m) {
+  Cep* cep = Lookup(m.mra.remote_comm_id, m.mra.local_comm_id);
+  if (!cep) return;
+  if (m.mra.message_mraed == kMraForReq &&
+      (cep->state == CmState::ReqSent || cep->state == CmState::MraReqRcvd)) {
+    cep->remote_id = m.mra.local_comm_id;
+    cep->state = CmState::MraReqRcvd;
+  } else if (m.mra.message_mraed == kMraForRep &&
+             (cep->state == CmState::RepSent || cep->state == CmState::MraRepRcvd)) {
+    cep->state = CmState::MraRepRcvd;
+  } else {
+    Drop(CmDrop::WrongState);
+    return;
+  }
+  // §3.5: wait the service time the peer asked for before retransmitting.
+  Arm(*cep, env_.NowMs() + TimeValueToMs(m.mra.service_timeout) + 2 * config_.packet_lifetime_ms);
+  Emit(*cep, CmEventKind::MraReceived, &m);
+}
+
+void CmAgent::OnRej(const CmMessage& m) {
+  const wire::ib::CmRej& rej = m.rej;
+  Cep* cep = nullptr;
+  if (rej.remote_comm_id != 0) {
+    cep = Lookup(rej.remote_comm_id, rej.local_comm_id);
+  } else if (rej.reason == uint16_t(RejReason::Timeout) && rej.reject_info_length >= 8) {
+    // An active side that timed out before learning our ID names itself by its CA GUID.
+    cep = FindByRemote(wire::LoadBe64(rej.reject_info), rej.local_comm_id);
+    if (!cep) Drop(CmDrop::UnknownCommId);
+  } else {
+    Drop(CmDrop::UnknownCommId);
+  }
+  if (!cep) return;
+  switch (cep->state) {
+    case CmState::ReqSent:
+    case CmState::MraReqRcvd:
+    case CmState::ReqRcvd:
+    case CmState::MraReqSent:
+    case CmState::RepSent:
+    case CmState::MraRepRcvd:
+      Disarm(*cep);
+      Emit(*cep, CmEventKind::Rejected, &m, rej.reason);
+      if (rej.reason == uint16_t(RejReason::StaleConnection)) EnterTimewait(*cep);
+      else EnterIdle(*cep);
+      return;
+    case CmState::RepRcvd:
+    case CmState::MraRepSent:
+    case CmState::Established:
+    case CmState::DreqSent:  // the connection is gone
+      Disarm(*cep);
+      Emit(*cep, CmEventKind::Rejected, &m, rej.reason);
+      EnterTimewait(*cep);
+      return;
+    default:
+      Drop(CmDrop::WrongState);
+      return;
+  }
+}
+
+void CmAgent::OnRep(const CmMessage& m) {
+  const wire::ib::CmRep& rep = m.rep;
+  Cep* cep = Lookup(rep.remote_comm_id, rep.local_comm_id);
+  if (!cep) return;
+  switch (cep->state) {
+    case CmState::ReqSent:
+    case CmState::MraReqRcvd:
+      Disarm(*cep);
+      cep->remote_id = rep.local_comm_id;
+      cep->remote_qpn = rep.local_qpn;
+      cep->remote_ca_guid = rep.local_ca_guid;
+      cep->state = CmState::RepRcvd;
+      Emit(*cep, CmEventKind::RepReceived, &m);
+      return;
+    case CmState::RepRcvd:  // the consumer has not sent its RTU yet: ask for time
+      SendMra(*cep, kMraForRep);
+      cep->state = CmState::MraRepSent;
+      return;
+    case CmState::MraRepSent:
+    case CmState::Established:  // resend the MRA, or the RTU that was lost
+      if (!cep->passive) {
+        counters_.duplicate_answers++;
+        Send(cep->peer, cep->last_answer);
+        return;
+      }
+      Drop(CmDrop::WrongState);
+      return;
+    case CmState::DreqSent:
+    case CmState::DreqRcvd:
+    case CmState::Timewait:
+      Drop(CmDrop::Duplicate);
+      return;
+    default:
+      Drop(CmDrop::WrongState);
+      return;
+  }
+}
+
+void CmAgent::OnRtu(const CmMessage& m) {
+  Cep* cep = Lookup(m.rtu.remote_comm_id, m.rtu.local_comm_id);
+  if (!cep) return;
+  switch (cep->state) {
+    case CmState::RepSent:
+    case CmState::MraRepRcvd:
+      ReportEstablished(*cep, &m);
+      return;
+    case CmState::Established:  // Established() came first (lost or late RTU)
+    case CmState::DreqSent:
+    case CmState::DreqRcvd:
+    case CmState::Timewait:
+      Drop(CmDrop::Duplicate);
+      return;
+    default:
+      Drop(CmDrop::WrongState);
+      return;
+  }
+}
+
+void CmAgent::OnDreq(const sockaddr_storage& from, const CmMessage& m) {
+  const wire::ib::CmDreq& dreq = m.dreq;
+  Cep* cep = Find(dreq.remote_comm_id);
+  if (!cep || cep->remote_id != dreq.local_comm_id) {
+    // No such connection (any more): answer, so that the peer's Disconnect ends now instead of
+    // after all its retries.
+    counters_.dreqs_without_connection++;
+    SendDrep(from, dreq.remote_comm_id, dreq.local_comm_id, m.mad.transaction_id);
+    return;
+  }
+  if (dreq.remote_qpn != cep->local_qpn) {
+    Drop(CmDrop::QpnMismatch);
+    return;
+  }
+  switch (cep->state) {
+    case CmState::RepSent:
+    case CmState::MraRepRcvd:  // the peer got our REP, so it is established (pitfall 7)
+      ReportEstablished(*cep, nullptr);
+      [[fallthrough]];
+    case CmState::Established:
+      cep->dreq_tid = m.mad.transaction_id;
+      cep->state = CmState::DreqRcvd;
+      Emit(*cep, CmEventKind::DreqReceived, &m);
+      return;
+    case CmState::DreqSent:  // crossing DREQs: ours needs no answer now, theirs does
+      cep->dreq_tid = m.mad.transaction_id;
+      SendDrep(cep->peer, cep->local_id, cep->remote_id, cep->dreq_tid);
+      EnterTimewait(*cep);
+      Emit(*cep, CmEventKind::DreqReceived, &m);
+      return;
+    case CmState::Timewait:  // our DREP was lost
+      counters_.duplicate_answers++;
+      SendDrep(cep->peer, cep->local_id, cep->remote_id, m.mad.transaction_id);
+      return;
+    case CmState::DreqRcvd:  // the consumer has not answered yet
+      Drop(CmDrop::Duplicate);
+      return;
+    default:
+      Drop(CmDrop::WrongState);
+      return;
+  }
+}
+
+void CmAgent::OnDrep(const CmMessage& m) {
+  Cep* cep = Lookup(m.drep.remote_comm_id, m.drep.local_comm_id);
+  if (!cep) return;
+  switch (cep->state) {
+    case CmState::DreqSent:
+      EnterTimewait(*cep);
+      Emit(*cep, CmEventKind::DrepReceived, &m);
+      return;
+    case CmState::Timewait:
+      Drop(CmDrop::Duplicate);
+      return;
+    default:
+      Drop(CmDrop::WrongState);
+      return;
+  }
+}
+
+}  // namespace ndwv::dev::roce

@@ -1,0 +1,288 @@
+// The InfiniBand Communication Manager (design-facts §3) as a pure state machine: no sockets, no
+// threads, no clock of its own. The UDP port feeds it MADs (OnMad) and timer expiries (OnTimer),
+// the consumer (the RoCE connect endpoint) calls it, and it answers with MADs (CmEnv::SendMad)
+// and with events the caller drains after each call (PopEvent). Nothing calls back into the
+// consumer, so nothing re-enters; every race and timeout is a deterministic test.
+//
+// One CmAgent per UDP port. It owns every connection endpoint (CEP) of that port, named by its
+// local communication ID; the service IDs listened on; and the CEPs in time-wait, which outlive
+// the consumer's Destroy until their timer expires.
+//
+// States and transitions are those of §3.4, with two choices made where the sources differ:
+//   * A duplicate REQ in REQ_RCVD is answered with an MRA ("delayed MRA", as Linux rdma_cm does:
+//     the MRA costs nothing while the consumer decides quickly), and likewise a duplicate REP in
+//     REP_RCVD while the active consumer has not sent its RTU yet.
+//   * Crossing DREQs: a DREQ received in DREQ_SENT is answered with a DREP at once (our consumer
+//     already asked to disconnect; WV forgot this DREP, pitfall 7), the CEP enters TIMEWAIT, and the
+//     consumer sees that DREQ as its one disconnect event.
+// A DREQ reaching an active CEP before its consumer sent the RTU is dropped, as Linux does: the
+// peer retries it, and by then the RTU is out, so Connect's outcome still comes first.
+#pragma once
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "wire/ib_cm.h"
+
+namespace ndwv::dev::roce {
+
+struct CmConfig {
+  uint32_t response_timeout_ms = 4295;  // this side's CM response timeout (IB time value 20)
+  uint32_t max_retries = 15;            // 0..15; transmissions = 1 + retries
+  uint32_t timewait_ms = 2000;
+  uint64_t ca_guid = 0;
+  // Added to every retransmit timeout twice (§3.5). A LAN's lifetime hides inside the response
+  // timeout, so 0 is a fair default.
+  uint32_t packet_lifetime_ms = 0;
+  // Service timeout advertised in our MRAs (Linux rdma_cm: time value 24, about 69 s).
+  uint32_t mra_timeout_ms = 68720;
+  // Start of the communication ID and transaction ID sequences: random in production, so that a
+  // restarted process does not reuse the IDs its peers may still hold in time-wait.
+  uint32_t id_seed = 0;
+};
+
+// IB time values (4.096 us * 2^x) in milliseconds: ms -> the smallest x that covers it, and back
+// (rounded up, at least 1 ms).
+uint8_t TimeValueFromMs(uint32_t ms);
+uint32_t TimeValueToMs(uint8_t x);
+
+// What the UDP port does for the agent.
+class CmEnv {
+ public:
+  virtual uint64_t NowMs() = 0;
+  // Encodes msg (EncodeCm) and sends it to `to`.
+  virtual void SendMad(const sockaddr_storage& to, const wire::ib::CmMessage& msg) = 0;
+ protected:
+  ~CmEnv() = default;
+};
+
+enum class CmState : uint8_t {
+  Idle,
+  // active
+  ReqSent, MraReqRcvd, RepRcvd, MraRepSent,
+  // passive
+  ReqRcvd, MraReqSent, RepSent, MraRepRcvd,
+  // both
+  Established, DreqSent, DreqRcvd, Timewait,
+  NoSuchId,  // StateOf an ID the agent does not hold
+};
+const char* ToString(CmState s);
+
+enum class CmEventKind : uint8_t {
+  ReqReceived,   // new passive CEP; msg.req, peer = the REQ's source
+  RepReceived,   // msg.rep; the consumer readies its QP, then SendRtu (or Reject)
+  Established,   // passive: RTU received or Established() called; delivered once
+  Rejected,      // msg.rej, reject_reason. After RepReceived/Established it ends the connection
+  ReqTimeout,    // REQ retries exhausted (a REJ Timeout was sent)
+  RepTimeout,    // REP retries exhausted (a REJ Timeout was sent)
+  MraReceived,   // msg.mra: the peer needs more time; informational
+  DreqReceived,  // msg.dreq. In DREQ_RCVD the consumer answers with Disconnect(); if it had
+                 // sent its own DREQ (crossing), the DREP is already sent and the CEP is in TIMEWAIT
+  DrepReceived,  // msg.drep: our DREQ was answered; TIMEWAIT
+  DreqTimeout,   // DREQ retries exhausted; TIMEWAIT
+  TimewaitExit,  // TIMEWAIT over: the QP may be reused (pitfall 15)
+};
+const char* ToString(CmEventKind k);
+
+struct CmEvent {
+  uint32_t id = 0;
+  CmEventKind kind = CmEventKind::ReqReceived;
+  bool has_message = false;  // msg is the message that caused the event
+  wire::ib::CmMessage msg;
+  sockaddr_storage peer{};
+  uint16_t reject_reason = 0;  // Rejected
+};
+
+enum class CmDrop : uint8_t {
+  Truncated, BadVersion, NotCm, BadMethod, UnknownAttribute,  // the decoder refused it
+  UnknownCommId,   // names no CEP of ours
+  CommIdMismatch,  // names one of our CEPs but not its peer's ID
+  QpnMismatch,     // DREQ for another QP
+  WrongState,      // not expected in the CEP's state
+  Duplicate,       // a repeat that needs no answer (late RTU, DREP in TIMEWAIT, ...)
+  Count
+};
+const char* ToString(CmDrop d);
+
+struct CmCounters {
+  static constexpr size_t kAttrs = 7;  // REQ .. DREP (attribute 0x10 + index)
+  uint64_t sent[kAttrs] = {}, received[kAttrs] = {};
+  uint64_t retransmits = 0;          // REQ/REP/DREQ resent by the timer
+  uint64_t duplicate_answers = 0;    // REP/RTU/MRA/DREP resent because a duplicate came in
+  uint64_t req_timeouts = 0, rep_timeouts = 0, dreq_timeouts = 0;
+  uint64_t drops[size_t(CmDrop::Count)] = {};
+  uint64_t dreqs_without_connection = 0;  // answered with a DREP built from the DREQ
+  uint64_t stale_rejects_sent = 0;        // REJ stale connection (10)
+  uint64_t invalid_service_rejects_sent = 0;  // REJ invalid service ID (8)
+
+  uint64_t Sent(wire::ib::CmAttr a) const { return sent[Index(a)]; }
+  uint64_t Received(wire::ib::CmAttr a) const { return received[Index(a)]; }
+  uint64_t Dropped(CmDrop d) const { return drops[size_t(d)]; }
+  static size_t Index(wire::ib::CmAttr a) { return size_t(a) - size_t(wire::ib::CmAttr::Req); }
+};
+
+struct ConnectArgs {
+  uint64_t service_id = 0;
+  uint32_t local_qpn = 0;
+  uint32_t starting_psn = 0;  // the PSN we expect to receive (our RQ PSN, §3.9)
+  uint8_t ird = 0;            // responder resources: inbound RDMA Reads we accept
+  uint8_t ord = 0;            // initiator depth: outbound RDMA Reads we issue
+  uint8_t path_mtu = 3;       // code: 1 = 256 .. 5 = 4096
+  uint8_t retry_count = 7;
+  uint8_t rnr_retry_count = 7;
+  uint8_t local_ack_timeout = 0;  // time-value code for the QP's ACK timeout
+  bool srq = false;
+  uint8_t local_gid[16] = {}, remote_gid[16] = {};  // IP-derived GIDs of the path
+  uint8_t hop_limit = 64, traffic_class = 0;
+  std::span<const uint8_t> private_data;  // <= 92: the RDMA-CM IP header + user data
+};
+
+struct AcceptArgs {
+  uint32_t local_qpn = 0;
+  uint32_t starting_psn = 0;  // our RQ PSN
+  // Our IRD/ORD as chosen by the consumer: ORD <= REQ.responder_resources, IRD covering
+  // REQ.initiator_depth (§3.9); a consumer that cannot rejects with reason 27.
+  uint8_t ird = 0, ord = 0;
+  uint8_t rnr_retry_count = 7;
+  bool srq = false;
+  std::span<const uint8_t> private_data;  // <= 196
+};
+
+// The QP attributes that follow from a REQ/REP exchange (§3.9): each side advertised the PSN it
+// expects to receive and its own IRD/ORD; here they are crossed.
+struct QpAttributes {
+  uint32_t dest_qpn = 0;
+  uint32_t sq_psn = 0, rq_psn = 0;
+  uint8_t max_dest_rd_atomic = 0;  // RTR: own IRD
+  uint8_t max_rd_atomic = 0;       // RTS: own ORD, no more than the peer's IRD
+  uint8_t path_mtu = 0, retry_count = 0, local_ack_timeout = 0;
+  uint8_t rnr_retry_count = 0;     // from the peer's message
+};
+QpAttributes ActiveQpAttributes(const ConnectArgs& ours, const wire::ib::CmRep& rep);
+QpAttributes PassiveQpAttributes(const wire::ib::CmReq& req, const AcceptArgs& ours);
+
+// Calls return WV status codes: WV_SUCCESS, WV_NOT_FOUND (no such ID), WV_INVALID_DEVICE_STATE
+// (not allowed in the CEP's state), WV_INVALID_PARAMETER (private data too long),
+// WV_ADDRESS_ALREADY_EXISTS (service already listened on).
+class CmAgent {
+ public:
+  CmAgent(CmEnv& env, const CmConfig& config);
+
+  // Active side. Connect sends the REQ and returns the new CEP's ID (0 if the private data is
+  // too long). SendRtu follows RepReceived, once the consumer's QP is in RTR/RTS.
+  uint32_t Connect(const sockaddr_storage& to, const ConnectArgs& args);
+  int32_t SendRtu(uint32_t id, std::span<const uint8_t> private_data = {});
+
+  // Passive side. REQs for a service nobody listens on are rejected with reason 8.
+  int32_t Listen(uint64_t service_id);
+  void StopListening(uint64_t service_id);
+  int32_t Accept(uint32_t id, const AcceptArgs& args);
+  // REJ consumer reject (28): passive before or after its REP, active after the REP.
+  int32_t Reject(uint32_t id, std::span<const uint8_t> private_data = {});
+  // The QP received its first packet in RTR: stands for a lost RTU (pitfall 8). Harmless once
+  // established.
+  int32_t Established(uint32_t id);
+
+  // Teardown. ESTABLISHED: send DREQ; DREQ_RCVD: send DREP.
+  int32_t Disconnect(uint32_t id, std::span<const uint8_t> private_data = {});
+  // The consumer let go of the ID: no more events for it; the connection is closed as §3.4 says
+  // and a TIMEWAIT record stays until its timer expires.
+  void Destroy(uint32_t id);
+
+  // Input.
+  void OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad);
+  void OnTimer();                  // handles every deadline that is due
+  uint64_t NextDeadlineMs() const;  // UINT64_MAX if none
+
+  // Output, in order (per CEP and overall).
+  bool PopEvent(CmEvent* out);
+
+  CmState StateOf(uint32_t id) const;
+  const CmCounters& counters() const { return counters_; }
+  // Retransmit timeout of a CEP (REQ: 2 lifetimes + the response timeout we advertised; REP: the
+  // REQ's local response timeout; DREQ: the CEP's own), 0 if no such ID. For tests and logs.
+  uint32_t TimeoutMsOf(uint32_t id) const;
+  size_t size() const { return ceps_.size(); }  // CEPs held, time-wait records included
+
+ private:
+  struct Cep {
+    uint32_t local_id = 0, remote_id = 0;
+    CmState state = CmState::Idle;
+    bool passive = false;
+    bool destroyed = false;  // the consumer let go: no events; erased once Idle
+    bool established_reported = false;
+    sockaddr_storage peer{};
+    uint64_t remote_ca_guid = 0;
+    uint32_t local_qpn = 0, remote_qpn = 0;
+    uint64_t tid = 0;             // of the REQ exchange (REP, RTU, REJ, MRA reuse it)
+    uint64_t dreq_tid = 0;        // of the peer's DREQ, which our DREP reuses
+    uint32_t timeout_ms = 0;      // retransmit timeout (§3.5)
+    uint32_t max_retries = 0;
+    uint32_t transmissions = 0;   // of `outstanding`
+    uint64_t deadline = UINT64_MAX;
+    wire::ib::CmMessage outstanding;  // REQ, REP or DREQ awaiting its answer
+    wire::ib::CmMessage last_answer;  // RTU or MRA, resent when the peer repeats itself
+  };
+
+  // One handler per incoming message type.
+  void OnReq(const sockaddr_storage& from, const wire::ib::CmMessage& m);
+  void OnMra(const wire::ib::CmMessage& m);
+  void OnRej(const wire::ib::CmMessage& m);
+  void OnRep(const wire::ib::CmMessage& m);
+  void OnRtu(const wire::ib::CmMessage& m);
+  void OnDreq(const sockaddr_storage& from, const wire::ib::CmMessage& m);
+  void OnDrep(const wire::ib::CmMessage& m);
+  void OnDeadline(Cep& cep);  // may erase cep
+
+  uint32_t NewCommId();
+  uint64_t NewTid();
+  Cep* Find(uint32_t id);
+  const Cep* Find(uint32_t id) const;
+  // The CEP a message names: `ours` is its remote_comm_id field, `theirs` its local_comm_id.
+  // theirs is checked only once we know the peer's ID. Counts the drop when none matches.
+  Cep* Lookup(uint32_t ours, uint32_t theirs);
+  Cep* FindByRemote(uint64_t ca_guid, uint32_t remote_id);
+
+  void Send(const sockaddr_storage& to, wire::ib::CmMessage m);
+  void SendOutstanding(Cep& cep, wire::ib::CmMessage m);  // first transmission, timer armed
+  void SendRej(Cep& cep, wire::ib::RejReason reason, wire::ib::RejectedMessage which,
+               std::span<const uint8_t> private_data = {});
+  void SendDreq(Cep& cep, std::span<const uint8_t> private_data = {});
+  void SendDrep(const sockaddr_storage& to, uint32_t local_id, uint32_t remote_id, uint64_t tid,
+                std::span<const uint8_t> private_data = {});
+  enum MraFor : uint8_t { kMraForReq = 0, kMraForRep = 1 };  // the MRA's Message MRAed
+  void SendMra(Cep& cep, MraFor what);
+  void RejectReq(const sockaddr_storage& to, const wire::ib::CmMessage& req,
+                 wire::ib::RejReason reason);  // a REQ we gave no CEP
+  void Arm(Cep& cep, uint64_t deadline);
+  void Disarm(Cep& cep);
+  void EnterTimewait(Cep& cep);
+  void EnterIdle(Cep& cep);  // erases a destroyed CEP
+  void Erase(Cep& cep);
+  void ReportEstablished(Cep& cep, const wire::ib::CmMessage* rtu);
+  void Emit(const Cep& cep, CmEventKind kind, const wire::ib::CmMessage* msg = nullptr,
+            uint16_t reason = 0);
+  void Drop(CmDrop reason) { counters_.drops[size_t(reason)]++; }
+
+  CmEnv& env_;
+  CmConfig config_;
+  uint8_t response_timeout_ = 0;  // config_.response_timeout_ms as an IB time value
+  uint32_t next_index_ = 0;       // low 24 bits of a communication ID
+  uint8_t next_instance_ = 0;     // top 8 bits, revolving
+  uint64_t next_tid_ = 0;
+  std::unordered_map<uint32_t, Cep> ceps_;
+  std::map<std::pair<uint64_t, uint32_t>, uint32_t> by_remote_;  // passive: (CA GUID, peer's ID)
+  std::unordered_set<uint64_t> services_;
+  std::set<std::pair<uint64_t, uint32_t>> deadlines_;  // (deadline, local id)
+  std::deque<CmEvent> events_;
+  CmCounters counters_;
+};
+
+}  // namespace ndwv::dev::roce
