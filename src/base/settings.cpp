@@ -17,8 +17,9 @@ const std::vector<SettingInfo>& SettingTable() {
   static const std::vector<SettingInfo> table = {
     {"NDWV_LOG_LEVEL", SettingType::Choice, "error", 0, 0, "error,warn,info,debug,trace",
      "Least severe log level written to stderr."},
-    {"NDWV_TRANSPORTS", SettingType::Choice, "iwarp", 0, 0, "iwarp",
-     "Transports offered as adapters, in order of preference."},
+    {"NDWV_TRANSPORTS", SettingType::Choice, "iwarp+roce", 0, 0, "iwarp,roce,iwarp+roce,roce+iwarp",
+     "Transports offered as devices, in order of preference: an adapter (an IP address) is "
+     "served by the first. Both peers must use the same transport."},
     {"NDWV_MPA_CRC", SettingType::Boolean, "1", 0, 1, nullptr,
      "iWARP: request MPA CRC-32C on every FPDU (used if either side asks for it)."},
     {"NDWV_IWARP_CONFIRM", SettingType::Choice, "writes", 0, 0, "none,writes,all",
@@ -33,6 +34,31 @@ const std::vector<SettingInfo>& SettingTable() {
      "Connection setup (TCP connect and MPA exchange) time limit, in milliseconds."},
     {"NDWV_DISCONNECT_TIMEOUT_MS", SettingType::Integer, "5000", 10, 600000, nullptr,
      "How long Disconnect waits for the peer's close before it flushes anyway (ND_TIMEOUT)."},
+    {"NDWV_ROCE_PORT", SettingType::Integer, "0", 0, 65535, nullptr,
+     "RoCE: UDP port every active connection of this process sends and receives on (4791 is the "
+     "standard RoCEv2 port, for a process that owns the host's device); 0 gives each connector a "
+     "port of its own. Listeners always use the port they are bound to."},
+    {"NDWV_ROCE_CM_TIMEOUT_MS", SettingType::Integer, "1000", 1, 60000, nullptr,
+     "RoCE: IB CM response timeout (REQ, REP, DREQ retransmit interval), in milliseconds."},
+    {"NDWV_ROCE_CM_RETRIES", SettingType::Integer, "7", 0, 15, nullptr,
+     "RoCE: IB CM retransmissions before a REQ, REP or DREQ gives up (Connect ND_TIMEOUT, "
+     "Disconnect ND_TIMEOUT)."},
+    {"NDWV_ROCE_TIMEWAIT_MS", SettingType::Integer, "1000", 0, 60000, nullptr,
+     "RoCE: IB CM time-wait after a disconnect, in milliseconds."},
+    {"NDWV_ROCE_ACK_TIMEOUT_MS", SettingType::Integer, "200", 1, 60000, nullptr,
+     "RoCE: local ACK timeout: a request unacknowledged this long is retransmitted."},
+    {"NDWV_ROCE_RETRY_COUNT", SettingType::Integer, "7", 0, 7, nullptr,
+     "RoCE: retransmissions without progress before requests end ND_IO_TIMEOUT and the QP "
+     "fails."},
+    {"NDWV_ROCE_RNR_TIMER", SettingType::Integer, "24", 0, 31, nullptr,
+     "RoCE: IB RNR timer code our RNR NAKs ask the sender to wait (24 = 40.96 ms; 0 = 655 ms)."},
+    {"NDWV_ROCE_RNR_RETRY", SettingType::Integer, "6", 0, 7, nullptr,
+     "RoCE: times a Send refused for want of a receive is retried (7 = forever) before it "
+     "ends ND_IO_TIMEOUT."},
+    {"NDWV_ROCE_KEEPALIVE_MS", SettingType::Integer, "2000", 0, 600000, nullptr,
+     "RoCE: an idle connection sends an acknowledged zero-length Write this often, so that a "
+     "peer whose process died (no kernel closes its connections) is noticed: its requests fail "
+     "ND_IO_TIMEOUT, receives are flushed, NotifyDisconnect completes. 0: never."},
     {"NDWV_WORK_THREADS", SettingType::Integer, "2", 1, 16, nullptr,
      "Threads in the process's shared work pool (QP state changes, flushes)."},
     {"NDWV_POLL_PROGRESS", SettingType::Boolean, "1", 0, 1, nullptr,
@@ -81,14 +107,13 @@ void Refuse(const SettingInfo& s, const char* value) {
 
 }  // namespace
 
-const Settings* LoadSettings() {
-  static Settings settings;
-  static bool ok = false;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    ok = true;
+namespace {
+
+// Fills `settings` from the environment (or only the defaults); false if a value was refused.
+bool Fill(Settings& settings, bool environment) {
+    bool ok = true;
     for (const SettingInfo& s : SettingTable()) {
-      const char* env = getenv(s.name);
+      const char* env = environment ? getenv(s.name) : nullptr;
       const char* text = env ? env : s.default_value;
       int64_t number = 0;
       std::string choice;
@@ -98,21 +123,49 @@ const Settings* LoadSettings() {
         continue;
       }
       std::string_view n = s.name;
-      if (n == "NDWV_LOG_LEVEL") {
-        settings.log_level = int(number);
-        g_log_level.store(int(number), std::memory_order_relaxed);
-      }
+      if (n == "NDWV_LOG_LEVEL") settings.log_level = int(number);
       else if (n == "NDWV_TRANSPORTS") settings.transports = choice;
       else if (n == "NDWV_MPA_CRC") settings.mpa_crc = number;
       else if (n == "NDWV_IWARP_CONFIRM") settings.confirm = Settings::Confirm(number);
       else if (n == "NDWV_MPA_MAX_ULPDU") settings.mpa_max_ulpdu = uint32_t(number);
       else if (n == "NDWV_CM_TIMEOUT_MS") settings.cm_timeout_ms = uint32_t(number);
       else if (n == "NDWV_DISCONNECT_TIMEOUT_MS") settings.disconnect_timeout_ms = uint32_t(number);
+      else if (n == "NDWV_ROCE_PORT") settings.roce_port = uint16_t(number);
+      else if (n == "NDWV_ROCE_CM_TIMEOUT_MS") settings.roce_cm_timeout_ms = uint32_t(number);
+      else if (n == "NDWV_ROCE_CM_RETRIES") settings.roce_cm_retries = uint32_t(number);
+      else if (n == "NDWV_ROCE_TIMEWAIT_MS") settings.roce_timewait_ms = uint32_t(number);
+      else if (n == "NDWV_ROCE_ACK_TIMEOUT_MS") settings.roce_ack_timeout_ms = uint32_t(number);
+      else if (n == "NDWV_ROCE_RETRY_COUNT") settings.roce_retry_count = uint8_t(number);
+      else if (n == "NDWV_ROCE_RNR_TIMER") settings.roce_rnr_timer = uint8_t(number);
+      else if (n == "NDWV_ROCE_RNR_RETRY") settings.roce_rnr_retry = uint8_t(number);
+      else if (n == "NDWV_ROCE_KEEPALIVE_MS") settings.roce_keepalive_ms = uint32_t(number);
       else if (n == "NDWV_WORK_THREADS") settings.work_threads = uint32_t(number);
       else if (n == "NDWV_POLL_PROGRESS") settings.poll_progress = number;
     }
+    return ok;
+}
+
+}  // namespace
+
+const Settings* LoadSettings() {
+  static Settings settings;
+  static bool ok = false;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ok = Fill(settings, true);
+    if (ok) g_log_level.store(settings.log_level, std::memory_order_relaxed);
   });
   return ok ? &settings : nullptr;
+}
+
+const Settings& Config() {
+  if (const Settings* loaded = LoadSettings()) return *loaded;
+  static const Settings defaults = [] {
+    Settings s;
+    Fill(s, false);
+    return s;
+  }();
+  return defaults;
 }
 
 }  // namespace ndwv::base

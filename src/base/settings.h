@@ -28,7 +28,12 @@ struct Settings {
   uint32_t disconnect_timeout_ms;// how long a graceful close waits for the peer's close
   uint32_t work_threads;         // size of the shared work pool
   bool poll_progress;            // busy-polling CQ callers drive receive progress themselves
-  std::string transports;        // offered transports, in order
+  std::string transports;        // offered transports, in order ("iwarp+roce")
+  // RoCE
+  uint16_t roce_port;            // shared UDP port of active connections; 0: one per connector
+  uint32_t roce_cm_timeout_ms, roce_cm_retries, roce_timewait_ms;
+  uint32_t roce_ack_timeout_ms, roce_keepalive_ms;
+  uint8_t roce_retry_count, roce_rnr_timer, roce_rnr_retry;
 };
 
 // All declarations, in the order ndinfo prints them.
@@ -37,6 +42,9 @@ const std::vector<SettingInfo>& SettingTable();
 // The process's settings. Returns nullptr (after printing why to stderr) if a variable is set to
 // a value its declaration does not accept.
 const Settings* LoadSettings();
+// The loaded settings, or the defaults if a value was refused (for code that runs only after
+// NdStartup succeeded, or must work regardless).
+const Settings& Config();
 
 }  // namespace ndwv::base
 

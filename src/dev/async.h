@@ -24,4 +24,41 @@ struct WorkItem {
   bool queued = false;  // guarded by the pool; a queued item is not queued twice
 };
 
+// Requests finished under an object's lock are completed when the Finisher goes out of scope,
+// after the lock is released, so a completion callback may call back into the object.
+class Finisher {
+ public:
+  void Add(AsyncOp* op, int32_t status) {
+    if (!op) return;
+    op->next = nullptr;
+    *tail_ = op;
+    tail_ = &op->next;
+    statuses_[count_ < kMax ? count_ : kMax - 1] = status;
+    count_++;
+  }
+  void AddList(AsyncOp*& list, int32_t status) {
+    while (list) {
+      AsyncOp* next = list->next;
+      Add(list, status);
+      list = next;
+    }
+  }
+  ~Finisher() {
+    int i = 0;
+    for (AsyncOp* op = head_; op;) {
+      AsyncOp* next = op->next;
+      op->next = nullptr;
+      op->Complete(statuses_[i < kMax ? i : kMax - 1]);
+      op = next;
+      i++;
+    }
+  }
+ private:
+  static constexpr int kMax = 16;
+  AsyncOp* head_ = nullptr;
+  AsyncOp** tail_ = &head_;
+  int32_t statuses_[kMax] = {};
+  int count_ = 0;
+};
+
 }  // namespace ndwv::dev

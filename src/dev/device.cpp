@@ -3,10 +3,13 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "base/settings.h"
 #include "dev/iwarp/endpoint.h"
+#include "dev/roce/endpoint.h"
 
 namespace ndwv::dev {
 
@@ -23,7 +26,8 @@ Device::Device(uint64_t guid, Transport transport, const char* name)
   attributes_.max_srq_sge = kMaxSge;
   attributes_.max_transfer_length = uint64_t(1) << 30;
   attributes_.max_private_data = kMaxPrivateData;
-  attributes_.in_order_placement = true;  // one TCP stream, placed front to back
+  // iWARP: one TCP stream, placed front to back. RoCE: packets are placed in PSN order too.
+  attributes_.in_order_placement = true;
   attributes_.cq_resize = true;
 }
 
@@ -35,7 +39,15 @@ const std::vector<Device*>& Device::All() {
     // "ndwv" in ASCII, then the transport: stable ids, so a saved adapter id stays valid.
     // Static objects: the devices live as long as the process.
     static Device iwarp(0x6e6477760000'0001ull, Transport::Iwarp, "ndwv-iwarp");
-    if (settings->transports == "iwarp") list.push_back(&iwarp);
+    static Device roce(0x6e6477760000'0002ull, Transport::Roce, "ndwv-roce");
+    // "a+b": a first. Every address of the host is served by the first device (see DESIGN.md).
+    const std::string& order = settings->transports;
+    for (size_t at = 0; at < order.size();) {
+      size_t end = std::min(order.find('+', at), order.size());
+      std::string name = order.substr(at, end - at);
+      list.push_back(name == "roce" ? &roce : &iwarp);
+      at = end + 1;
+    }
     return list;
   }();
   return devices;
@@ -69,6 +81,7 @@ bool Device::ServesAddress(const sockaddr* address, socklen_t length) {
 std::shared_ptr<ConnectEndpoint> Device::CreateEndpoint() const {
   switch (transport_) {
     case Transport::Iwarp: return iwarp::CreateEndpoint();
+    case Transport::Roce: return roce::CreateEndpoint();
   }
   return nullptr;
 }

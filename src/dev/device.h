@@ -12,7 +12,7 @@
 
 namespace ndwv::dev {
 
-enum class Transport { Iwarp };
+enum class Transport { Iwarp, Roce };
 
 struct DeviceAttributes {
   uint64_t max_mr_size;

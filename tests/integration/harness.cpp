@@ -737,6 +737,11 @@ RemoteBuffer ReceiveRemoteBuffer(Endpoint& e, const uint8_t* inbox, void* contex
 
 // ---- buffers ------------------------------------------------------------------------------------
 
+bool TransportIsRoce() {
+  const char* value = std::getenv("NDWV_TRANSPORTS");
+  return value && std::string(value).rfind("roce", 0) == 0;
+}
+
 void FillPattern(uint8_t* data, size_t length, uint64_t seed) {
   for (size_t i = 0; i < length; ++i) data[i] = PatternByte(seed, i);
 }

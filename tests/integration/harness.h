@@ -365,6 +365,11 @@ inline uint8_t PatternByte(uint64_t seed, uint64_t index) {
   return uint8_t(x);
 }
 void FillPattern(uint8_t* data, size_t length, uint64_t seed);
+
+// The transport this process's ndwv serves adapters with (NDWV_TRANSPORTS, read at NdStartup):
+// RoCE's IB CM messages carry private data in fixed-size fields with no length, so a peer's data
+// is reported padded with zeros to MaxCallerData/MaxCalleeData (the SPI allows it).
+bool TransportIsRoce();
 // Fails with the first differing offset unless data == pattern(seed).
 void CheckPattern(const uint8_t* data, size_t length, uint64_t seed, const char* what);
 // Fails unless every byte is `value`.

@@ -17,76 +17,13 @@
 
 #include "base/log.h"
 #include "base/settings.h"
+#include "dev/address.h"
 
 namespace ndwv::dev::iwarp {
 
 using namespace ndwv::wire;
 
-// Requests finished under the endpoint's lock are completed after it is released, so a
-// completion callback may call back into the endpoint.
-class Finisher {
- public:
-  void Add(AsyncOp* op, int32_t status) {
-    if (!op) return;
-    op->next = nullptr;
-    *tail_ = op;
-    tail_ = &op->next;
-    statuses_[count_ < kMax ? count_ : kMax - 1] = status;
-    count_++;
-  }
-  void AddList(AsyncOp*& list, int32_t status) {
-    while (list) {
-      AsyncOp* next = list->next;
-      Add(list, status);
-      list = next;
-    }
-  }
-  ~Finisher() {
-    int i = 0;
-    for (AsyncOp* op = head_; op;) {
-      AsyncOp* next = op->next;
-      op->next = nullptr;
-      op->Complete(statuses_[i < kMax ? i : kMax - 1]);
-      op = next;
-      i++;
-    }
-  }
- private:
-  static constexpr int kMax = 16;
-  AsyncOp* head_ = nullptr;
-  AsyncOp** tail_ = &head_;
-  int32_t statuses_[kMax] = {};
-  int count_ = 0;
-};
-
-namespace {
-
-const base::Settings& Config() {
-  static const base::Settings defaults{int(base::LogLevel::Error), true, base::Settings::Confirm::Writes,
-                                       65000, 10000, 5000, 2, true, "iwarp"};
-  const base::Settings* s = base::LoadSettings();
-  return s ? *s : defaults;
-}
-
-uint16_t PortOf(const sockaddr_storage& a) {
-  return ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6&>(a).sin6_port
-                                       : reinterpret_cast<const sockaddr_in&>(a).sin_port);
-}
-void SetPort(sockaddr_storage& a, uint16_t port) {
-  if (a.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6&>(a).sin6_port = htons(port);
-  else reinterpret_cast<sockaddr_in&>(a).sin_port = htons(port);
-}
-std::string Describe(const sockaddr_storage& a) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  if (a.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, host, sizeof host);
-  if (a.ss_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, host, sizeof host);
-  return std::string(host) + ":" + std::to_string(PortOf(a));
-}
-
-constexpr uint16_t kEphemeralFirst = 49152;  // the ND port range for port-0 binds
-constexpr uint32_t kEphemeralCount = 65536 - kEphemeralFirst;
-
-}  // namespace
+using base::Config;
 
 std::shared_ptr<ConnectEndpoint> CreateEndpoint() { return std::make_shared<Endpoint>(); }
 
@@ -193,27 +130,9 @@ int32_t Endpoint::OpenSocket(int family) {
   int one = 1;
   setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (PortOf(local_) != 0) {
-    if (bind(fd_, reinterpret_cast<sockaddr*>(&local_), local_len_) == 0) return WV_SUCCESS;
-    int error = errno;
-    CloseSocket();
-    return error == EADDRINUSE ? WV_SHARING_VIOLATION : WV_INVALID_ADDRESS;
-  }
-  // Port 0: the ND ephemeral range, from a random start.
-  static thread_local std::minstd_rand random{std::random_device{}()};
-  uint32_t start = random() % kEphemeralCount;
-  for (uint32_t i = 0; i < kEphemeralCount; ++i) {
-    SetPort(local_, uint16_t(kEphemeralFirst + (start + i) % kEphemeralCount));
-    if (bind(fd_, reinterpret_cast<sockaddr*>(&local_), local_len_) == 0) return WV_SUCCESS;
-    if (errno != EADDRINUSE) {
-      CloseSocket();
-      SetPort(local_, 0);
-      return WV_INVALID_ADDRESS;
-    }
-  }
-  CloseSocket();
-  SetPort(local_, 0);
-  return WV_TOO_MANY_ADDRESSES;
+  int32_t status = BindNdPort(fd_, local_);
+  if (status != WV_SUCCESS) CloseSocket();
+  return status;
 }
 
 int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {

@@ -24,7 +24,6 @@
 namespace ndwv::dev::iwarp {
 
 std::shared_ptr<ConnectEndpoint> CreateEndpoint();
-class Finisher;
 
 class Endpoint final : public ConnectEndpoint,
                        public StreamObserver,

@@ -1,0 +1,608 @@
+#include "dev/roce/endpoint.h"
+
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include <ndwv/wvstatus.h>
+
+#include "base/log.h"
+#include "base/settings.h"
+#include "dev/address.h"
+#include "wire/ib_cm.h"
+
+namespace ndwv::dev::roce {
+
+using namespace ndwv::wire::ib;
+using base::Config;
+
+namespace {
+
+uint32_t RandomPsn() {
+  static thread_local std::minstd_rand random{std::random_device{}()};
+  return uint32_t(random()) & kPsnMask;
+}
+
+// The IB path MTU code for the route to `peer`: the largest whose packets (IP + UDP + BTH + RETH
+// + payload + ICRC) fit the route's IP MTU without fragmentation.
+uint8_t PathMtuCode(const sockaddr_storage& peer) {
+  int fd = socket(peer.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int ip_mtu = 1500;
+  if (fd >= 0) {
+    socklen_t len = sizeof ip_mtu;
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) != 0 ||
+        getsockopt(fd, peer.ss_family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6,
+                   peer.ss_family == AF_INET ? IP_MTU : IPV6_MTU, &ip_mtu, &len) != 0)
+      ip_mtu = 1500;
+    close(fd);
+  }
+  size_t overhead = (peer.ss_family == AF_INET ? 20 : 40) + 8 + kBthLen + kRethLen + kIcrcLen;
+  for (uint8_t code = 5; code > 1; --code)
+    if (MtuBytes(code) + overhead <= size_t(ip_mtu)) return code;
+  return 1;
+}
+
+// The local address the host would send to `peer` from (port 0).
+bool RouteSource(const sockaddr_storage& peer, sockaddr_storage* local) {
+  int fd = socket(peer.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  socklen_t len = sizeof *local;
+  bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr*>(local), &len) == 0;
+  close(fd);
+  SetPort(*local, 0);
+  return ok;
+}
+
+ConnectParams PeerParams(uint8_t ird, uint8_t ord, const uint8_t* data) {
+  // IB private data has no length: the peer's data comes padded to the ND maximum.
+  ConnectParams p;
+  p.ird = ird;
+  p.ord = ord;
+  p.data_length = kMaxPrivateData;
+  memcpy(p.data, data, kMaxPrivateData);
+  return p;
+}
+
+}  // namespace
+
+std::shared_ptr<ConnectEndpoint> CreateEndpoint() { return std::make_shared<Endpoint>(); }
+
+Endpoint::Endpoint() {
+  established_work_.run = [](WorkItem* item) {
+    // Established (RTU, or the first packet): the passive QP may send now; then Accept completes.
+    auto* work = static_cast<EstablishedWork*>(item);
+    auto endpoint = std::move(work->endpoint);
+    auto qp = std::move(work->qp);
+    qp->Modify(QpState::Rts);
+    AsyncOp* op;
+    {
+      std::lock_guard<std::mutex> lock(endpoint->mutex_);
+      op = std::exchange(endpoint->accept_op_, nullptr);
+    }
+    if (op) op->Complete(WV_SUCCESS);
+  };
+}
+
+Endpoint::~Endpoint() = default;
+
+const char* Endpoint::ToString(State s) {
+  static const char* const names[] = {"Idle", "Bound", "Listening", "Connecting", "Replied",
+                                      "Requested", "Accepting", "Connected", "LinkFailed",
+                                      "Disconnecting", "PeerDisconnected", "Disconnected", "Closed"};
+  return names[int(s)];
+}
+
+void Endpoint::SetState(State s) {
+  NDWV_LOG(Debug, "roce cm %s -> %s (id %08x): %s -> %s", Describe(local_).c_str(),
+           Describe(peer_).c_str(), comm_id_, ToString(state_), ToString(s));
+  state_ = s;
+}
+
+// ------------------------------------------------------------------------------ addressing
+
+int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ != State::Idle) return WV_ADDRESS_ALREADY_ASSOCIATED;
+  if (!address || (address->sa_family != AF_INET && address->sa_family != AF_INET6)) return WV_INVALID_ADDRESS;
+  socklen_t need = address->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  if (length < need) return WV_INVALID_PARAMETER;
+  sockaddr_storage local{};
+  memcpy(&local, address, need);
+  // Port 0 with NDWV_ROCE_PORT: the process's shared port; otherwise a port of our own.
+  bool shared = PortOf(local) == 0 && Config().roce_port != 0;
+  if (shared) SetPort(local, Config().roce_port);
+  int32_t status;
+  port_ = Port::Open(local, shared, &status);
+  if (!port_) return status;
+  local_ = port_->local();
+  SetState(State::Bound);
+  return WV_SUCCESS;
+}
+
+int32_t Endpoint::Query(ConnectionInfo* info) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  info->local = local_;
+  info->peer = peer_;
+  info->peer_params = peer_params_;
+  return WV_SUCCESS;
+}
+
+// ------------------------------------------------------------------------------- listening
+
+int32_t Endpoint::Listen(int backlog) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ != State::Bound) return WV_INVALID_DEVICE_STATE;
+  backlog_ = backlog > 0 ? backlog : 128;
+  service_id_ = TcpServiceId(PortOf(local_));
+  int32_t status = port_->AddListener(service_id_, weak_from_this());
+  if (status != WV_SUCCESS) return status;
+  SetState(State::Listening);
+  return WV_SUCCESS;
+}
+
+int32_t Endpoint::GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) {
+  auto endpoint = std::dynamic_pointer_cast<Endpoint>(target);
+  if (!endpoint) return WV_INVALID_PARAMETER;
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ != State::Listening) return WV_INVALID_DEVICE_STATE;
+  if (!ready_.empty()) {
+    std::shared_ptr<Endpoint> child = std::move(ready_.front());
+    ready_.pop_front();
+    endpoint->Adopt(*child);
+    finish.Add(op, WV_SUCCESS);
+    return WV_PENDING;
+  }
+  requests_.push_back({std::move(endpoint), op});
+  return WV_PENDING;
+}
+
+void Endpoint::OnRequest(const CmEvent& event) {
+  // Under mutex_ (listener). The request becomes an endpoint of its own until a GetRequest
+  // target adopts it; its CM events go to whoever holds it.
+  auto child = std::make_shared<Endpoint>();
+  child->port_ = port_;
+  child->local_ = local_;
+  child->comm_id_ = event.id;
+  child->req_ = event.msg.req;
+  child->peer_port_ = event.peer;
+  IpHeader ip;
+  if (DecodeIpHeader({event.msg.req.private_data, kIpHeaderLen}, ip)) child->peer_ = ip.source;
+  else child->peer_ = event.peer;
+  child->peer_params_ = PeerParams(event.msg.req.responder_resources, event.msg.req.initiator_depth,
+                                   event.msg.req.private_data + kIpHeaderLen);
+  child->mtu_ = MtuBytes(std::min<uint8_t>(event.msg.req.path_mtu, PathMtuCode(event.peer)));
+  child->state_ = State::Requested;
+  port_->AddUser(event.id, child);
+  if (!requests_.empty()) {
+    PendingRequest request = std::move(requests_.front());
+    requests_.pop_front();
+    request.target->Adopt(*child);
+    request.op->Complete(WV_SUCCESS);  // its owner does not call back into the listener
+    return;
+  }
+  if (int(ready_.size()) >= backlog_) {  // the backlog is full: the peer is refused
+    port_->Cm([&](CmAgent& agent) { return agent.Reject(event.id); });
+    port_->RemoveUser(event.id);
+    return;
+  }
+  ready_.push_back(std::move(child));
+}
+
+void Endpoint::Adopt(Endpoint& child) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  port_ = child.port_;
+  local_ = child.local_;
+  comm_id_ = child.comm_id_;
+  req_ = child.req_;
+  peer_ = child.peer_;
+  peer_port_ = child.peer_port_;
+  peer_params_ = child.peer_params_;
+  mtu_ = child.mtu_;
+  child.comm_id_ = 0;
+  child.state_ = State::Closed;
+  port_->AddUser(comm_id_, weak_from_this());
+  SetState(State::Requested);
+}
+
+// ----------------------------------------------------------------------------- connecting
+
+RcParams Endpoint::BaseLinkParams() const {
+  RcParams p;
+  p.peer = peer_port_;
+  p.mtu = mtu_;
+  p.ack_timeout_ms = Config().roce_ack_timeout_ms;
+  p.retry_count = Config().roce_retry_count;
+  p.rnr_timer = Config().roce_rnr_timer;
+  p.keepalive_ms = Config().roce_keepalive_ms;
+  return p;
+}
+
+void Endpoint::StartLink(const RcParams& params) {
+  link_ = std::make_shared<RcLink>(port_, qp_, params, weak_from_this());
+  link_->Start();
+}
+
+int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
+                          const ConnectParams& params, AsyncOp* op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ != State::Bound && state_ != State::Idle) return WV_CONNECTION_ACTIVE;
+  if (!peer || (peer->sa_family != AF_INET && peer->sa_family != AF_INET6)) return WV_INVALID_ADDRESS;
+  if (length < (peer->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6))) return WV_INVALID_PARAMETER;
+  sockaddr_storage to{};
+  memcpy(&to, peer, peer->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+  if (state_ == State::Idle) {  // not bound: the route's source address, a port of our own
+    sockaddr_storage local;
+    if (!RouteSource(to, &local)) return WV_HOST_UNREACHABLE;
+    int32_t status;
+    port_ = Port::Open(local, false, &status);
+    if (!port_) return status;
+    local_ = port_->local();
+  }
+  if (local_.ss_family != to.ss_family) return WV_INVALID_ADDRESS;
+  if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
+  peer_ = to;
+  peer_port_ = to;  // until the REP says where the passive side's port is
+  local_params_ = params;
+  rq_psn_ = RandomPsn();
+  uint8_t mtu_code = PathMtuCode(to);
+  mtu_ = MtuBytes(mtu_code);
+
+  uint8_t private_data[kReqPrivateData] = {};
+  IpHeader ip;
+  ip.source = local_;
+  ip.destination = to;
+  SetPort(ip.destination, 0);
+  EncodeIpHeader(ip, std::span<uint8_t, kIpHeaderLen>(private_data, kIpHeaderLen));
+  memcpy(private_data + kIpHeaderLen, params.data, std::min<size_t>(params.data_length, kReqUserData));
+  ConnectArgs args;
+  args.service_id = TcpServiceId(PortOf(to));
+  args.local_qpn = qp->qpn();
+  args.starting_psn = rq_psn_;
+  args.ird = uint8_t(std::min<uint32_t>(params.ird, 255));
+  args.ord = uint8_t(std::min<uint32_t>(params.ord, 255));
+  args.path_mtu = mtu_code;
+  args.retry_count = Config().roce_retry_count;
+  args.rnr_retry_count = Config().roce_rnr_retry;
+  args.private_data = private_data;
+  qp_ = std::move(qp);
+  connect_op_ = op;
+  SetState(State::Connecting);
+  comm_id_ = port_->Connect(to, args, weak_from_this());
+  if (!comm_id_) {
+    connect_op_ = nullptr;
+    qp_.reset();
+    SetState(State::Bound);
+    return WV_INSUFFICIENT_RESOURCES;
+  }
+  return WV_PENDING;
+}
+
+int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& params, AsyncOp* op) {
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!qp) {  // active side: CompleteConnect
+    if (state_ != State::Replied) return WV_CONNECTION_INVALID;
+    int32_t status = qp_->state() == QpState::Reset ? qp_->Modify(QpState::Init) : WV_SUCCESS;
+    if (status == WV_SUCCESS) status = qp_->Modify(QpState::Rtr);
+    if (status == WV_SUCCESS) status = qp_->Modify(QpState::Rts);
+    if (status != WV_SUCCESS) return WV_CONNECTION_INVALID;
+    RcParams link = BaseLinkParams();
+    link.dest_qpn = rep_.local_qpn;
+    link.sq_psn = rep_.starting_psn;  // the PSN the passive side expects
+    link.rq_psn = rq_psn_;
+    link.ird = std::max<uint32_t>(local_params_.ird, 1);
+    link.ord = std::max<uint32_t>(std::min<uint32_t>(local_params_.ord, rep_.responder_resources), 1);
+    link.rnr_retry = rep_.rnr_retry_count;
+    StartLink(link);
+    qp_.reset();
+    port_->Cm([&](CmAgent& agent) { return agent.SendRtu(comm_id_); });
+    SetState(State::Connected);
+    finish.Add(op, WV_SUCCESS);
+    return WV_PENDING;
+  }
+  if (state_ != State::Requested) return WV_CONNECTION_INVALID;
+  if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
+  local_params_ = params;
+  if (qp->state() == QpState::Reset) qp->Modify(QpState::Init);
+  qp->Modify(QpState::Rtr);
+  qp_ = qp;
+  rq_psn_ = RandomPsn();
+  RcParams link = BaseLinkParams();
+  link.dest_qpn = req_.local_qpn;
+  link.sq_psn = req_.starting_psn;  // the PSN the active side expects
+  link.rq_psn = rq_psn_;
+  // Our IRD covers what the requester may issue; our ORD stays within what it accepts (§3.9).
+  link.ird = std::max<uint32_t>(params.ird, 1);
+  link.ord = std::max<uint32_t>(std::min<uint32_t>(params.ord, req_.responder_resources), 1);
+  link.rnr_retry = req_.rnr_retry_count;
+  StartLink(link);
+  qp_.reset();
+  uint8_t private_data[kMaxPrivateData] = {};
+  memcpy(private_data, params.data, std::min<size_t>(params.data_length, kMaxPrivateData));
+  AcceptArgs args;
+  args.local_qpn = qp->qpn();
+  args.starting_psn = rq_psn_;
+  // The CM carries the consumer's limits as given (0 included); the link works with at least 1.
+  args.ird = uint8_t(std::min<uint32_t>(params.ird, 255));
+  args.ord = uint8_t(std::min<uint32_t>({params.ord, req_.responder_resources, 255}));
+  args.rnr_retry_count = Config().roce_rnr_retry;
+  args.private_data = private_data;
+  int32_t status = port_->Cm([&](CmAgent& agent) { return agent.Accept(comm_id_, args); });
+  if (status != WV_SUCCESS) {
+    qp->Modify(QpState::Error);
+    SetState(State::Disconnected);
+    return WV_CONNECTION_ABORTED;
+  }
+  accept_op_ = op;
+  established_work_.qp = std::move(qp);
+  SetState(State::Accepting);
+  return WV_PENDING;
+}
+
+int32_t Endpoint::Reject(const void* data, size_t length) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (length > kMaxPrivateData) return WV_INVALID_BUFFER_SIZE;
+  if (state_ != State::Requested && state_ != State::Replied) return WV_CONNECTION_INVALID;
+  uint8_t private_data[kMaxPrivateData] = {};
+  if (length) memcpy(private_data, data, length);
+  port_->Cm([&](CmAgent& agent) { return agent.Reject(comm_id_, private_data); });
+  qp_.reset();
+  SetState(State::Closed);
+  return WV_SUCCESS;
+}
+
+void Endpoint::OnFirstPacket() {
+  // A lost RTU: the first packet on the QP establishes the connection (design-facts §6 item 8).
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ == State::Accepting)
+    port_->Cm([&](CmAgent& agent) { return agent.Established(comm_id_); });
+}
+
+// ------------------------------------------------------------------------------- CM events
+
+void Endpoint::OnCmEvent(const CmEvent& event) {
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  NDWV_LOG(Debug, "roce cm %s -> %s (id %08x): %s in %s", Describe(local_).c_str(),
+           Describe(peer_).c_str(), event.id, roce::ToString(event.kind), ToString(state_));
+  switch (event.kind) {
+    case CmEventKind::ReqReceived:
+      if (state_ == State::Listening) OnRequest(event);
+      return;
+    case CmEventKind::RepReceived:
+      if (state_ != State::Connecting) return;
+      rep_ = event.msg.rep;
+      peer_port_ = event.peer;  // the passive side's port: the CM and the data go there now
+      peer_params_ = PeerParams(rep_.responder_resources, rep_.initiator_depth, rep_.private_data);
+      SetState(State::Replied);
+      finish.Add(std::exchange(connect_op_, nullptr), WV_SUCCESS);
+      return;
+    case CmEventKind::Established:
+      if (state_ != State::Accepting) return;
+      SetState(State::Connected);
+      established_work_.endpoint = shared_from_this();
+      Engine::Get().Defer(&established_work_);
+      return;
+    case CmEventKind::Rejected:
+      if (state_ == State::Connecting) {
+        peer_params_ = PeerParams(0, 0, event.msg.rej.private_data);
+        SetState(State::Bound);
+        qp_.reset();
+        finish.Add(std::exchange(connect_op_, nullptr), WV_CONNECTION_REFUSED);
+      } else if (state_ == State::Accepting) {  // the active side refused our REP
+        SetState(State::Disconnected);
+        established_work_.qp.reset();
+        link_->Fail();
+        finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_REFUSED);
+      } else if (state_ == State::Connected || state_ == State::LinkFailed) {
+        PeerDisconnected(finish);
+      } else if (state_ == State::Disconnecting) {
+        FinishDisconnect(WV_SUCCESS);
+      }
+      return;
+    case CmEventKind::ReqTimeout:
+      if (state_ != State::Connecting) return;
+      SetState(State::Bound);
+      qp_.reset();
+      finish.Add(std::exchange(connect_op_, nullptr), WV_IO_TIMEOUT);
+      return;
+    case CmEventKind::RepTimeout:
+      if (state_ != State::Accepting) return;
+      SetState(State::Disconnected);
+      established_work_.qp.reset();
+      link_->Fail();
+      finish.Add(std::exchange(accept_op_, nullptr), WV_IO_TIMEOUT);
+      return;
+    case CmEventKind::DreqReceived:
+      if (state_ == State::Disconnecting) {  // crossing DREQs: the agent sent our DREP
+        finish.AddList(notify_ops_, WV_SUCCESS);
+        FinishDisconnect(WV_SUCCESS);
+        return;
+      }
+      if (state_ != State::Connected && state_ != State::Accepting && state_ != State::LinkFailed) return;
+      if (state_ == State::Accepting) {  // a DREQ implies the REP arrived (the agent reported it)
+        established_work_.endpoint = shared_from_this();
+        Engine::Get().Defer(&established_work_);
+      }
+      if (link_) link_->FlushAcks();
+      port_->Cm([&](CmAgent& agent) { return agent.Disconnect(comm_id_); });  // the DREP
+      PeerDisconnected(finish);
+      return;
+    case CmEventKind::DrepReceived:
+      if (state_ == State::Disconnecting) FinishDisconnect(WV_SUCCESS);
+      return;
+    case CmEventKind::DreqTimeout:
+      if (state_ == State::Disconnecting) FinishDisconnect(WV_TIMEOUT);
+      return;
+    case CmEventKind::MraReceived:
+    case CmEventKind::TimewaitExit:
+      return;
+  }
+}
+
+void Endpoint::OnUnreachable(const sockaddr_storage& to) {
+  // The peer's port is closed: its process is gone (ports are per process). Like a TCP reset.
+  Finisher finish;
+  std::shared_ptr<RcLink> link;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!SameAddress(to, peer_port_)) return;
+    switch (state_) {
+      case State::Connecting:  // our REQ was refused
+        port_->Cm([&](CmAgent& agent) { agent.Destroy(comm_id_); });
+        port_->RemoveUser(comm_id_);
+        comm_id_ = 0;
+        qp_.reset();
+        SetState(State::Bound);
+        finish.Add(std::exchange(connect_op_, nullptr), WV_CONNECTION_REFUSED);
+        return;
+      case State::Disconnecting:  // nobody will answer our DREQ: the connection is over
+        FinishDisconnect(WV_SUCCESS);
+        return;
+      case State::Accepting:
+      case State::Connected:
+      case State::LinkFailed:
+        link = link_;  // its requests fail as if retries ran out, now rather than later
+        break;
+      default:
+        return;
+    }
+  }
+  if (link) link->PeerGone();
+}
+
+void Endpoint::OnLinkFailed() {
+  // Retries ran out, or the peer is gone: the QP is in Error. NotifyDisconnect learns of it; a
+  // Disconnect still closes the CM connection (the peer, if alive, must hear of it).
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ == State::Accepting) {
+    established_work_.qp.reset();
+    finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_ABORTED);
+  } else if (state_ != State::Connected) {
+    return;
+  }
+  SetState(State::LinkFailed);
+  finish.AddList(notify_ops_, WV_SUCCESS);
+}
+
+// -------------------------------------------------------------------------------- teardown
+
+void Endpoint::PeerDisconnected(Finisher& finish) {
+  // The close exchange is over (our DREP went out): flush the QP, tell NotifyDisconnect.
+  SetState(State::PeerDisconnected);
+  finish.AddList(notify_ops_, WV_SUCCESS);
+  if (link_) link_->Fail();
+}
+
+int32_t Endpoint::Disconnect(DisconnectRequest* request) {
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  request->run = [](WorkItem* item) {
+    // QP phase: the flush; the request completes after it.
+    auto* r = static_cast<DisconnectRequest*>(item);
+    if (r->qp) r->qp->Modify(QpState::Error);
+    r->op->Complete(r->cm_status);
+  };
+  switch (state_) {
+    case State::Connected:
+    case State::Accepting:
+    case State::LinkFailed:
+      SetState(State::Disconnecting);
+      disconnect_ = request;
+      if (link_) link_->FlushAcks();
+      finish.AddList(notify_ops_, WV_CONNECTION_DISCONNECTED);
+      if (port_->Cm([&](CmAgent& agent) { return agent.Disconnect(comm_id_); }) != WV_SUCCESS)
+        FinishDisconnect(WV_SUCCESS);  // the agent has nothing to close (already closing)
+      return WV_PENDING;
+    case State::PeerDisconnected:
+    case State::Disconnected:
+      // The peer closed already (or the connection failed): only the flush is left.
+      SetState(State::Disconnected);
+      request->cm_status = WV_SUCCESS;
+      Engine::Get().Defer(request);
+      return WV_PENDING;
+    default:
+      return WV_CONNECTION_INVALID;
+  }
+}
+
+void Endpoint::FinishDisconnect(int32_t status) {
+  SetState(State::Disconnected);
+  if (DisconnectRequest* request = std::exchange(disconnect_, nullptr)) {
+    request->cm_status = status;
+    Engine::Get().Defer(request);
+  }
+}
+
+int32_t Endpoint::NotifyDisconnect(AsyncOp* op) {
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  switch (state_) {
+    case State::Connected:
+    case State::Accepting:
+      op->next = notify_ops_;
+      notify_ops_ = op;
+      return WV_PENDING;
+    case State::PeerDisconnected:
+    case State::LinkFailed:
+      finish.Add(op, WV_SUCCESS);
+      return WV_PENDING;
+    case State::Disconnecting:
+    case State::Disconnected:
+      return WV_CONNECTION_DISCONNECTED;
+    default:
+      return WV_CONNECTION_INVALID;
+  }
+}
+
+void Endpoint::CancelRequests() {
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (connect_op_) {
+    port_->Cm([&](CmAgent& agent) { agent.Destroy(comm_id_); });
+    port_->RemoveUser(comm_id_);
+    comm_id_ = 0;
+    qp_.reset();
+    SetState(State::Bound);
+    finish.Add(std::exchange(connect_op_, nullptr), WV_CANCELLED);
+  }
+  finish.AddList(notify_ops_, WV_CANCELLED);
+  while (!requests_.empty()) {
+    finish.Add(requests_.front().op, WV_CANCELLED);
+    requests_.pop_front();
+  }
+}
+
+void Endpoint::Close() {
+  CancelRequests();
+  Finisher finish;
+  std::shared_ptr<RcLink> link;
+  std::deque<std::shared_ptr<Endpoint>> children;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finish.Add(std::exchange(accept_op_, nullptr), WV_CANCELLED);
+    if (state_ == State::Listening) port_->RemoveListener(service_id_);
+    if (comm_id_) {
+      // The agent closes what is open (DREQ, or REJ) and keeps the time-wait record.
+      port_->Cm([&](CmAgent& agent) { agent.Destroy(comm_id_); });
+      port_->RemoveUser(comm_id_);
+    }
+    // Released while connected: the QP fails and is flushed (its link stops now).
+    if (state_ == State::Connected || state_ == State::Accepting || state_ == State::LinkFailed) link = link_;
+    link_.reset();
+    qp_.reset();
+    children.swap(ready_);
+    SetState(State::Closed);
+  }
+  if (link) link->Fail();
+  for (auto& child : children) child->Close();
+}
+
+}  // namespace ndwv::dev::roce

@@ -1,0 +1,110 @@
+// The RoCE connection endpoint: the device's connect endpoint over the IB CM (cm.h) and the RC
+// transport (rc.h), on a RoCE port (port.h).
+//
+//   active:  Bind (a port of our own) -> Connect: REQ to the listener's UDP port, with the
+//            RDMA-CM IP header and our user data -> REP (Connect completes) ->
+//            Accept(NULL) = CompleteConnect: QP to RTS, link started, RTU -> Connected
+//   passive: Listen: the bound UDP port, service ID 0x01060000|port. A REQ becomes a request for
+//            GetRequest -> Accept: QP to RTR, link started, REP -> RTU or the first packet
+//            (a lost RTU) -> QP to RTS on the work pool, Accept completes -> Connected
+//   close:   Disconnect: DREQ -> DREP received (ND_SUCCESS) or DREQ retries exhausted
+//            (ND_TIMEOUT); only then the QP phase flushes on the work pool and Disconnect
+//            completes. A peer's DREQ is answered with a DREP at once, completes
+//            NotifyDisconnect, and flushes the QP (after the DREP was sent, never before).
+// CM events arrive through the port outside its lock, one at a time, in order.
+#pragma once
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "dev/endpoint.h"
+#include "dev/roce/cm.h"
+#include "dev/roce/port.h"
+#include "dev/roce/rc.h"
+
+namespace ndwv::dev::roce {
+
+std::shared_ptr<ConnectEndpoint> CreateEndpoint();
+
+class Endpoint final : public ConnectEndpoint,
+                       public CmUser,
+                       public RcObserver,
+                       public std::enable_shared_from_this<Endpoint> {
+ public:
+  Endpoint();
+  ~Endpoint() override;
+
+  int32_t Bind(const sockaddr* address, socklen_t length) override;
+  int32_t Listen(int backlog) override;
+  int32_t GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) override;
+  int32_t Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
+                  const ConnectParams& params, AsyncOp* op) override;
+  int32_t Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& params, AsyncOp* op) override;
+  int32_t Reject(const void* data, size_t length) override;
+  int32_t Disconnect(DisconnectRequest* request) override;
+  int32_t NotifyDisconnect(AsyncOp* op) override;
+  int32_t Query(ConnectionInfo* info) override;
+  void CancelRequests() override;
+  void Close() override;
+
+  void OnCmEvent(const CmEvent& event) override;
+  void OnUnreachable(const sockaddr_storage& to) override;
+  void OnFirstPacket() override;
+  void OnLinkFailed() override;
+
+ private:
+  enum class State {
+    Idle, Bound, Listening,
+    Connecting, Replied,     // active: REQ sent; REP received (Connect completed)
+    Requested, Accepting,    // passive: REQ received; REP sent
+    Connected, LinkFailed,   // LinkFailed: the QP failed (retries, peer gone); CM still up
+    Disconnecting, PeerDisconnected, Disconnected, Closed
+  };
+  static const char* ToString(State s);
+  void SetState(State s);
+
+  void OnRequest(const CmEvent& event);  // listener: a REQ for our service
+  void Adopt(Endpoint& child);           // the GetRequest target takes the request
+  void StartLink(const RcParams& params);
+  void FinishDisconnect(int32_t status);
+  void PeerDisconnected(Finisher& finish);  // the close exchange is over: flush and tell
+  RcParams BaseLinkParams() const;
+
+  std::mutex mutex_;
+  State state_ = State::Idle;
+  sockaddr_storage local_{};        // as bound (the ND address)
+  sockaddr_storage peer_{};         // the peer's ND address (Connect's, or the REQ's IP header)
+  sockaddr_storage peer_port_{};    // the peer's UDP port: where CM answers and data go
+  std::shared_ptr<Port> port_;
+  uint32_t comm_id_ = 0;
+  uint32_t mtu_ = 1024;             // payload bytes per packet on this path
+  uint32_t rq_psn_ = 0;             // the PSN we expect first
+  ConnectParams local_params_, peer_params_;
+  wire::ib::CmReq req_;             // passive: the request
+  wire::ib::CmRep rep_;             // active: the reply
+  std::shared_ptr<QueuePair> qp_;   // from Connect/Accept until the link takes it
+  std::shared_ptr<RcLink> link_;
+
+  AsyncOp* connect_op_ = nullptr;
+  AsyncOp* accept_op_ = nullptr;
+  AsyncOp* notify_ops_ = nullptr;
+  DisconnectRequest* disconnect_ = nullptr;
+
+  // Listening.
+  int backlog_ = 0;
+  uint64_t service_id_ = 0;
+  struct PendingRequest {
+    std::shared_ptr<Endpoint> target;
+    AsyncOp* op;
+  };
+  std::deque<std::shared_ptr<Endpoint>> ready_;  // requests waiting for a GetRequest
+  std::deque<PendingRequest> requests_;          // GetRequests waiting for a request
+
+  // Pre-allocated: the passive QP to RTS once established, on the work pool.
+  struct EstablishedWork : WorkItem {
+    std::shared_ptr<Endpoint> endpoint;
+    std::shared_ptr<QueuePair> qp;
+  } established_work_;
+};
+
+}  // namespace ndwv::dev::roce

@@ -1,0 +1,463 @@
+#include "dev/roce/port.h"
+
+#include <linux/errqueue.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+
+#include <ndwv/wvstatus.h>
+
+#include "base/log.h"
+#include "base/settings.h"
+#include "dev/address.h"
+#include "wire/ib_cm.h"
+
+namespace ndwv::dev::roce {
+
+using namespace ndwv::wire::ib;
+
+namespace {
+
+// The ports this process has open, by local address, so that a listener's port and the shared
+// NDWV_ROCE_PORT are found again rather than bound twice.
+std::mutex g_ports_mutex;
+std::map<std::string, std::weak_ptr<Port>>& Ports() {
+  static auto* ports = new std::map<std::string, std::weak_ptr<Port>>;  // outlives static teardown
+  return *ports;
+}
+
+constexpr int kSocketBuffer = 4 << 20;  // room for a window of full-size packets per connection
+
+CmConfig AgentConfig() {
+  const base::Settings& s = base::Config();
+  // "ndwv" + a random part: the CA GUID names this process's device to its peers (stale
+  // connection detection keys on it).
+  static const uint64_t guid = 0x6e647776ull << 32 | (uint64_t(getpid()) << 8 & 0xFFFFFF00u) | 2;
+  CmConfig config;
+  config.response_timeout_ms = s.roce_cm_timeout_ms;
+  config.max_retries = s.roce_cm_retries;
+  config.timewait_ms = s.roce_timewait_ms;
+  config.ca_guid = guid;
+  config.id_seed = uint32_t(std::random_device{}());
+  return config;
+}
+
+}  // namespace
+
+std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int32_t* status) {
+  std::lock_guard<std::mutex> lock(g_ports_mutex);
+  if (PortOf(local) != 0) {
+    auto it = Ports().find(Describe(local));
+    if (it != Ports().end())
+      if (auto port = it->second.lock()) {
+        *status = shared ? WV_SUCCESS : WV_SHARING_VIOLATION;
+        return shared ? port : nullptr;
+      }
+  }
+  int fd = socket(local.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *status = WV_INSUFFICIENT_RESOURCES;
+    return nullptr;
+  }
+  // Ask for big buffers; as root, past the system limit (a lost datagram costs a retransmit).
+  for (int option : {SO_RCVBUF, SO_SNDBUF}) setsockopt(fd, SOL_SOCKET, option, &kSocketBuffer, sizeof kSocketBuffer);
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBuffer, sizeof kSocketBuffer);
+  // Never fragment: packets are sized to the path MTU (IP_PMTUDISC_DO sets DF, as RoCEv2 does).
+  // ICMP errors are queued (IP_RECVERR): a REQ to a port nobody listens on is refused at once.
+  int pmtu = IP_PMTUDISC_DO, one = 1;
+  if (local.ss_family == AF_INET) {
+    setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+    setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof one);
+  } else {
+    setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu);
+    setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &one, sizeof one);
+  }
+  sockaddr_storage bound = local;
+  *status = BindNdPort(fd, bound);
+  if (*status != WV_SUCCESS) {
+    close(fd);
+    return nullptr;
+  }
+  std::shared_ptr<Port> port(new Port(fd, bound));
+  static const bool hooked = std::atexit(&Port::CloseAllAtExit) == 0;
+  (void)hooked;
+  Ports()[Describe(bound)] = port;
+  Engine::Get().Watch(fd, EPOLLIN, port);
+  NDWV_LOG(Debug, "roce port %s opened", Describe(bound).c_str());
+  return port;
+}
+
+Port::Port(int fd, const sockaddr_storage& local) : fd_(fd), local_(local) {
+  agent_ = std::make_unique<CmAgent>(*this, AgentConfig());
+  watch_timer_.fire = &Port::OnWatchTimer;
+  watch_timer_.owner = this;
+  deliver_work_.owner = this;
+  deliver_work_.run = [](WorkItem* item) {
+    Port* port = static_cast<DeliverWork*>(item)->owner;
+    std::shared_ptr<Port> keep;  // released after the lock
+    std::unique_lock<std::mutex> lock(port->cm_mutex_);
+    keep = std::move(port->deliver_work_.keep);
+    port->DeliverEvents(lock);
+    lock.unlock();
+  };
+  cm_timer_.fire = &Port::OnCmTimer;
+  cm_timer_.owner = this;
+}
+
+Port::~Port() {
+  {
+    std::lock_guard<std::mutex> lock(g_ports_mutex);
+    auto it = Ports().find(Describe(local_));
+    if (it != Ports().end() && it->second.expired()) Ports().erase(it);
+  }
+  Engine::Get().Unwatch(fd_);
+  close(fd_);
+  NDWV_LOG(Debug, "roce port %s closed", Describe(local_).c_str());
+}
+
+// ------------------------------------------------------------------------------------- data
+
+void Port::AddSink(uint32_t qpn, std::weak_ptr<PacketSink> sink) {
+  std::unique_lock<std::shared_mutex> lock(sinks_mutex_);
+  sinks_[qpn] = std::move(sink);
+}
+
+void Port::RemoveSink(uint32_t qpn) {
+  std::unique_lock<std::shared_mutex> lock(sinks_mutex_);
+  sinks_.erase(qpn);
+}
+
+bool Port::Send(const sockaddr_storage& to, uint8_t* datagram, size_t size) {
+  IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&local_), reinterpret_cast<const sockaddr*>(&to)};
+  StoreIcrc(addrs, {datagram, size});
+  for (;;) {
+    ssize_t n = sendto(fd_, datagram, size, MSG_DONTWAIT | MSG_NOSIGNAL,
+                       reinterpret_cast<const sockaddr*>(&to), AddressLength(to));
+    if (n >= 0) {
+      counters_.sent.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    if (errno == EINTR) continue;
+    counters_.send_failed.fetch_add(1, std::memory_order_relaxed);
+    // Full: the caller waits for room. Anything else (an unreachable peer...) loses the datagram,
+    // as a wire would; retransmission and its retry budget decide what that means.
+    return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS);
+  }
+}
+
+void Port::WaitWritable(std::weak_ptr<PacketSink> sink) {
+  std::lock_guard<std::mutex> lock(watch_mutex_);
+  waiting_writable_.push_back(std::move(sink));
+  if (!watching_out_) {
+    watching_out_ = true;
+    UpdateWatchLocked();
+  }
+}
+
+void Port::UpdateWatchLocked() {
+  Engine::Get().Modify(fd_, (watching_in_ ? uint32_t(EPOLLIN) : 0u) | (watching_out_ ? uint32_t(EPOLLOUT) : 0u));
+}
+
+namespace {
+constexpr uint32_t kSpinningPolls = 64;             // empty polls in a row that mean "a poller spins"
+constexpr std::chrono::milliseconds kPollIdle{10};  // no polls for this long: the engine watches again
+}  // namespace
+
+void Port::Polled() {
+  if (polls_.fetch_add(1, std::memory_order_relaxed) + 1 != kSpinningPolls) return;
+  std::lock_guard<std::mutex> lock(watch_mutex_);
+  if (!watching_in_) return;
+  watching_in_ = false;
+  UpdateWatchLocked();
+  watch_self_ = shared_from_this();
+  Engine::Get().Arm(&watch_timer_, kPollIdle);
+}
+
+void Port::WatchAgain() {
+  polls_.store(0, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    if (watching_in_) return;
+    watching_in_ = true;
+    UpdateWatchLocked();
+    if (Engine::Get().Disarm(&watch_timer_)) watch_self_.reset();
+  }
+  DriveReceive();  // what arrived while nobody watched
+}
+
+void Port::OnWatchTimer(Timer* timer) {
+  Port* self = static_cast<Port*>(timer->owner);
+  std::shared_ptr<Port> keep;
+  {
+    std::lock_guard<std::mutex> lock(self->watch_mutex_);
+    keep = std::move(self->watch_self_);
+    if (!keep) return;
+    if (self->polls_.exchange(0, std::memory_order_relaxed) >= kSpinningPolls / 2) {
+      self->watch_self_ = keep;  // still spinning: look again later
+      Engine::Get().Arm(&self->watch_timer_, kPollIdle);
+      return;
+    }
+  }
+  keep->WatchAgain();
+}
+
+void Port::DriveReceive() {
+  if (!rx_mutex_.try_lock()) return;  // the receiver in charge reads until the socket is empty
+  std::lock_guard<std::mutex> lock(rx_mutex_, std::adopt_lock);
+  mmsghdr messages[kBatch];
+  iovec iov[kBatch];
+  sockaddr_storage from[kBatch];
+  for (;;) {
+    for (int i = 0; i < kBatch; ++i) {
+      iov[i] = {rx_buffers_[i], kMaxDatagram};
+      messages[i] = {};
+      messages[i].msg_hdr.msg_iov = &iov[i];
+      messages[i].msg_hdr.msg_iovlen = 1;
+      messages[i].msg_hdr.msg_name = &from[i];
+      messages[i].msg_hdr.msg_namelen = sizeof from[i];
+    }
+    int n = recvmmsg(fd_, messages, kBatch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        ReadErrors();  // an ICMP error is pending; data may follow it
+        continue;
+      }
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (messages[i].msg_hdr.msg_flags & MSG_TRUNC) {
+        counters_.bad_packet.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      Dispatch(from[i], {rx_buffers_[i], messages[i].msg_len});
+    }
+    if (n < kBatch) return;
+  }
+}
+
+void Port::ReadErrors() {
+  std::vector<sockaddr_storage> refused;
+  for (;;) {
+    sockaddr_storage to{};
+    char control[512];
+    uint8_t data[64];
+    iovec iov{data, sizeof data};
+    msghdr msg{};
+    msg.msg_name = &to;
+    msg.msg_namelen = sizeof to;
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    if (recvmsg(fd_, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) break;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (!((c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_RECVERR) ||
+            (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_RECVERR)))
+        continue;
+      const auto* error = reinterpret_cast<const sock_extended_err*>(CMSG_DATA(c));
+      if (error->ee_errno == ECONNREFUSED) refused.push_back(to);
+    }
+  }
+  if (refused.empty()) return;
+  std::vector<std::shared_ptr<CmUser>> users;
+  {
+    std::lock_guard<std::mutex> lock(cm_mutex_);
+    for (auto& [id, weak] : users_)
+      if (auto user = weak.lock()) users.push_back(std::move(user));
+  }
+  for (const sockaddr_storage& to : refused) {
+    NDWV_LOG(Debug, "roce port %s: %s is unreachable (ICMP port unreachable)", Describe(local_).c_str(),
+             Describe(to).c_str());
+    for (auto& user : users) user->OnUnreachable(to);
+  }
+}
+
+void Port::CloseAllAtExit() {
+  std::vector<std::shared_ptr<Port>> ports;
+  {
+    std::lock_guard<std::mutex> lock(g_ports_mutex);
+    for (auto& [name, weak] : Ports())
+      if (auto port = weak.lock()) ports.push_back(std::move(port));
+  }
+  for (auto& port : ports) {
+    std::lock_guard<std::mutex> lock(port->cm_mutex_);
+    for (auto& [id, user] : port->users_) port->agent_->Destroy(id);
+  }
+}
+
+void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram) {
+  counters_.received.fetch_add(1, std::memory_order_relaxed);
+  IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&from), reinterpret_cast<const sockaddr*>(&local_)};
+  Packet packet;
+  PacketError error = DecodePacket(datagram, &addrs, packet);
+  if (error != PacketError::Ok) {
+    (error == PacketError::BadIcrc ? counters_.bad_icrc : counters_.bad_packet).fetch_add(1, std::memory_order_relaxed);
+    NDWV_LOG(Trace, "roce port %s: dropped a packet from %s (%s)", Describe(local_).c_str(),
+             Describe(from).c_str(), ToString(error));
+    return;
+  }
+  const Bth& bth = packet.headers.bth;
+  if (bth.dest_qp == kGsiQpn) {
+    if (bth.opcode != Opcode::UdSendOnly || packet.headers.deth.qkey != kGsiQkey ||
+        packet.payload.size() < kMadLen) {
+      counters_.bad_mad.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    std::unique_lock<std::mutex> lock(cm_mutex_);
+    agent_->OnMad(from, packet.payload.first(kMadLen));
+    // The engine holds no other lock: it delivers now. A poller holds its CQ's: the work pool
+    // delivers.
+    if (Engine::Get().OnEngineThread()) DeliverEvents(lock);
+    else CollectEvents();
+    return;
+  }
+  std::shared_ptr<PacketSink> sink;
+  {
+    std::shared_lock<std::shared_mutex> lock(sinks_mutex_);
+    auto it = sinks_.find(bth.dest_qp);
+    if (it != sinks_.end()) sink = it->second.lock();
+  }
+  if (!sink) {
+    counters_.unknown_qp.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  sink->OnPacket(packet);
+}
+
+void Port::OnIo(uint32_t events) {
+  if (events & EPOLLOUT) {
+    std::vector<std::weak_ptr<PacketSink>> waiting;
+    {
+      std::lock_guard<std::mutex> lock(watch_mutex_);
+      waiting.swap(waiting_writable_);
+      watching_out_ = false;
+      UpdateWatchLocked();
+    }
+    for (auto& w : waiting)
+      if (auto sink = w.lock()) sink->OnWritable();
+  }
+  if (events & (EPOLLIN | EPOLLERR)) DriveReceive();
+}
+
+// --------------------------------------------------------------------------------------- CM
+
+void Port::AddUser(uint32_t comm_id, std::weak_ptr<CmUser> user) {
+  std::lock_guard<std::mutex> lock(cm_mutex_);
+  users_[comm_id] = std::move(user);
+}
+
+void Port::RemoveUser(uint32_t comm_id) {
+  std::lock_guard<std::mutex> lock(cm_mutex_);
+  users_.erase(comm_id);
+}
+
+int32_t Port::AddListener(uint64_t service_id, std::weak_ptr<CmUser> user) {
+  std::lock_guard<std::mutex> lock(cm_mutex_);
+  auto it = listeners_.find(service_id);
+  if (it != listeners_.end() && !it->second.expired()) return WV_ADDRESS_ALREADY_ASSOCIATED;
+  listeners_[service_id] = std::move(user);
+  return agent_->Listen(service_id) == WV_SUCCESS ? WV_SUCCESS : WV_ADDRESS_ALREADY_ASSOCIATED;
+}
+
+void Port::RemoveListener(uint64_t service_id) {
+  std::lock_guard<std::mutex> lock(cm_mutex_);
+  listeners_.erase(service_id);
+  agent_->StopListening(service_id);
+}
+
+uint64_t Port::NowMs() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count());
+}
+
+void Port::SendMad(const sockaddr_storage& to, const CmMessage& msg) {
+  // UD SEND ONLY to QP 1 (BTH + DETH), the 256-byte MAD, then the ICRC.
+  uint8_t datagram[kBthLen + kDethLen + kMadLen + kIcrcLen];
+  Headers h;
+  h.bth.opcode = Opcode::UdSendOnly;
+  h.bth.dest_qp = kGsiQpn;
+  h.deth.qkey = kGsiQkey;
+  h.deth.src_qp = kGsiQpn;
+  size_t header = EncodeHeaders(h, datagram);
+  EncodeCm(msg, std::span<uint8_t, kMadLen>(datagram + header, kMadLen));
+  Send(to, datagram, header + kMadLen + kIcrcLen);  // if full: lost; the CM retransmits
+}
+
+uint32_t Port::Connect(const sockaddr_storage& to, const ConnectArgs& args, std::weak_ptr<CmUser> user) {
+  std::lock_guard<std::mutex> lock(cm_mutex_);
+  uint32_t id = agent_->Connect(to, args);
+  if (id) users_[id] = std::move(user);
+  CollectEvents();
+  return id;
+}
+
+void Port::CollectEvents() {
+  CmEvent event;
+  while (agent_->PopEvent(&event)) events_.push_back(event);
+  RearmCmTimer();
+  if (!events_.empty() && !delivering_ && !deliver_work_.keep) {
+    deliver_work_.keep = shared_from_this();
+    Engine::Get().Defer(&deliver_work_);
+  }
+}
+
+void Port::DeliverEvents(std::unique_lock<std::mutex>& lock) {
+  CmEvent event;
+  while (agent_->PopEvent(&event)) events_.push_back(event);
+  RearmCmTimer();
+  if (delivering_) return;  // the thread delivering now delivers these too, in order
+  delivering_ = true;
+  while (!events_.empty()) {
+    CmEvent next = events_.front();
+    events_.pop_front();
+    std::shared_ptr<CmUser> user;
+    if (next.kind == CmEventKind::ReqReceived) {
+      auto it = listeners_.find(next.msg.req.service_id);
+      if (it != listeners_.end()) user = it->second.lock();
+    } else {
+      auto it = users_.find(next.id);
+      if (it != users_.end()) user = it->second.lock();
+    }
+    if (!user) {
+      // Nobody holds this ID any more (the endpoint was released): the agent winds it down.
+      if (next.kind == CmEventKind::ReqReceived) agent_->Reject(next.id);
+      continue;
+    }
+    lock.unlock();
+    user->OnCmEvent(next);
+    lock.lock();
+    while (agent_->PopEvent(&event)) events_.push_back(event);
+  }
+  delivering_ = false;
+  RearmCmTimer();
+}
+
+void Port::RearmCmTimer() {
+  uint64_t deadline = agent_->NextDeadlineMs();
+  if (deadline == UINT64_MAX) return;  // a timer that fires early finds nothing due: harmless
+  uint64_t now = NowMs();
+  cm_timer_self_ = shared_from_this();
+  Engine::Get().Arm(&cm_timer_, std::chrono::milliseconds(deadline > now ? deadline - now : 0));
+}
+
+void Port::OnCmTimer(Timer* timer) {
+  Port* self = static_cast<Port*>(timer->owner);
+  std::shared_ptr<Port> keep;
+  {
+    std::lock_guard<std::mutex> lock(self->cm_mutex_);
+    keep = std::move(self->cm_timer_self_);
+  }
+  if (!keep) return;
+  std::unique_lock<std::mutex> lock(keep->cm_mutex_);
+  keep->agent_->OnTimer();
+  keep->DeliverEvents(lock);
+}
+
+}  // namespace ndwv::dev::roce

@@ -1,0 +1,162 @@
+// A RoCE port: one UDP socket of the device, carrying the IB CM's MADs (to QP 1) and the RC
+// packets of every connection made through it (to their QPN).
+//
+// Who has one (DESIGN.md "Addressing in user space"): a listener owns the UDP port it is bound
+// to, and the connections it accepts use that port too; an active connector has a port of its
+// own (or, with NDWV_ROCE_PORT, shares the process's port on that number). A peer learns our
+// port from the source address of the CM exchange.
+//
+// Receive runs on the engine, or on a CQ poller lending its thread; it decodes and checks each
+// datagram (ICRC, headers) and hands it to the CM agent or to the QP's link. The CM agent is a
+// pure state machine (cm.h); the port gives it a clock and a socket, and delivers its events to
+// the endpoints in order, outside the agent's lock.
+#pragma once
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "dev/engine.h"
+#include "dev/roce/cm.h"
+#include "wire/ib.h"
+
+namespace ndwv::dev::roce {
+
+// Whoever consumes the RC packets for one QPN (the QP's link).
+class PacketSink {
+ public:
+  virtual void OnPacket(const wire::ib::Packet& packet) = 0;
+  virtual void OnWritable() = 0;  // the socket has room again after a Send returned false
+ protected:
+  ~PacketSink() = default;
+};
+
+// Whoever consumes the CM events of one communication ID or one listened service.
+class CmUser {
+ public:
+  virtual void OnCmEvent(const CmEvent& event) = 0;
+  // Nothing listens on `to`: the host answered a datagram to it with ICMP port unreachable.
+  virtual void OnUnreachable(const sockaddr_storage& to) = 0;
+ protected:
+  ~CmUser() = default;
+};
+
+// Drops, counted by reason (also readable by tests).
+struct PortCounters {
+  std::atomic<uint64_t> received{0}, sent{0}, send_failed{0};
+  std::atomic<uint64_t> bad_packet{0}, bad_icrc{0}, unknown_qp{0}, bad_mad{0};
+};
+
+class Port final : public IoHandler, public CmEnv, public std::enable_shared_from_this<Port> {
+ public:
+  // The port bound to `local` (an address of the host). Port 0: a new port in the ND range.
+  // WV status in *status.
+  // `shared`: the process-wide port of NDWV_ROCE_PORT, which many connectors use; otherwise a
+  // port already open in this process is in use (WV_SHARING_VIOLATION).
+  static std::shared_ptr<Port> Open(const sockaddr_storage& local, bool shared, int32_t* status);
+  ~Port();
+
+  const sockaddr_storage& local() const { return local_; }
+  const PortCounters& counters() const { return counters_; }
+
+  // ---- RC data ----
+  void AddSink(uint32_t qpn, std::weak_ptr<PacketSink> sink);
+  void RemoveSink(uint32_t qpn);
+  // Sends one datagram: `datagram` holds BTH .. pad and 4 bytes more, where the ICRC is stored.
+  // False if the socket is full: then WaitWritable, and OnWritable follows when it has room.
+  bool Send(const sockaddr_storage& to, uint8_t* datagram, size_t size);
+  void WaitWritable(std::weak_ptr<PacketSink> sink);
+  // Reads and dispatches what has arrived (the engine, or a CQ poller lending its thread).
+  void DriveReceive();
+  // A poller found its CQ empty and drives this port. While pollers spin, the engine stops
+  // watching the socket: on a busy machine a wake-up per datagram costs more than the datagram
+  // (the woken engine preempts a poller, or holds the receive lock while preempted). A timer
+  // gives the socket back to the engine when the polling stops; so does WatchAgain.
+  void Polled();
+  void WatchAgain();  // someone will wait for an event (CQ Notify): the engine must watch
+
+  // ---- CM ----
+  // Runs `call` on the agent under its lock. The events it causes are delivered later, on the
+  // work pool, so a consumer may call this while holding its own lock.
+  template <class Call>
+  auto Cm(Call&& call) {
+    std::lock_guard<std::mutex> lock(cm_mutex_);
+    if constexpr (std::is_void_v<decltype(call(*agent_))>) {
+      call(*agent_);
+      CollectEvents();
+    } else {
+      auto result = call(*agent_);
+      CollectEvents();
+      return result;
+    }
+  }
+  // Sends a REQ (CmAgent::Connect); `user` gets the events of the new ID. 0 if refused.
+  uint32_t Connect(const sockaddr_storage& to, const ConnectArgs& args, std::weak_ptr<CmUser> user);
+  // The user of a communication ID's events; of a listened service's new requests.
+  void AddUser(uint32_t comm_id, std::weak_ptr<CmUser> user);
+  void RemoveUser(uint32_t comm_id);
+  int32_t AddListener(uint64_t service_id, std::weak_ptr<CmUser> user);  // WV status
+  void RemoveListener(uint64_t service_id);
+
+  // CmEnv (called by the agent, under cm_mutex_)
+  uint64_t NowMs() override;
+  void SendMad(const sockaddr_storage& to, const wire::ib::CmMessage& msg) override;
+
+  // IoHandler
+  void OnIo(uint32_t events) override;
+
+ private:
+  Port(int fd, const sockaddr_storage& local);
+  void Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram);
+  void ReadErrors();  // ICMP errors queued by IP_RECVERR
+  // At process exit, every connection of every port is closed as Destroy does (a DREQ for an
+  // established one), so that peers learn of it without waiting out their retries.
+  static void CloseAllAtExit();
+  void CollectEvents();  // under cm_mutex_: queues the agent's events, schedules their delivery
+  void DeliverEvents(std::unique_lock<std::mutex>& lock);
+  void RearmCmTimer();
+  static void OnCmTimer(Timer* timer);
+
+  const int fd_;
+  const sockaddr_storage local_;
+  PortCounters counters_;
+
+  std::shared_mutex sinks_mutex_;
+  std::unordered_map<uint32_t, std::weak_ptr<PacketSink>> sinks_;
+  std::mutex watch_mutex_;  // the engine's watch: what it waits for
+  std::vector<std::weak_ptr<PacketSink>> waiting_writable_;
+  bool watching_out_ = false;
+  bool watching_in_ = true;
+  std::atomic<uint32_t> polls_{0};
+  Timer watch_timer_;
+  std::shared_ptr<Port> watch_self_;  // alive while the timer is armed
+  void UpdateWatchLocked();
+  static void OnWatchTimer(Timer* timer);
+
+  std::mutex rx_mutex_;  // one receiver at a time
+  static constexpr int kBatch = 8;
+  static constexpr size_t kMaxDatagram = 4096 + 64;
+  uint8_t rx_buffers_[kBatch][kMaxDatagram];
+
+  std::mutex cm_mutex_;
+  std::unique_ptr<CmAgent> agent_;
+  std::unordered_map<uint32_t, std::weak_ptr<CmUser>> users_;
+  std::unordered_map<uint64_t, std::weak_ptr<CmUser>> listeners_;
+  std::deque<CmEvent> events_;
+  bool delivering_ = false;
+  struct DeliverWork : WorkItem {
+    Port* owner = nullptr;
+    std::shared_ptr<Port> keep;  // set while queued
+  } deliver_work_;
+  Timer cm_timer_;
+  std::shared_ptr<Port> cm_timer_self_;  // alive while the timer is armed
+};
+
+}  // namespace ndwv::dev::roce

@@ -1,0 +1,748 @@
+#include "dev/roce/rc.h"
+
+#include <algorithm>
+#include <cstring>
+#include <shared_mutex>
+
+#include "base/log.h"
+#include "dev/address.h"
+
+namespace ndwv::dev::roce {
+
+using namespace ndwv::wire::ib;
+
+namespace {
+
+constexpr std::chrono::milliseconds kAckDelay{5};  // longest a coalesced ACK waits
+// Set while a CQ poller drives receive: the ACKs it makes due wait for its next poll (or the next
+// transmission), so the poller returns with its completion without paying for them first.
+thread_local bool t_polling = false;
+
+// The piece of an SGE list at byte `offset`: address and contiguous length (0 past the end).
+std::pair<uint8_t*, uint64_t> PieceAt(const Sge* sge, uint32_t num_sge, uint64_t offset) {
+  for (uint32_t i = 0; i < num_sge; ++i) {
+    if (offset < sge[i].length)
+      return {reinterpret_cast<uint8_t*>(sge[i].addr) + offset, sge[i].length - offset};
+    offset -= sge[i].length;
+  }
+  return {nullptr, 0};
+}
+
+// Copies `length` bytes into an SGE list at `offset`, each piece checked for local write access
+// under the placement lock (so the region cannot be deregistered mid-copy). False if refused.
+bool ScatterChecked(ProtectionDomain& pd, const Sge* sge, uint32_t num_sge, uint64_t offset,
+                    const uint8_t* data, uint64_t length) {
+  std::shared_lock<std::shared_mutex> placement(pd.placement_lock());
+  uint64_t skip = offset;
+  for (uint32_t i = 0; i < num_sge && length; ++i) {
+    if (skip >= sge[i].length) {
+      skip -= sge[i].length;
+      continue;
+    }
+    uint64_t n = std::min<uint64_t>(sge[i].length - skip, length);
+    if (pd.CheckLocalLocked(sge[i].lkey, sge[i].addr + skip, n, true) != KeyCheck::Ok) return false;
+    memcpy(reinterpret_cast<uint8_t*>(sge[i].addr + skip), data, n);
+    data += n;
+    length -= n;
+    skip = 0;
+  }
+  return length == 0;
+}
+
+uint32_t PacketsFor(uint64_t length, uint32_t mtu) {
+  return length == 0 ? 1 : uint32_t((length + mtu - 1) / mtu);
+}
+
+WcStatus StatusForNak(uint8_t code) {
+  switch (NakCode(code)) {
+    case NakCode::RemoteAccessError: return WcStatus::RemoteAccess;
+    case NakCode::RemoteOperationalError: return WcStatus::RemoteOp;
+    default: return WcStatus::RemoteInvalidRequest;
+  }
+}
+
+bool IsSendOp(Opcode op) {
+  return op <= Opcode::SendOnlyImm || op == Opcode::SendLastInv || op == Opcode::SendOnlyInv;
+}
+bool IsWriteOp(Opcode op) { return op >= Opcode::WriteFirst && op <= Opcode::WriteOnlyImm; }
+bool IsReadResponse(Opcode op) {
+  return op >= Opcode::ReadResponseFirst && op <= Opcode::ReadResponseOnly;
+}
+
+}  // namespace
+
+RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const RcParams& params,
+               std::weak_ptr<RcObserver> observer)
+    : port_(std::move(port)),
+      qp_(std::move(qp)),
+      params_(params),
+      observer_(std::move(observer)),
+      qpn_(qp_->qpn()),
+      next_psn_(params.sq_psn & kPsnMask),
+      acked_psn_(PsnAdd(params.sq_psn, kPsnMask)),  // sq_psn - 1
+      retries_left_(params.retry_count),
+      rnr_left_(params.rnr_retry),
+      epsn_(params.rq_psn & kPsnMask) {
+  timer_.fire = &RcLink::OnTimer;
+  timer_.owner = this;
+}
+
+RcLink::~RcLink() { Shutdown(); }
+
+void RcLink::Start() {
+  port_->AddSink(qpn_, weak_from_this());
+  qp_->Attach(shared_from_this());
+  if (params_.keepalive_ms) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    last_rx_ = Clock::now();
+    EnsureTimer(last_rx_ + std::chrono::milliseconds(params_.keepalive_ms));
+  }
+  NDWV_LOG(Debug, "qp %u: RC link to %s qp %u, mtu %u, sq psn %u, rq psn %u, ird %u, ord %u", qpn_,
+           Describe(params_.peer).c_str(), params_.dest_qpn, params_.mtu, params_.sq_psn,
+           params_.rq_psn, params_.ird, params_.ord);
+}
+
+void RcLink::Fail() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!shut_) qp_->DeferError();
+}
+
+void RcLink::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_) return;
+    shut_ = true;
+    if (have_recv_) {  // a message was arriving into it: flushed with the rest
+      qp_->CompleteReceive(recv_, 0, WcStatus::Flushed, false);
+      have_recv_ = false;
+    }
+    qp_.reset();
+    if (timer_armed_ && Engine::Get().Disarm(&timer_)) {
+      timer_armed_ = false;
+      timer_self_.reset();
+    }
+  }
+  port_->RemoveSink(qpn_);
+}
+
+// ------------------------------------------------------------------------------- transmit
+
+void RcLink::Kick() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Pump();
+}
+
+void RcLink::PollProgress() {
+  {
+    // ACKs made due by the previous poll go out now, after their messages were consumed.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ack_due_) Pump();
+  }
+  port_->Polled();
+  t_polling = true;
+  port_->DriveReceive();
+  t_polling = false;
+}
+
+void RcLink::OnNotifyArmed() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Pump();  // nobody will poll: nothing may wait for a poll
+  }
+  port_->WatchAgain();
+}
+
+void RcLink::PeerGone() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_) return;
+    NDWV_LOG(Info, "qp %u: the peer's port %s is closed", qpn_, Describe(params_.peer).c_str());
+    if (!flights_.empty()) {
+      FailFront(WcStatus::TimeoutRetry);
+    } else {
+      qp_->DeferError();
+      failure_to_report_ = true;
+      stalled_ = true;
+    }
+  }
+  ReportFailure();
+}
+
+void RcLink::ReportFailure() {
+  if (failure_to_report_.exchange(false))
+    if (auto observer = observer_.lock()) observer->OnLinkFailed();
+}
+
+void RcLink::FlushAcks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (ack_due_) Pump();
+}
+
+void RcLink::OnWritable() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stalled_ = false;
+  Pump();
+}
+
+bool RcLink::Transmit(const Headers& h, const uint8_t* inline_data, const Sge* sge,
+                      uint32_t num_sge, uint64_t offset, uint32_t length) {
+  size_t header = EncodeHeaders(h, datagram_);
+  uint8_t* out = datagram_ + header;
+  if (inline_data) {
+    memcpy(out, inline_data + offset, length);
+  } else {
+    for (uint32_t left = length; left;) {
+      auto [base, n] = PieceAt(sge, num_sge, offset);
+      n = std::min<uint64_t>(n, left);
+      memcpy(out, base, n);
+      out += n;
+      offset += n;
+      left -= uint32_t(n);
+    }
+  }
+  size_t pad = (4 - length % 4) % 4;
+  memset(datagram_ + header + length, 0, pad);
+  // The BTH was encoded with the pad count already (h.bth.pad_count).
+  NDWV_LOG(Trace, "qp %u: send %s psn %u len %u%s", qpn_, ToString(h.bth.opcode), h.bth.psn, length,
+           h.bth.ack_req ? " ackreq" : "");
+  if (port_->Send(params_.peer, datagram_, header + length + pad + kIcrcLen)) return true;
+  stalled_ = true;
+  port_->WaitWritable(weak_from_this());
+  return false;
+}
+
+bool RcLink::SendAck(uint8_t syndrome, uint32_t psn) {
+  Headers h;
+  h.bth.opcode = Opcode::Acknowledge;
+  h.bth.dest_qp = params_.dest_qpn;
+  h.bth.psn = psn & kPsnMask;
+  h.aeth.syndrome = syndrome;
+  h.aeth.msn = msn_ & kPsnMask;
+  return Transmit(h, nullptr, nullptr, 0, 0, 0);
+}
+
+void RcLink::Pump(bool send_ack) {
+  if (shut_ || stalled_) return;
+  // Responder first: Read Responses and acknowledgements are owed for requests already executed.
+  // Responses go first: an ACK covers every PSN before it, Reads included.
+  while (!responses_.empty()) {
+    Response& response = responses_.front();
+    if (!SendResponsePacket(response)) return;
+    if (response.sent == response.packets) responses_.pop_front();
+    if (shut_) return;
+  }
+  if (ack_due_ && send_ack) {
+    if (!SendAck(MakeSyndrome(AethKind::Ack, kCreditInvalid), PsnAdd(epsn_, kPsnMask))) return;
+    ack_due_ = false;
+  }
+  // Requester.
+  while (!rnr_waiting_) {
+    while (resend_from_ < flights_.size() && flights_[resend_from_].sent == flights_[resend_from_].packets)
+      resend_from_++;
+    if (resend_from_ < flights_.size()) {
+      Flight& f = flights_[resend_from_];
+      // A Read asks for its data a window at a time, the next once the last has arrived; other
+      // requests keep within the window of unacknowledged packets.
+      if (f.opcode == WrOpcode::Read ? f.sent != f.received
+                                     : uint32_t(PsnDiff(PsnAdd(f.first_psn, f.sent), acked_psn_)) > kWindow)
+        break;
+      if (!SendRequestPacket(f)) return;
+      continue;
+    }
+    if (next_position_ == qp_->send_tail()) break;
+    uint32_t oldest = flights_.empty() ? next_psn_ : flights_.front().first_psn;
+    if (uint32_t(PsnDiff(next_psn_, oldest)) >= kWindow) break;
+    SendWqe& wqe = qp_->send_at(next_position_);
+    if (wqe.done) {  // refused at post time (bad local key): completes in its turn, QP fails
+      qp_->FinishSend(next_position_++, wqe.status);
+      break;
+    }
+    if ((wqe.flags & kFence) && reads_outstanding_) break;  // waits for earlier Reads
+    if (wqe.opcode == WrOpcode::Bind || wqe.opcode == WrOpcode::Invalidate) {
+      // Nothing goes on the wire; it completes in order after the requests before it.
+      qp_->FinishSend(next_position_++, WcStatus::Success);
+      continue;
+    }
+    if (wqe.opcode == WrOpcode::Read) {
+      if (reads_outstanding_ >= params_.ord) break;  // beyond ORD a Read waits; it does not fail
+      reads_outstanding_++;
+    }
+    Flight flight{next_position_++, wqe.opcode, next_psn_, PacketsFor(wqe.length, params_.mtu), 0, 0, 0};
+    next_psn_ = PsnAdd(next_psn_, flight.packets);
+    if (flights_.empty()) retransmit_at_ = Clock::now() + std::chrono::milliseconds(params_.ack_timeout_ms);
+    flights_.push_back(flight);
+  }
+  if (!flights_.empty()) EnsureTimer(rnr_waiting_ ? rnr_until_ : retransmit_at_);
+}
+
+bool RcLink::SendRequestPacket(Flight& flight) {
+  Headers h;
+  h.bth.dest_qp = params_.dest_qpn;
+  if (flight.position == kKeepalive) {  // a zero-length Write names no memory (IB C9-88)
+    h.bth.opcode = Opcode::WriteOnly;
+    h.bth.ack_req = true;
+    h.bth.psn = flight.first_psn;
+    if (!Transmit(h, nullptr, nullptr, 0, 0, 0)) return false;
+    flight.sent = 1;
+    return true;
+  }
+  SendWqe& wqe = qp_->send_at(flight.position);
+  if (flight.opcode == WrOpcode::Read) {
+    // One Read Request per window of response packets (a responder answers a request at once,
+    // in full: a window is what the receiving socket is sure to hold). Sent again, it asks only
+    // for what has not arrived.
+    uint32_t packets = std::min(kWindow, flight.packets - flight.received);
+    uint64_t done = uint64_t(flight.received) * params_.mtu;
+    uint64_t length = std::min<uint64_t>(wqe.length - done, uint64_t(packets) * params_.mtu);
+    h.bth.opcode = Opcode::ReadRequest;
+    h.bth.psn = PsnAdd(flight.first_psn, flight.received);
+    h.bth.ack_req = true;
+    h.reth = {wqe.remote_addr + done, wqe.rkey, uint32_t(length)};
+    if (!Transmit(h, nullptr, nullptr, 0, 0, 0)) return false;
+    flight.asked_from = flight.received;
+    flight.sent = flight.received + packets;
+    return true;
+  }
+  uint32_t k = flight.sent;
+  uint64_t offset = uint64_t(k) * params_.mtu;
+  uint32_t length = uint32_t(std::min<uint64_t>(params_.mtu, wqe.length - offset));
+  bool first = k == 0, last = k + 1 == flight.packets;
+  bool send = flight.opcode == WrOpcode::Send;
+  if (send)
+    h.bth.opcode = first && last ? Opcode::SendOnly : first ? Opcode::SendFirst
+                   : last ? Opcode::SendLast : Opcode::SendMiddle;
+  else
+    h.bth.opcode = first && last ? Opcode::WriteOnly : first ? Opcode::WriteFirst
+                   : last ? Opcode::WriteLast : Opcode::WriteMiddle;
+  if (!send && first) h.reth = {wqe.remote_addr, wqe.rkey, uint32_t(wqe.length)};
+  h.bth.solicited = send && last && (wqe.flags & kSolicited);
+  h.bth.ack_req = last || k % kAckEvery == kAckEvery - 1;
+  h.bth.pad_count = uint8_t((4 - length % 4) % 4);
+  h.bth.psn = PsnAdd(flight.first_psn, k);
+  bool is_inline = wqe.flags & kInline;
+  if (!Transmit(h, is_inline ? wqe.inline_data : nullptr, wqe.sge, wqe.num_sge, offset, length))
+    return false;
+  flight.sent++;
+  return true;
+}
+
+bool RcLink::SendResponsePacket(Response& r) {
+  uint32_t k = r.sent;
+  uint64_t offset = uint64_t(k) * params_.mtu;
+  uint32_t length = uint32_t(std::min<uint64_t>(params_.mtu, r.length - offset));
+  bool first = k == 0, last = k + 1 == r.packets;
+  Headers h;
+  h.bth.opcode = first && last ? Opcode::ReadResponseOnly : first ? Opcode::ReadResponseFirst
+                 : last ? Opcode::ReadResponseLast : Opcode::ReadResponseMiddle;
+  h.bth.dest_qp = params_.dest_qpn;
+  h.bth.psn = PsnAdd(r.psn, k);
+  h.bth.pad_count = uint8_t((4 - length % 4) % 4);
+  h.aeth.syndrome = MakeSyndrome(AethKind::Ack, kCreditInvalid);
+  h.aeth.msn = msn_ & kPsnMask;
+  Sge source{r.va + offset, length, 0};
+  // The source is checked again as its bytes leave, with deregistration held off: memory
+  // deregistered since the request was checked is never sent.
+  std::shared_lock<std::shared_mutex> placement(qp_->pd().placement_lock());
+  if (length && qp_->pd().CheckRemoteLocked(r.rkey, qpn_, source.addr, length, kRemoteRead) != KeyCheck::Ok) {
+    placement.unlock();
+    responses_.clear();
+    Nak(NakCode::RemoteAccessError, h.bth.psn, true);
+    return false;
+  }
+  if (!Transmit(h, nullptr, &source, 1, 0, length)) return false;
+  r.sent++;
+  return true;
+}
+
+// ------------------------------------------------------------------------------- receive
+
+void RcLink::OnPacket(const Packet& packet) {
+  bool first_packet = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_) return;
+    QpState state = qp_->state();
+    if (state != QpState::Rtr && state != QpState::Rts && state != QpState::Sqd) return;
+    Opcode op = packet.headers.bth.opcode;
+    NDWV_LOG(Trace, "qp %u: recv %s psn %u len %zu (epsn %u)", qpn_, ToString(op),
+             packet.headers.bth.psn, packet.payload.size(), epsn_);
+    if (op == Opcode::Acknowledge) OnAck(packet);
+    else if (IsReadResponse(op)) OnReadResponse(packet);
+    else OnRequest(packet);
+    if (!shut_ && state == QpState::Rtr && !first_packet_seen_) first_packet = first_packet_seen_ = true;
+    if (!shut_) Pump(!t_polling);
+    if (params_.keepalive_ms) last_rx_ = Clock::now();
+  }
+  if (first_packet)
+    if (auto observer = observer_.lock()) observer->OnFirstPacket();
+  ReportFailure();
+}
+
+// ---- requester side
+
+void RcLink::Progress() {
+  retries_left_ = params_.retry_count;
+  rnr_left_ = params_.rnr_retry;
+  retransmit_at_ = Clock::now() + std::chrono::milliseconds(params_.ack_timeout_ms);
+}
+
+uint32_t RcLink::ResumePsn(const Flight& flight) const {
+  if (flight.opcode == WrOpcode::Read) return PsnAdd(flight.first_psn, flight.received);
+  // Packets up to acked_psn_ arrived.
+  int32_t acked = PsnDiff(acked_psn_, flight.first_psn) + 1;
+  return PsnAdd(flight.first_psn, uint32_t(std::clamp<int32_t>(acked, 0, int32_t(flight.packets))));
+}
+
+void RcLink::Retire() {
+  while (!flights_.empty()) {
+    Flight& f = flights_.front();
+    uint32_t last = PsnAdd(f.first_psn, f.packets - 1);
+    if (f.opcode == WrOpcode::Read) {
+      if (f.received < f.packets) {
+        // Acknowledged past what it asked for while responses are missing: they were lost; ask
+        // again once.
+        if (f.sent > f.received && PsnDiff(acked_psn_, PsnAdd(f.first_psn, f.sent - 1)) >= 0 &&
+            rewound_for_ != ResumePsn(f)) {
+          rewound_for_ = ResumePsn(f);
+          Rewind(rewound_for_);
+        }
+        return;
+      }
+      reads_outstanding_--;
+    } else if (PsnDiff(last, acked_psn_) > 0) {
+      return;
+    }
+    uint64_t position = f.position;
+    flights_.pop_front();
+    if (resend_from_) resend_from_--;
+    if (position != kKeepalive) qp_->FinishSend(position, WcStatus::Success);
+  }
+}
+
+void RcLink::Rewind(uint32_t psn) {
+  for (size_t i = 0; i < flights_.size(); ++i) {
+    Flight& f = flights_[i];
+    int32_t into = PsnDiff(psn, f.first_psn);
+    if (into >= int32_t(f.packets)) continue;
+    if (f.opcode == WrOpcode::Read) f.sent = f.received;
+    else f.sent = uint32_t(std::max<int32_t>(into, 0));
+    resend_from_ = std::min(resend_from_, i);
+  }
+}
+
+void RcLink::FailFront(WcStatus status) {
+  if (flights_.empty()) return;
+  uint64_t position = flights_.front().position;
+  NDWV_LOG(Info, "qp %u: request at psn %u failed (status %d)", qpn_, flights_.front().first_psn, int(status));
+  // The QP moves to Error, which shuts this link down.
+  if (position == kKeepalive) qp_->DeferError();
+  else qp_->FinishSend(position, status);
+  failure_to_report_ = true;
+  flights_.clear();
+  resend_from_ = 0;
+  stalled_ = true;  // nothing more goes out
+}
+
+void RcLink::OnAck(const Packet& packet) {
+  const Aeth& aeth = packet.headers.aeth;
+  uint32_t psn = packet.headers.bth.psn;
+  if (flights_.empty()) return;
+  uint32_t newest = PsnAdd(next_psn_, kPsnMask);
+  switch (aeth.kind()) {
+    case AethKind::Ack:
+      if (PsnDiff(psn, acked_psn_) <= 0 || PsnDiff(psn, newest) > 0) return;  // old or bogus
+      acked_psn_ = psn;
+      Progress();
+      Retire();
+      return;
+    case AethKind::RnrNak:
+    case AethKind::Nak: {
+      // Everything before the NAKed PSN arrived.
+      if (PsnDiff(psn, newest) > 0 || PsnDiff(psn, PsnAdd(acked_psn_, 1)) < 0) return;
+      if (PsnDiff(PsnAdd(psn, kPsnMask), acked_psn_) > 0) {
+        acked_psn_ = PsnAdd(psn, kPsnMask);
+        Progress();
+        Retire();
+        if (flights_.empty()) return;
+      }
+      if (aeth.kind() == AethKind::RnrNak) {
+        if (params_.rnr_retry != 7 && rnr_left_-- == 0) return FailFront(WcStatus::RnrRetry);
+        rnr_waiting_ = true;
+        rnr_until_ = Clock::now() + std::chrono::microseconds(RnrTimerMicros(aeth.value()));
+        Rewind(psn);
+        return;
+      }
+      if (NakCode(aeth.value()) == NakCode::PsnSequenceError) {
+        if (rnr_waiting_) return;
+        if (retries_left_-- == 0) return FailFront(WcStatus::TimeoutRetry);
+        Rewind(psn);
+        return;
+      }
+      // A fatal NAK names the request at fault.
+      while (!flights_.empty() &&
+             PsnDiff(psn, PsnAdd(flights_.front().first_psn, flights_.front().packets - 1)) > 0)
+        flights_.pop_front();  // cannot happen after Retire; kept for safety
+      return FailFront(StatusForNak(aeth.value()));
+    }
+    default:
+      return;
+  }
+}
+
+void RcLink::OnReadResponse(const Packet& packet) {
+  uint32_t psn = packet.headers.bth.psn;
+  // The response belongs to the oldest Read not yet complete; everything before it is
+  // implicitly acknowledged by it.
+  for (size_t i = 0; i < flights_.size(); ++i) {
+    Flight& f = flights_[i];
+    if (f.opcode != WrOpcode::Read || f.received == f.packets) continue;
+    int32_t into = PsnDiff(psn, f.first_psn);
+    if (into < 0 || into >= int32_t(f.packets)) return;  // not this Read's: stale or bogus
+    if (uint32_t(into) < f.received) return;              // duplicate
+    if (uint32_t(into) > f.received) {                    // earlier responses were lost
+      if (rewound_for_ != ResumePsn(f)) {
+        rewound_for_ = ResumePsn(f);
+        if (retries_left_-- == 0) return FailFront(WcStatus::TimeoutRetry);
+        Rewind(rewound_for_);
+      }
+      return;
+    }
+    Opcode op = packet.headers.bth.opcode;
+    SendWqe& wqe = qp_->send_at(f.position);
+    uint64_t offset = uint64_t(f.received) * params_.mtu;
+    uint64_t want = std::min<uint64_t>(params_.mtu, wqe.length - offset);
+    // Its place in the response to the request that asked for it.
+    bool first = f.received == f.asked_from, last = f.received + 1 == f.sent;
+    Opcode expected = first && last ? Opcode::ReadResponseOnly : first ? Opcode::ReadResponseFirst
+                      : last ? Opcode::ReadResponseLast : Opcode::ReadResponseMiddle;
+    if (op != expected || packet.payload.size() != want) {
+      NDWV_LOG(Info, "qp %u: unexpected %s psn %u (%zu bytes) for a Read expecting %s (%llu bytes)",
+               qpn_, ToString(op), psn, packet.payload.size(), ToString(expected), (unsigned long long)want);
+      return FailFront(WcStatus::BadResponse);
+    }
+    if (want && !ScatterChecked(qp_->pd(), wqe.sge, wqe.num_sge, offset, packet.payload.data(), want))
+      return FailFront(WcStatus::LocalProtection);
+    f.received++;
+    if (PsnDiff(psn, acked_psn_) > 0) acked_psn_ = psn;
+    Progress();
+    Retire();
+    return;
+  }
+}
+
+// ---- responder side
+
+void RcLink::Nak(NakCode code, uint32_t psn, bool fatal) {
+  NDWV_LOG(Info, "qp %u: NAK %d for psn %u%s", qpn_, int(code), psn, fatal ? ", QP fails" : "");
+  SendAck(MakeSyndrome(AethKind::Nak, uint8_t(code)), psn);
+  if (!fatal) return;
+  if (have_recv_) {
+    qp_->CompleteReceive(recv_, 0, WcStatus::LocalLength, false);
+    have_recv_ = false;
+  }
+  qp_->DeferError();
+  failure_to_report_ = true;
+  stalled_ = true;  // nothing more goes out
+}
+
+void RcLink::OnRequest(const Packet& packet) {
+  const Bth& bth = packet.headers.bth;
+  int32_t distance = PsnDiff(bth.psn, epsn_);
+  if (distance > 0) {  // a gap: NAK once, drop until the expected PSN comes
+    if (!nak_sent_) {
+      nak_sent_ = true;
+      SendAck(MakeSyndrome(AethKind::Nak, uint8_t(NakCode::PsnSequenceError)), epsn_);
+    }
+    return;
+  }
+  if (distance < 0) {  // a duplicate: acknowledged again, never executed twice (a Read is answered again)
+    if (bth.opcode == Opcode::ReadRequest) ExecuteRead(packet, true);
+    else if (bth.ack_req) ack_due_ = true;
+    return;
+  }
+  nak_sent_ = false;
+  bool done;
+  if (IsSendOp(bth.opcode)) done = ExecuteSend(packet);
+  else if (IsWriteOp(bth.opcode)) done = ExecuteWrite(packet);
+  else if (bth.opcode == Opcode::ReadRequest) done = ExecuteRead(packet, false);
+  else {
+    Nak(NakCode::InvalidRequest, bth.psn, true);
+    return;
+  }
+  if (!done) return;
+  if (bth.opcode == Opcode::ReadRequest) return;  // its response is its acknowledgement
+  epsn_ = PsnAdd(epsn_, 1);
+  if (bth.ack_req) {
+    ack_due_ = true;
+    ack_by_ = Clock::now() + kAckDelay;
+    EnsureTimer(ack_by_);
+  }
+}
+
+bool RcLink::ExecuteSend(const Packet& packet) {
+  const Bth& bth = packet.headers.bth;
+  OpcodeInfo info = InfoFor(bth.opcode);
+  if (info.first != !have_recv_) {  // a First while one is open, or a Middle/Last without one
+    Nak(NakCode::InvalidRequest, bth.psn, true);
+    return false;
+  }
+  if (info.first) {
+    if (!qp_->TakeReceive(&recv_)) {
+      SendAck(MakeSyndrome(AethKind::RnrNak, params_.rnr_timer), bth.psn);
+      return false;
+    }
+    have_recv_ = true;
+    recv_offset_ = 0;
+  }
+  size_t n = packet.payload.size();
+  if ((!info.last && n != params_.mtu) || recv_offset_ + n > recv_.length) {
+    Nak(NakCode::InvalidRequest, bth.psn, true);  // too long for the receive, or malformed
+    return false;
+  }
+  if (n && !ScatterChecked(qp_->pd(), recv_.sge, recv_.num_sge, recv_offset_, packet.payload.data(), n)) {
+    Nak(NakCode::RemoteOperationalError, bth.psn, true);
+    return false;
+  }
+  recv_offset_ += uint32_t(n);
+  if (info.last) {
+    have_recv_ = false;
+    msn_++;
+    qp_->CompleteReceive(recv_, recv_offset_, WcStatus::Success, bth.solicited);
+  }
+  return true;
+}
+
+bool RcLink::ExecuteWrite(const Packet& packet) {
+  const Headers& h = packet.headers;
+  OpcodeInfo info = InfoFor(h.bth.opcode);
+  if (info.first == in_write_ || (h.bth.opcode == Opcode::WriteOnlyImm || h.bth.opcode == Opcode::WriteLastImm)) {
+    Nak(NakCode::InvalidRequest, h.bth.psn, true);
+    return false;
+  }
+  ProtectionDomain& pd = qp_->pd();
+  if (info.first) {
+    // The whole target is checked before a byte is placed (zero-length Writes name no memory).
+    if (h.reth.length && pd.CheckRemote(h.reth.rkey, qpn_, h.reth.va, h.reth.length, kRemoteWrite) != KeyCheck::Ok) {
+      Nak(NakCode::RemoteAccessError, h.bth.psn, true);
+      return false;
+    }
+    in_write_ = true;
+    write_va_ = h.reth.va;
+    write_rkey_ = h.reth.rkey;
+    write_length_ = h.reth.length;
+    write_offset_ = 0;
+  }
+  size_t n = packet.payload.size();
+  if ((!info.last && n != params_.mtu) || write_offset_ + n > write_length_ ||
+      (info.last && write_offset_ + n != write_length_)) {
+    Nak(NakCode::InvalidRequest, h.bth.psn, true);
+    return false;
+  }
+  if (n) {
+    std::shared_lock<std::shared_mutex> placement(pd.placement_lock());
+    uint64_t target = write_va_ + write_offset_;
+    if (pd.CheckRemoteLocked(write_rkey_, qpn_, target, n, kRemoteWrite) != KeyCheck::Ok) {
+      placement.unlock();
+      Nak(NakCode::RemoteAccessError, h.bth.psn, true);
+      return false;
+    }
+    memcpy(reinterpret_cast<void*>(target), packet.payload.data(), n);
+  }
+  write_offset_ += uint32_t(n);
+  if (info.last) {
+    in_write_ = false;
+    msn_++;
+  }
+  return true;
+}
+
+bool RcLink::ExecuteRead(const Packet& packet, bool duplicate) {
+  const Headers& h = packet.headers;
+  if (!duplicate && (have_recv_ || in_write_)) {
+    Nak(NakCode::InvalidRequest, h.bth.psn, true);
+    return false;
+  }
+  if (h.reth.length && qp_->pd().CheckRemote(h.reth.rkey, qpn_, h.reth.va, h.reth.length, kRemoteRead) != KeyCheck::Ok) {
+    Nak(NakCode::RemoteAccessError, h.bth.psn, true);
+    return false;
+  }
+  uint32_t packets = PacketsFor(h.reth.length, params_.mtu);
+  if (duplicate) {
+    // Answered again from where the requester asks; a response still queued for the same or
+    // later PSNs is replaced by this one.
+    while (!responses_.empty() && PsnDiff(responses_.back().psn, h.bth.psn) >= 0) responses_.pop_back();
+    if (PsnDiff(PsnAdd(h.bth.psn, packets), epsn_) > 0) return false;  // claims PSNs never used
+  } else if (responses_.size() >= params_.ird) {
+    Nak(NakCode::InvalidRequest, h.bth.psn, true);  // beyond the Reads we granted: a protocol error
+    return false;
+  }
+  responses_.push_back({h.bth.psn, h.reth.va, h.reth.rkey, h.reth.length, packets, 0});
+  if (!duplicate) {
+    epsn_ = PsnAdd(epsn_, packets);
+    msn_++;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------- timer
+
+void RcLink::EnsureTimer(Clock::time_point deadline) {
+  if (timer_armed_ && timer_deadline_ <= deadline) return;  // fires in time; it re-checks then
+  timer_armed_ = true;
+  timer_deadline_ = deadline;
+  timer_self_ = shared_from_this();
+  auto delay = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+  Engine::Get().Arm(&timer_, std::max(delay, std::chrono::milliseconds(0)));
+}
+
+void RcLink::OnTimer(Timer* timer) {
+  RcLink* self = static_cast<RcLink*>(timer->owner);
+  std::shared_ptr<RcLink> keep;
+  {
+    std::lock_guard<std::mutex> lock(self->mutex_);
+    keep = std::move(self->timer_self_);
+    self->timer_armed_ = false;
+    if (!keep || self->shut_) return;
+    self->HandleTimer();
+  }
+  keep->ReportFailure();
+}
+
+void RcLink::HandleTimer() {
+  auto now = Clock::now();
+  if (ack_due_ && now >= ack_by_) Pump();
+  if (rnr_waiting_ && now >= rnr_until_) {
+    rnr_waiting_ = false;
+    retransmit_at_ = now + std::chrono::milliseconds(params_.ack_timeout_ms);
+    Pump();
+  }
+  if (!rnr_waiting_ && !flights_.empty() && now >= retransmit_at_ && !stalled_) {
+    if (retries_left_-- == 0) {
+      NDWV_LOG(Info, "qp %u: no acknowledgement after %u retries", qpn_, unsigned(params_.retry_count));
+      return FailFront(WcStatus::TimeoutRetry);
+    }
+    NDWV_LOG(Debug, "qp %u: ACK timeout, retransmitting from psn %u", qpn_, ResumePsn(flights_.front()));
+    retransmit_at_ = now + std::chrono::milliseconds(params_.ack_timeout_ms);
+    rewound_for_ = UINT32_MAX;
+    Rewind(ResumePsn(flights_.front()));
+    Pump();
+  }
+  if (shut_) return;
+  if (params_.keepalive_ms && flights_.empty() && !stalled_) {
+    // Idle: has the peer been heard from lately? If not, ask it for an acknowledgement.
+    auto due = last_rx_ + std::chrono::milliseconds(params_.keepalive_ms);
+    if (now >= due) {
+      flights_.push_back({kKeepalive, WrOpcode::Write, next_psn_, 1, 0, 0, 0});
+      next_psn_ = PsnAdd(next_psn_, 1);
+      retransmit_at_ = now + std::chrono::milliseconds(params_.ack_timeout_ms);
+      Pump();
+    } else {
+      EnsureTimer(due);
+    }
+  }
+  if (shut_) return;
+  if (ack_due_) EnsureTimer(ack_by_);
+  if (!flights_.empty()) EnsureTimer(rnr_waiting_ ? rnr_until_ : retransmit_at_);
+}
+
+}  // namespace ndwv::dev::roce

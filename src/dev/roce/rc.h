@@ -1,0 +1,181 @@
+// The InfiniBand reliable-connected transport of one QP over a RoCE port (design-facts §5):
+// requester and responder in one object, as on an HCA.
+//
+// Requester: every request gets its PSNs when it first goes out (a Read one per response packet);
+// it stays "in flight" until acknowledged (Send, Write) or its last response is placed (Read),
+// and completes in order. A NAK "PSN sequence error", a skipped Read response or the ACK timeout
+// rewinds transmission to the first PSN the responder lacks (go-back-N); an RNR NAK waits the
+// responder's RNR time. Retry budgets: NDWV_ROCE_RETRY_COUNT (timeouts and sequence NAKs without
+// progress), NDWV_ROCE_RNR_RETRY (7 = forever); exhausted, the request ends TimeoutRetry or
+// RnrRetry and the QP fails. At most ORD Reads are outstanding (more wait), and at most kWindow
+// packets are unacknowledged.
+//
+// Responder: executes packets in PSN order exactly once: a duplicate is re-acknowledged (a Read is
+// answered again), a gap is NAKed once. Send payload is copied into the receive; Write payload into
+// the checked target; a Read is answered from the checked source, re-checked as each packet
+// leaves. ACKs are coalesced: one for the highest PSN that asked, sent with the next transmission,
+// by the next empty poll, or within kAckDelay.
+//
+// One lock guards both halves. Packets arrive from the port (engine or a CQ poller); posting runs
+// on the caller's thread; timers on the engine.
+#pragma once
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "dev/engine.h"
+#include "dev/qp.h"
+#include "dev/roce/port.h"
+
+namespace ndwv::dev::roce {
+
+struct RcParams {
+  sockaddr_storage peer{};  // the peer's UDP port
+  uint32_t dest_qpn = 0;
+  uint32_t sq_psn = 0;      // first PSN we send
+  uint32_t rq_psn = 0;      // first PSN we expect
+  uint32_t mtu = 1024;      // payload bytes per packet
+  uint32_t ird = 1, ord = 1;
+  uint32_t ack_timeout_ms = 200;
+  uint8_t retry_count = 7;  // 0..7
+  uint8_t rnr_retry = 7;    // 0..7, 7 = forever
+  uint8_t rnr_timer = 24;   // the code our RNR NAKs carry
+  uint32_t keepalive_ms = 0;  // idle this long: an acknowledged zero-length Write (0: never)
+};
+
+class RcObserver {
+ public:
+  // The first packet arrived while the QP was in RTR: the connection is established even if the
+  // RTU was lost (design-facts §6 item 8).
+  virtual void OnFirstPacket() = 0;
+  // The QP failed (retries exhausted, a fatal NAK, the peer gone) and is moving to Error.
+  virtual void OnLinkFailed() = 0;
+ protected:
+  ~RcObserver() = default;
+};
+
+class RcLink final : public Link, public PacketSink, public std::enable_shared_from_this<RcLink> {
+ public:
+  RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const RcParams& params,
+         std::weak_ptr<RcObserver> observer);
+  ~RcLink() override;
+
+  void Start();  // attaches to the QP and to the port
+  // The connection is over (closed by the CM, or its owner let go): the QP moves to Error on
+  // the work pool, which flushes it and shuts this link down.
+  void Fail();
+  // Sends a coalesced ACK now (before the CM's DREQ/DREP: the peer must see its last requests
+  // acknowledged before the connection closes).
+  void FlushAcks();
+  // The peer's port is closed (ICMP port unreachable): its process is gone. The oldest request
+  // fails as if its retries ran out (TimeoutRetry), the QP fails.
+  void PeerGone();
+
+  // Link
+  void Kick() override;
+  void PollProgress() override;
+  void OnNotifyArmed() override;
+  void Shutdown() override;
+  // PacketSink
+  void OnPacket(const wire::ib::Packet& packet) override;
+  void OnWritable() override;
+
+  static constexpr uint32_t kWindow = 64;  // unacknowledged packets
+  static constexpr uint32_t kAckEvery = 16;  // a long message asks for an ACK this often
+
+ private:
+  static constexpr uint64_t kKeepalive = UINT64_MAX;  // a Flight that is no request's
+  struct Flight {
+    uint64_t position;  // in the send queue, or kKeepalive
+    WrOpcode opcode;
+    uint32_t first_psn;
+    uint32_t packets;   // PSNs it uses
+    uint32_t sent;      // packets sent in this pass (a Read: response packets asked for)
+    uint32_t received;  // Read: response packets placed
+    uint32_t asked_from;  // Read: the first packet the last request asked for
+  };
+  struct Response {  // a Read being answered
+    uint32_t psn;
+    uint64_t va;
+    uint32_t rkey;
+    uint32_t length;
+    uint32_t packets, sent;
+  };
+
+  // Requester
+  void Pump(bool send_ack = true);  // sends what is due, while the socket takes it
+  bool SendRequestPacket(Flight& flight);
+  bool SendResponsePacket(Response& response);
+  bool SendAck(uint8_t syndrome, uint32_t psn);
+  bool Transmit(const wire::ib::Headers& h, const uint8_t* inline_data, const Sge* sge,
+                uint32_t num_sge, uint64_t offset, uint32_t length);
+  void OnAck(const wire::ib::Packet& packet);
+  void OnReadResponse(const wire::ib::Packet& packet);
+  void Retire();                 // completes finished flights at the front, in order
+  void Rewind(uint32_t psn);     // transmit again from psn
+  uint32_t ResumePsn(const Flight& flight) const;
+  void Progress();               // something was acknowledged: retry budget and timer restart
+  void FailFront(WcStatus status);
+  void ReportFailure();  // tells the observer, outside the lock, that the link failed
+  // Responder
+  void OnRequest(const wire::ib::Packet& packet);
+  bool ExecuteSend(const wire::ib::Packet& packet);
+  bool ExecuteWrite(const wire::ib::Packet& packet);
+  bool ExecuteRead(const wire::ib::Packet& packet, bool duplicate);
+  void Nak(wire::ib::NakCode code, uint32_t psn, bool fatal);
+  // Timer
+  void EnsureTimer(Clock::time_point deadline);
+  static void OnTimer(Timer* timer);
+  void HandleTimer();
+
+  std::shared_ptr<Port> port_;
+  std::shared_ptr<QueuePair> qp_;  // held while attached; dropped by Shutdown
+  const RcParams params_;
+  std::weak_ptr<RcObserver> observer_;
+  const uint32_t qpn_;
+
+  std::mutex mutex_;
+  bool shut_ = false;
+  bool stalled_ = false;         // the socket was full
+  uint8_t datagram_[wire::ib::kBthLen + wire::ib::kRethLen + 4096 + 8];
+
+  // requester
+  std::deque<Flight> flights_;
+  size_t resend_from_ = 0;       // first flight with packets left to send in this pass
+  uint64_t next_position_ = 0;   // next send queue entry to start
+  uint32_t next_psn_;
+  uint32_t acked_psn_;           // every PSN up to here is acknowledged
+  uint32_t reads_outstanding_ = 0;
+  uint8_t retries_left_, rnr_left_;
+  bool rnr_waiting_ = false;
+  Clock::time_point retransmit_at_{}, rnr_until_{};
+  uint32_t rewound_for_ = UINT32_MAX;  // the PSN a skipped Read response already rewound to
+
+  // responder
+  uint32_t epsn_;                // next PSN expected
+  uint32_t msn_ = 0;
+  bool nak_sent_ = false;        // a sequence NAK is out for epsn_
+  bool ack_due_ = false;
+  Clock::time_point ack_by_{};
+  bool have_recv_ = false;
+  RecvWqe recv_;
+  uint32_t recv_offset_ = 0;
+  bool in_write_ = false;
+  uint64_t write_va_ = 0;
+  uint32_t write_rkey_ = 0, write_length_ = 0, write_offset_ = 0;
+  std::deque<Response> responses_;
+  bool first_packet_seen_ = false;
+  Clock::time_point last_rx_;    // keepalive: when a packet last arrived
+  std::atomic<bool> failure_to_report_{false};
+
+  Timer timer_;
+  bool timer_armed_ = false;
+  Clock::time_point timer_deadline_{};
+  std::shared_ptr<RcLink> timer_self_;  // alive while the timer is armed
+};
+
+}  // namespace ndwv::dev::roce
