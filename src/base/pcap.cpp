@@ -77,11 +77,12 @@ uint16_t Fold(uint32_t acc) {
 
 }  // namespace
 
-bool PcapWriter::Open(const std::string& path) {
+bool PcapWriter::Open(const std::string& path, bool unbuffered) {
   std::lock_guard lock(mu_);
   if (file_ != nullptr) std::fclose(file_);
   file_ = std::fopen(path.c_str(), "wb");
   if (file_ == nullptr) return false;
+  if (unbuffered) std::setvbuf(file_, nullptr, _IONBF, 0);
   // Written in host order; readers detect the order from the magic number.
   struct {
     uint32_t magic;
@@ -151,8 +152,10 @@ bool PcapWriter::WriteIp(const sockaddr* src, const sockaddr* dst, uint8_t proto
   const size_t ip_len = v4 ? kIpv4Len : kIpv6Len;
   if ((v4 ? ip_len + l4_len : l4_len) > 65535) return false;
 
-  std::vector<uint8_t> frame(kEthLen + ip_len + l4_len);
-  uint8_t* p = frame.data();
+  // The record: its 16-byte header, then the frame, so that it is written in one call.
+  constexpr size_t kRecordLen = 16;
+  std::vector<uint8_t> record(kRecordLen + kEthLen + ip_len + l4_len);
+  uint8_t* p = record.data() + kRecordLen;
   // Ethernet: locally administered unicast MACs 02:00:00:00:00:02 <- 02:00:00:00:00:01.
   const uint8_t dst_mac[6] = {0x02, 0, 0, 0, 0, 0x02}, src_mac[6] = {0x02, 0, 0, 0, 0, 0x01};
   std::memcpy(p, dst_mac, 6);
@@ -190,12 +193,12 @@ bool PcapWriter::WriteIp(const sockaddr* src, const sockaddr* dst, uint8_t proto
 
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  const uint32_t rec[4] = {uint32_t(ts.tv_sec), uint32_t(ts.tv_nsec / 1000),
-                           uint32_t(frame.size()), uint32_t(frame.size())};
+  const uint32_t frame_len = uint32_t(record.size() - kRecordLen);
+  const uint32_t rec[4] = {uint32_t(ts.tv_sec), uint32_t(ts.tv_nsec / 1000), frame_len, frame_len};
+  std::memcpy(record.data(), rec, kRecordLen);
   std::lock_guard lock(mu_);
   if (file_ == nullptr) return false;
-  return std::fwrite(rec, sizeof(rec), 1, file_) == 1 &&
-         std::fwrite(frame.data(), frame.size(), 1, file_) == 1;
+  return std::fwrite(record.data(), record.size(), 1, file_) == 1;
 }
 
 }  // namespace ndwv::base

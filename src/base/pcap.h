@@ -30,8 +30,10 @@ class PcapWriter {
   PcapWriter& operator=(const PcapWriter&) = delete;
 
   // Creates (truncates) `path` and writes the file header. False (errno set) on failure. An open
-  // writer is closed first.
-  bool Open(const std::string& path);
+  // writer is closed first. `unbuffered`: every record goes to the file in one write(2) as it is
+  // written, so that the file ends on a whole record even if the process is killed (a system call
+  // per record); otherwise records are buffered until Flush or Close.
+  bool Open(const std::string& path, bool unbuffered = false);
   // Flushes and closes; records written after this are dropped.
   void Close();
   bool is_open() const;

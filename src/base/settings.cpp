@@ -63,6 +63,13 @@ const std::vector<SettingInfo>& SettingTable() {
      "Threads in the process's shared work pool (QP state changes, flushes)."},
     {"NDWV_POLL_PROGRESS", SettingType::Boolean, "1", 0, 1, nullptr,
      "A caller polling an empty CQ also drives receive progress (saves a thread hand-off)."},
+    {"NDWV_CAPTURE", SettingType::String, "", 0, 0, nullptr,
+     "Packet capture: a pcap file (created or truncated at the device's first packet) to which "
+     "every packet the device sends and receives is written: RoCE datagrams as UDP, iWARP "
+     "connections as TCP segments (Ethernet and IP headers made up, sequence numbers counting "
+     "the bytes of each direction). One write per packet, so the file stays readable if the "
+     "process is killed. %p in the path becomes the process ID (two processes, two files). "
+     "Empty: no capture."},
   };
   return table;
 }
@@ -83,6 +90,9 @@ bool Parse(const SettingInfo& s, const char* text, int64_t* number, std::string*
       *number = v;
       return true;
     }
+    case SettingType::String:
+      *choice = text;
+      return true;
     case SettingType::Choice: {
       std::string all = std::string(",") + s.choices + ",";
       if (!*text || strchr(text, ',') || all.find(std::string(",") + text + ",") == std::string::npos) return false;
@@ -141,6 +151,7 @@ bool Fill(Settings& settings, bool environment) {
       else if (n == "NDWV_ROCE_KEEPALIVE_MS") settings.roce_keepalive_ms = uint32_t(number);
       else if (n == "NDWV_WORK_THREADS") settings.work_threads = uint32_t(number);
       else if (n == "NDWV_POLL_PROGRESS") settings.poll_progress = number;
+      else if (n == "NDWV_CAPTURE") settings.capture = choice;
     }
     return ok;
 }
@@ -173,7 +184,8 @@ const Settings& Config() {
 extern "C" void ndwv_settings_describe(FILE* out) {
   for (const auto& s : ndwv::base::SettingTable()) {
     const char* env = getenv(s.name);
-    fprintf(out, "%-28s default %-8s%s%s%s\n    %s", s.name, s.default_value, env ? " (set: " : "",
+    fprintf(out, "%-28s default %-8s%s%s%s\n    %s", s.name,
+            *s.default_value ? s.default_value : "(empty)", env ? " (set: " : "",
             env ? env : "", env ? ")" : "", s.meaning);
     if (s.type == ndwv::base::SettingType::Integer)
       fprintf(out, " Range %lld..%lld.", (long long)s.min, (long long)s.max);

@@ -8,7 +8,7 @@
 
 namespace ndwv::base {
 
-enum class SettingType { Integer, Boolean, Choice };
+enum class SettingType { Integer, Boolean, Choice, String };
 
 struct SettingInfo {
   const char* name;
@@ -16,6 +16,7 @@ struct SettingInfo {
   const char* default_value;
   int64_t min, max;      // Integer
   const char* choices;   // Choice: comma-separated
+  // String: any text (its default may be empty)
   const char* meaning;
 };
 
@@ -34,6 +35,7 @@ struct Settings {
   uint32_t roce_cm_timeout_ms, roce_cm_retries, roce_timewait_ms;
   uint32_t roce_ack_timeout_ms, roce_keepalive_ms;
   uint8_t roce_retry_count, roce_rnr_timer, roce_rnr_retry;
+  std::string capture;           // pcap file of every packet sent and received; empty: off
 };
 
 // All declarations, in the order ndinfo prints them.

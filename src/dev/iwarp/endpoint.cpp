@@ -69,6 +69,7 @@ void Endpoint::CloseSocket() {
   watching_ = false;
   close(fd_);
   fd_ = -1;
+  capture_.reset();
 }
 
 // ---------------------------------------------------------------------------- timers
@@ -193,6 +194,7 @@ void Endpoint::OnListenReady() {
     auto child = std::make_shared<Endpoint>();
     std::lock_guard<std::mutex> lock(child->mutex_);
     child->fd_ = fd;
+    child->capture_ = base::TcpCapture::Start(fd);
     child->peer_ = peer;
     child->peer_len_ = len;
     child->local_len_ = sizeof child->local_;
@@ -247,6 +249,7 @@ void Endpoint::RequestReady(const std::shared_ptr<Endpoint>& child) {
 void Endpoint::AdoptConnection(Endpoint& child) {
   std::scoped_lock lock(mutex_, child.mutex_);
   fd_ = std::exchange(child.fd_, -1);
+  capture_ = std::move(child.capture_);
   watching_ = false;
   child.watching_ = false;
   local_ = child.local_;
@@ -266,12 +269,16 @@ bool Endpoint::SendMpaFrame(const MpaFrame& frame) {
   uint8_t buffer[kMpaHeaderLen + kMpaMaxPrivateData];
   size_t length = EncodeMpaFrame(frame, buffer);
   // A fresh socket's buffer always has room for one small frame.
-  return length && send(fd_, buffer, length, MSG_NOSIGNAL | MSG_DONTWAIT) == ssize_t(length);
+  if (!length) return false;
+  ssize_t n = send(fd_, buffer, length, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (capture_) [[unlikely]] capture_->Sent(buffer, n);
+  return n == ssize_t(length);
 }
 
 bool Endpoint::ReadMpaFrame(MpaKind kind) {
   for (;;) {
     ssize_t n = recv(fd_, mpa_buffer_ + mpa_have_, mpa_need_ - mpa_have_, MSG_DONTWAIT);
+    if (capture_) [[unlikely]] capture_->Received(mpa_buffer_ + mpa_have_, n);
     if (n > 0) {
       mpa_have_ += size_t(n);
       if (mpa_have_ < mpa_need_) continue;
@@ -372,6 +379,7 @@ void Endpoint::OnConnectReady(Finisher& finish) {
   }
   local_len_ = sizeof local_;
   getsockname(fd_, reinterpret_cast<sockaddr*>(&local_), &local_len_);
+  capture_ = base::TcpCapture::Start(fd_);
   MpaFrame request;
   request.reply = false;
   request.crc = Config().mpa_crc;
@@ -423,7 +431,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     if (status == WV_SUCCESS) status = active->Modify(QpState::Rts);
     if (status != WV_SUCCESS) return WV_CONNECTION_INVALID;
     stream_ = std::make_shared<Stream>(std::exchange(fd_, -1), active, MakeStreamParams(false),
-                                       weak_from_this());
+                                       weak_from_this(), std::move(capture_));
     SetState(State::Connected);
     std::shared_ptr<Stream> stream = stream_;
     lock.unlock();  // the stream reports to us: it must not find our lock held by its starter
@@ -452,7 +460,8 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   }
   accept_op_ = op;
   SetState(State::PassiveAccepting);
-  stream_ = std::make_shared<Stream>(std::exchange(fd_, -1), qp, MakeStreamParams(true), weak_from_this());
+  stream_ = std::make_shared<Stream>(std::exchange(fd_, -1), qp, MakeStreamParams(true), weak_from_this(),
+                                     std::move(capture_));
   accept_work_.qp = std::move(qp);
   // A peer that never completes the connection must not hold the Accept forever.
   ArmTimer(6 * Config().cm_timeout_ms);
@@ -473,6 +482,7 @@ int32_t Endpoint::Reject(const void* data, size_t length) {
     reply.private_data = {static_cast<const uint8_t*>(data), length};
     SendMpaFrame(reply);
     shutdown(fd_, SHUT_WR);
+    if (capture_) capture_->SentFin();
     CloseSocket();
     SetState(State::Closed);
     return WV_SUCCESS;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 
+#include "base/capture.h"
 #include "dev/endpoint.h"
 #include "dev/engine.h"
 #include "dev/iwarp/stream.h"
@@ -89,6 +90,7 @@ class Endpoint final : public ConnectEndpoint,
   std::mutex mutex_;
   State state_ = State::Idle;
   int fd_ = -1;
+  std::unique_ptr<base::TcpCapture> capture_;  // with fd_ once connected, when capturing
   bool watching_ = false;
   sockaddr_storage local_{}, peer_{};
   socklen_t local_len_ = 0, peer_len_ = 0;

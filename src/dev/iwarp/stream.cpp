@@ -69,8 +69,8 @@ std::pair<uint8_t*, uint64_t> PieceAt(const Sge* sge, uint32_t num_sge, uint64_t
 }  // namespace
 
 Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params,
-               std::weak_ptr<StreamObserver> observer)
-    : fd_(fd), qp_(std::move(qp)), params_(params), observer_(std::move(observer)), qpn_(qp_->qpn()) {
+               std::weak_ptr<StreamObserver> observer, std::unique_ptr<base::TcpCapture> capture)
+    : fd_(fd), capture_(std::move(capture)), qp_(std::move(qp)), params_(params), observer_(std::move(observer)), qpn_(qp_->qpn()) {
   params_.max_ulpdu = std::min<uint32_t>(params_.max_ulpdu, kFpduMaxUlpdu);
   params_.ird = std::max<uint32_t>(params_.ird, 1);
   params_.ord = std::max<uint32_t>(params_.ord, 1);
@@ -185,6 +185,7 @@ void Stream::Shutdown() {
     if (Engine::Get().Disarm(&watch_timer_)) watch_self_.reset();
   }
   Engine::Get().Unwatch(fd_);
+  if (capture_) [[unlikely]] capture_->SentFin();  // close() sends it, if shutdown() did not
   close(fd_);
 }
 
@@ -230,6 +231,7 @@ void Stream::ProcessTx() {
     if (!FillBatch()) {
       if (close_send_) {
         shutdown(fd_, SHUT_WR);  // FIN after the last queued byte
+        if (capture_) [[unlikely]] capture_->SentFin();
         send_closed_ = true;
       }
       return;
@@ -261,6 +263,7 @@ bool Stream::FlushBatch() {
     msg.msg_iov = batch_.iov + batch_.iov_done;
     msg.msg_iovlen = std::min(batch_.iov_count - batch_.iov_done, IOV_MAX);
     ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (capture_) [[unlikely]] capture_->Sent(msg.msg_iov, msg.msg_iovlen, n);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) broken_ = true;
@@ -570,6 +573,7 @@ bool Stream::Fill(size_t need) {
   }
   while (staging_end_ < need) {
     ssize_t n = recv(fd_, staging_ + staging_end_, sizeof staging_ - staging_end_, MSG_DONTWAIT);
+    if (capture_) [[unlikely]] capture_->Received(staging_ + staging_end_, n);
     if (n > 0) {
       staging_end_ += size_t(n);
       continue;
@@ -767,6 +771,7 @@ bool Stream::PlacePayload() {
       staging_begin_ += size_t(n);
     } else {
       n = recv(fd_, dest, want, MSG_DONTWAIT);
+      if (capture_) [[unlikely]] capture_->Received(dest, n);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
       if (n <= 0) {

@@ -16,6 +16,7 @@
 #include <shared_mutex>
 #include <utility>
 
+#include "base/capture.h"
 #include "dev/engine.h"
 #include "dev/qp.h"
 #include "wire/ddp.h"
@@ -46,8 +47,10 @@ class StreamObserver {
 
 class Stream final : public Link, public IoHandler, public std::enable_shared_from_this<Stream> {
  public:
+  // `capture`: the connection's packet capture (NDWV_CAPTURE), if any, which the stream continues.
   Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params,
-         std::weak_ptr<StreamObserver> observer);
+         std::weak_ptr<StreamObserver> observer,
+         std::unique_ptr<base::TcpCapture> capture = nullptr);
   ~Stream() override;
 
   void Start();       // attaches to the QP and starts watching the socket
@@ -126,6 +129,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   void NotifyObserver(void (StreamObserver::*event)());
 
   const int fd_;
+  // Every byte sent and received, when capturing (else null: one branch per system call).
+  const std::unique_ptr<base::TcpCapture> capture_;
   std::shared_ptr<QueuePair> qp_;  // held while attached; dropped by Shutdown
   StreamParams params_;
   std::weak_ptr<StreamObserver> observer_;
