@@ -378,16 +378,28 @@ for r in $(seq "$repeat"); do
         "$tcp_st" -c "$ip:PORT" --sizes "$(csv $st_sizes)" "${st_iter[@]}" --timeout "$w_client"
     fi
   fi
-  # 5. UDP ping-pong: the reference for RoCEv2 (ndwv figure to come with the RoCE transport)
+  # 5. RoCE (NDWV_TRANSPORTS=roce): send/receive ping-pong against a UDP ping-pong, RDMA Write
+  #    rate against one TCP stream.
+  [ -n "$nd_pp" ] && [ -n "$udp_sizes" ] && measure "roce_ndpingpong.r$r" udp "$udp_sizes" -- \
+    NDWV_TRANSPORTS=roce "$nd_pp" -s -p "$ip:PORT" -- NDWV_TRANSPORTS=roce "$nd_pp" -c -p "$ip:PORT"
   [ -n "$udp_sizes" ] && measure "udp_pp.r$r" udp "$udp_sizes" -- \
     "$tcp_pp" --udp -s "$ip:PORT" --timeout "$w_server" -- \
     "$tcp_pp" --udp -c "$ip:PORT" --sizes "$(csv $udp_sizes)" "${pp_iter[@]}" --timeout "$w_client"
+  if [ -n "$st_sizes" ] && [ -n "$nd_rping" ]; then
+    measure "roce_ndrping.r$r" udp "$st_sizes" -- \
+      NDWV_TRANSPORTS=roce "$nd_rping" -s -p -w "$ip:PORT" -- NDWV_TRANSPORTS=roce "$nd_rping" -c -p -w "$ip:PORT"
+    measure "tcp_st_c.r$r" tcp "$st_sizes" -- \
+      "$tcp_st" -s "$ip:PORT" --timeout "$w_server" -- \
+      "$tcp_st" -c "$ip:PORT" --sizes "$(csv $st_sizes)" "${st_iter[@]}" --timeout "$w_client"
+  fi
 done
 run_time=$((SECONDS - run_start))
 
 # ------------------------------------------------------------------ summary
-lat_target=1.10   # ndwv latency may be at most 10 % above the socket reference
-bw_target=0.90    # ndwv bandwidth must reach 90 % of the socket reference
+lat_target=1.10   # iWARP latency may be at most 10 % above the TCP reference
+bw_target=0.90    # iWARP bandwidth must reach 90 % of the TCP reference
+roce_lat_target=1.20  # RoCE latency: at most 20 % above the UDP ping-pong
+roce_bw_target=0.70   # RoCE RDMA Write rate: at least 70 % of one TCP stream
 missed=0
 checked=0
 
@@ -404,6 +416,7 @@ noisy() {
 }
 
 # line LABEL KIND(lat|bw|info) NDWV_VALUE NDWV_SOURCE REF_VALUE REF_SOURCE REF_NAME SIZE
+# (the targets are $lat_target and $bw_target; callers may set them for one line)
 line() {
   local label=$1 kind=$2 nv=$3 ns=$4 rv=$5 rs=$6 ratio="-" target verdict="n/a"
   if [ "$kind" = lat ]; then target="<= $lat_target"; else target=">= $bw_target"; fi
@@ -487,7 +500,14 @@ for s in $bw_sizes; do
 done
 
 for s in $(filter 8 8 $udp_sizes); do
-  line "UDP $(hum $s) half-RTT (us), RoCE ref" info "" "RoCE: to come" "$(best udp_pp "$s" 3 min 1)" "udp pp" udp_pp "$s"
+  if [ -n "$nd_pp" ]; then nv=$(best roce_ndpingpong "$s" 3 min 1); ns="RoCE ndpingpong -p"; else nv=""; ns=$(missing ndpingpong); fi
+  lat_target=$roce_lat_target line "RoCE send/recv $(hum $s) half-RTT (us)" lat "$nv" "$ns" \
+    "$(best udp_pp "$s" 3 min 1)" "udp pp" udp_pp "$s"
+done
+for s in $bw_sizes; do
+  [ -n "$nd_rping" ] || continue
+  bw_target=$roce_bw_target line "RoCE RDMA Write $(hum $s) bw (MB/s)" bw "$(best roce_ndrping "$s" 5 max 1e6)" \
+    "RoCE ndrping -p -w" "$(best tcp_st_c "$s" 5 max 1e6)" "tcp st" tcp_st_c "$s"
 done
 
 # --full: every size side by side.
@@ -512,7 +532,9 @@ if [ $full -eq 1 ]; then
   if [ -n "$nd_ping" ]; then nd=ndping; else nd=-; fi
   table "one-way rate (MB/s): ndping -p vs tcp_stream" bw $nd 5 max 1e6 tcp_st_a 5 max 1e6
   [ -n "$nd_rping" ] && table "one-way rate (MB/s): ndrping -p -w vs tcp_stream" bw ndrping 5 max 1e6 tcp_st_b 5 max 1e6
-  table "half round trip (us), reference for RoCE: udp ping-pong" lat - 3 min 1 udp_pp 3 min 1
+  if [ -n "$nd_pp" ]; then nd=roce_ndpingpong; else nd=-; fi
+  table "half round trip (us): RoCE ndpingpong -p vs udp ping-pong" lat $nd 3 min 1 udp_pp 3 min 1
+  [ -n "$nd_rping" ] && table "one-way rate (MB/s): RoCE ndrping -p -w vs tcp_stream" bw roce_ndrping 5 max 1e6 tcp_st_c 5 max 1e6
 fi
 
 echo

@@ -2,6 +2,7 @@
 
 #include <linux/errqueue.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 
 #include <ndwv/wvstatus.h>
 
+#include "base/capture.h"
 #include "base/log.h"
 #include "base/settings.h"
 #include "dev/address.h"
@@ -70,6 +72,9 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
   for (int option : {SO_RCVBUF, SO_SNDBUF}) setsockopt(fd, SOL_SOCKET, option, &kSocketBuffer, sizeof kSocketBuffer);
   setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBuffer, sizeof kSocketBuffer);
   // Never fragment: packets are sized to the path MTU (IP_PMTUDISC_DO sets DF, as RoCEv2 does).
+  // Runs of datagrams sent with GSO arrive as one buffer (loopback keeps them together).
+  int gro = 1;
+  setsockopt(fd, SOL_UDP, UDP_GRO, &gro, sizeof gro);
   // ICMP errors are queued (IP_RECVERR): a REQ to a port nobody listens on is refused at once.
   int pmtu = IP_PMTUDISC_DO, one = 1;
   if (local.ss_family == AF_INET) {
@@ -137,6 +142,7 @@ void Port::RemoveSink(uint32_t qpn) {
 bool Port::Send(const sockaddr_storage& to, uint8_t* datagram, size_t size) {
   IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&local_), reinterpret_cast<const sockaddr*>(&to)};
   StoreIcrc(addrs, {datagram, size});
+  base::CaptureUdp(local_, to, {datagram, size});
   for (;;) {
     ssize_t n = sendto(fd_, datagram, size, MSG_DONTWAIT | MSG_NOSIGNAL,
                        reinterpret_cast<const sockaddr*>(&to), AddressLength(to));
@@ -150,6 +156,83 @@ bool Port::Send(const sockaddr_storage& to, uint8_t* datagram, size_t size) {
     // as a wire would; retransmission and its retry budget decide what that means.
     return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS);
   }
+}
+
+int Port::SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* sizes, int count) {
+  IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&local_), reinterpret_cast<const sockaddr*>(&to)};
+  // One message per run of datagrams: equal sizes (the last may be shorter), sent as one GSO
+  // buffer that the kernel cuts into datagrams (a loopback receiver with UDP_GRO gets it whole).
+  constexpr size_t kGsoMaxBytes = 65000;
+  mmsghdr messages[count];
+  iovec iov[count];
+  int first[count + 1];  // datagram index each message starts at
+  union Control {
+    cmsghdr header;
+    char space[CMSG_SPACE(sizeof(uint16_t))];
+  } control[count];
+  int nmsg = 0;
+  bool gso = gso_.load(std::memory_order_relaxed);
+  size_t offset = 0;
+  for (int i = 0; i < count;) {
+    uint8_t* start = data + offset;
+    int n = 1;
+    size_t bytes = sizes[i];
+    StoreIcrc(addrs, {start, sizes[i]});
+    offset += sizes[i];
+    if (gso) {
+      while (i + n < count && sizes[i + n] <= sizes[i] && bytes + sizes[i + n] <= kGsoMaxBytes) {
+        StoreIcrc(addrs, {data + offset, sizes[i + n]});
+        offset += sizes[i + n];
+        bytes += sizes[i + n];
+        bool shorter = sizes[i + n] < sizes[i];
+        n++;
+        if (shorter) break;  // only the last datagram of a run may be shorter
+      }
+    }
+    mmsghdr& m = messages[nmsg];
+    m = {};
+    iov[nmsg] = {start, bytes};
+    m.msg_hdr.msg_name = const_cast<sockaddr_storage*>(&to);
+    m.msg_hdr.msg_namelen = AddressLength(to);
+    m.msg_hdr.msg_iov = &iov[nmsg];
+    m.msg_hdr.msg_iovlen = 1;
+    if (n > 1) {
+      m.msg_hdr.msg_control = control[nmsg].space;
+      m.msg_hdr.msg_controllen = sizeof control[nmsg].space;
+      cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      uint16_t segment = uint16_t(sizes[i]);
+      memcpy(CMSG_DATA(c), &segment, sizeof segment);
+    }
+    first[nmsg++] = i;
+    i += n;
+  }
+  first[nmsg] = count;
+  int done = 0;  // messages
+  while (done < nmsg) {
+    int n = sendmmsg(fd_, messages + done, unsigned(nmsg - done), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      done += n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EIO || errno == EINVAL) && messages[done].msg_hdr.msg_controllen && gso) {
+      // No GSO here (a device without checksum offload): from now on one datagram per message.
+      gso_.store(false, std::memory_order_relaxed);
+      NDWV_LOG(Info, "roce port %s: UDP GSO refused (%s); sending datagrams one by one",
+               Describe(local_).c_str(), strerror(errno));
+      uint8_t* rest = static_cast<uint8_t*>(iov[done].iov_base);
+      return first[done] + SendBatch(to, rest, sizes + first[done], count - first[done]);
+    }
+    counters_.send_failed.fetch_add(1, std::memory_order_relaxed);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) break;
+    done++;  // this message is lost (an unreachable peer...), as on a wire; go on with the rest
+  }
+  base::CaptureUdp(local_, to, data, sizes, first[done]);  // the datagrams the socket took
+  counters_.sent.fetch_add(uint64_t(first[done]), std::memory_order_relaxed);
+  return first[done];
 }
 
 void Port::WaitWritable(std::weak_ptr<PacketSink> sink) {
@@ -208,38 +291,77 @@ void Port::OnWatchTimer(Timer* timer) {
   keep->WatchAgain();
 }
 
-void Port::DriveReceive() {
-  if (!rx_mutex_.try_lock()) return;  // the receiver in charge reads until the socket is empty
-  std::lock_guard<std::mutex> lock(rx_mutex_, std::adopt_lock);
-  mmsghdr messages[kBatch];
-  iovec iov[kBatch];
-  sockaddr_storage from[kBatch];
-  for (;;) {
-    for (int i = 0; i < kBatch; ++i) {
-      iov[i] = {rx_buffers_[i], kMaxDatagram};
+namespace {
+// Receive buffers, per thread (only the port's receiver uses them, for the length of a call):
+// each takes a GRO buffer, a run of datagrams the kernel kept together. The message headers are
+// set up once; a call only resets what recvmmsg overwrites.
+constexpr int kRxBatch = 4;
+constexpr size_t kRxBuffer = 65536;
+struct RxBuffers {
+  alignas(64) uint8_t data[kRxBatch][kRxBuffer];
+  char control[kRxBatch][CMSG_SPACE(sizeof(int))];
+  mmsghdr messages[kRxBatch];
+  iovec iov[kRxBatch];
+  sockaddr_storage from[kRxBatch];
+  RxBuffers() {
+    for (int i = 0; i < kRxBatch; ++i) {
+      iov[i] = {data[i], kRxBuffer};
       messages[i] = {};
       messages[i].msg_hdr.msg_iov = &iov[i];
       messages[i].msg_hdr.msg_iovlen = 1;
       messages[i].msg_hdr.msg_name = &from[i];
-      messages[i].msg_hdr.msg_namelen = sizeof from[i];
+      messages[i].msg_hdr.msg_control = control[i];
     }
-    int n = recvmmsg(fd_, messages, kBatch, MSG_DONTWAIT, nullptr);
+  }
+  void Reset() {
+    for (int i = 0; i < kRxBatch; ++i) {
+      messages[i].msg_hdr.msg_namelen = sizeof from[i];
+      messages[i].msg_hdr.msg_controllen = sizeof control[i];
+    }
+  }
+};
+__attribute__((tls_model("initial-exec"))) thread_local std::unique_ptr<RxBuffers> t_rx;
+}  // namespace
+
+void Port::DriveReceive() {
+  if (!rx_mutex_.try_lock()) return;  // the receiver in charge reads until the socket is empty
+  std::lock_guard<std::mutex> lock(rx_mutex_, std::adopt_lock);
+  if (!t_rx) t_rx = std::make_unique<RxBuffers>();  // one per receiving thread
+  mmsghdr* messages = t_rx->messages;
+  SinkCache cache;
+  for (int errors = 0;;) {
+    t_rx->Reset();
+    int n = recvmmsg(fd_, messages, kRxBatch, MSG_DONTWAIT, nullptr);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && ++errors < 8) {
         ReadErrors();  // an ICMP error is pending; data may follow it
         continue;
       }
       return;
     }
     for (int i = 0; i < n; ++i) {
-      if (messages[i].msg_hdr.msg_flags & MSG_TRUNC) {
+      const msghdr& h = messages[i].msg_hdr;
+      if (h.msg_flags & MSG_TRUNC) {
         counters_.bad_packet.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      Dispatch(from[i], {rx_buffers_[i], messages[i].msg_len});
+      if (messages[i].msg_len == 0) {  // an empty datagram: a runt, refused (and counted) as such
+        Dispatch(t_rx->from[i], {t_rx->data[i], size_t(0)}, cache);
+        continue;
+      }
+      // A GRO buffer holds datagrams of `segment` bytes (the last may be shorter).
+      size_t segment = messages[i].msg_len;
+      for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c)))
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+          int size;
+          memcpy(&size, CMSG_DATA(c), sizeof size);
+          if (size > 0) segment = size_t(size);
+        }
+      for (size_t at = 0; at < messages[i].msg_len; at += segment)
+        Dispatch(t_rx->from[i], {t_rx->data[i] + at, std::min(segment, messages[i].msg_len - at)}, cache);
     }
-    if (n < kBatch) return;
+    if (n < kRxBatch) return;
   }
 }
 
@@ -293,7 +415,8 @@ void Port::CloseAllAtExit() {
   }
 }
 
-void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram) {
+void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, SinkCache& cache) {
+  base::CaptureUdp(from, local_, datagram);
   counters_.received.fetch_add(1, std::memory_order_relaxed);
   IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&from), reinterpret_cast<const sockaddr*>(&local_)};
   Packet packet;
@@ -319,17 +442,18 @@ void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datag
     else CollectEvents();
     return;
   }
-  std::shared_ptr<PacketSink> sink;
-  {
+  if (cache.qpn != bth.dest_qp || !cache.sink) {
+    cache.qpn = bth.dest_qp;
+    cache.sink.reset();
     std::shared_lock<std::shared_mutex> lock(sinks_mutex_);
     auto it = sinks_.find(bth.dest_qp);
-    if (it != sinks_.end()) sink = it->second.lock();
+    if (it != sinks_.end()) cache.sink = it->second.lock();
   }
-  if (!sink) {
+  if (!cache.sink) {
     counters_.unknown_qp.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  sink->OnPacket(packet);
+  cache.sink->OnPacket(packet);
 }
 
 void Port::OnIo(uint32_t events) {

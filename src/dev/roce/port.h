@@ -72,6 +72,9 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // Sends one datagram: `datagram` holds BTH .. pad and 4 bytes more, where the ICRC is stored.
   // False if the socket is full: then WaitWritable, and OnWritable follows when it has room.
   bool Send(const sockaddr_storage& to, uint8_t* datagram, size_t size);
+  // The same for `count` datagrams laid end to end in `data`; returns how many the socket took
+  // (the first ones). Runs of equal-size datagrams go as one UDP GSO send where the kernel can.
+  int SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* sizes, int count);
   void WaitWritable(std::weak_ptr<PacketSink> sink);
   // Reads and dispatches what has arrived (the engine, or a CQ poller lending its thread).
   void DriveReceive();
@@ -114,7 +117,12 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
 
  private:
   Port(int fd, const sockaddr_storage& local);
-  void Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram);
+  // The sink of the last QPN seen in one receive call (runs of packets go to one QP).
+  struct SinkCache {
+    uint32_t qpn = 0;
+    std::shared_ptr<PacketSink> sink;
+  };
+  void Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, SinkCache& cache);
   void ReadErrors();  // ICMP errors queued by IP_RECVERR
   // At process exit, every connection of every port is closed as Destroy does (a DREQ for an
   // established one), so that peers learn of it without waiting out their retries.
@@ -141,9 +149,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   static void OnWatchTimer(Timer* timer);
 
   std::mutex rx_mutex_;  // one receiver at a time
-  static constexpr int kBatch = 8;
-  static constexpr size_t kMaxDatagram = 4096 + 64;
-  uint8_t rx_buffers_[kBatch][kMaxDatagram];
+  std::atomic<bool> gso_{true};  // the kernel takes UDP_SEGMENT sends (checked on first use)
 
   std::mutex cm_mutex_;
   std::unique_ptr<CmAgent> agent_;

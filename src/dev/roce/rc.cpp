@@ -16,7 +16,36 @@ namespace {
 constexpr std::chrono::milliseconds kAckDelay{5};  // longest a coalesced ACK waits
 // Set while a CQ poller drives receive: the ACKs it makes due wait for its next poll (or the next
 // transmission), so the poller returns with its completion without paying for them first.
-thread_local bool t_polling = false;
+// (initial-exec: a plain load, no __tls_get_addr call, on paths run per message)
+__attribute__((tls_model("initial-exec"))) thread_local bool t_polling = false;
+
+// Bookkeeping times (ACK timeout, keepalive, coalesced ACK deadline) need no more than the
+// scheduler tick's resolution, which the coarse clock reads cheaper; same epoch as Clock.
+Clock::time_point CoarseNow() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return Clock::time_point(std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec));
+}
+
+// Datagrams a link builds under its lock go out together before the lock is released, laid
+// end to end: an ACK and the reply it precedes cost one system call, and a run of full-size
+// packets of a Write or Read Response goes out as one UDP GSO send (see Port::SendBatch).
+// Per thread, so that a QP costs no buffer of its own.
+struct TxBatch {
+  static constexpr int kMax = 16;
+  static constexpr size_t kMaxDatagram = kBthLen + kRethLen + 4096 + 4 + kIcrcLen;
+  int count = 0;
+  size_t used = 0;
+  size_t length[kMax];
+  bool request[kMax];  // a request packet (Send, Write, Read Request): resent if not taken
+  uint32_t psn[kMax];
+  alignas(64) uint8_t data[kMax * kMaxDatagram];
+};
+__attribute__((tls_model("initial-exec"))) thread_local std::unique_ptr<TxBatch> t_tx_batch;
+TxBatch& Tx() {
+  if (!t_tx_batch) t_tx_batch = std::make_unique<TxBatch>();  // one per thread that transmits
+  return *t_tx_batch;
+}
 
 // The piece of an SGE list at byte `offset`: address and contiguous length (0 past the end).
 std::pair<uint8_t*, uint64_t> PieceAt(const Sge* sge, uint32_t num_sge, uint64_t offset) {
@@ -94,7 +123,7 @@ void RcLink::Start() {
   qp_->Attach(shared_from_this());
   if (params_.keepalive_ms) {
     std::lock_guard<std::mutex> lock(mutex_);
-    last_rx_ = Clock::now();
+    last_rx_ = CoarseNow();
     EnsureTimer(last_rx_ + std::chrono::milliseconds(params_.keepalive_ms));
   }
   NDWV_LOG(Debug, "qp %u: RC link to %s qp %u, mtu %u, sq psn %u, rq psn %u, ird %u, ord %u", qpn_,
@@ -162,7 +191,7 @@ void RcLink::PeerGone() {
     } else {
       qp_->DeferError();
       failure_to_report_ = true;
-      stalled_ = true;
+      failed_ = true;
     }
   }
   ReportFailure();
@@ -185,9 +214,13 @@ void RcLink::OnWritable() {
 }
 
 bool RcLink::Transmit(const Headers& h, const uint8_t* inline_data, const Sge* sge,
-                      uint32_t num_sge, uint64_t offset, uint32_t length) {
-  size_t header = EncodeHeaders(h, datagram_);
-  uint8_t* out = datagram_ + header;
+                      uint32_t num_sge, uint64_t offset, uint32_t length, bool request) {
+  TxBatch& t_tx = Tx();
+  if (t_tx.count == TxBatch::kMax && !FlushTx()) return false;
+  int slot = t_tx.count;
+  uint8_t* datagram = t_tx.data + t_tx.used;
+  size_t header = EncodeHeaders(h, {datagram, TxBatch::kMaxDatagram});
+  uint8_t* out = datagram + header;
   if (inline_data) {
     memcpy(out, inline_data + offset, length);
   } else {
@@ -200,12 +233,32 @@ bool RcLink::Transmit(const Headers& h, const uint8_t* inline_data, const Sge* s
       left -= uint32_t(n);
     }
   }
-  size_t pad = (4 - length % 4) % 4;
-  memset(datagram_ + header + length, 0, pad);
-  // The BTH was encoded with the pad count already (h.bth.pad_count).
+  size_t pad = (4 - length % 4) % 4;  // the BTH carries the pad count already
+  memset(datagram + header + length, 0, pad);
   NDWV_LOG(Trace, "qp %u: send %s psn %u len %u%s", qpn_, ToString(h.bth.opcode), h.bth.psn, length,
            h.bth.ack_req ? " ackreq" : "");
-  if (port_->Send(params_.peer, datagram_, header + length + pad + kIcrcLen)) return true;
+  t_tx.length[slot] = header + length + pad + kIcrcLen;
+  t_tx.used += t_tx.length[slot];
+  t_tx.request[slot] = request;
+  t_tx.psn[slot] = h.bth.psn;
+  t_tx.count++;
+  return true;
+}
+
+bool RcLink::FlushTx() {
+  TxBatch& t_tx = Tx();
+  int count = std::exchange(t_tx.count, 0);
+  t_tx.used = 0;
+  if (!count) return true;
+  int sent = port_->SendBatch(params_.peer, t_tx.data, t_tx.length, count);
+  if (sent == count) return true;
+  // The socket is full. Requests it did not take go out again (from the first of them); ACKs and
+  // Read Responses are as good as lost on a wire (the next ACK, or the requester, repairs them).
+  for (int i = sent; i < count; ++i)
+    if (t_tx.request[i]) {
+      Rewind(t_tx.psn[i]);
+      break;
+    }
   stalled_ = true;
   port_->WaitWritable(weak_from_this());
   return false;
@@ -218,24 +271,31 @@ bool RcLink::SendAck(uint8_t syndrome, uint32_t psn) {
   h.bth.psn = psn & kPsnMask;
   h.aeth.syndrome = syndrome;
   h.aeth.msn = msn_ & kPsnMask;
-  return Transmit(h, nullptr, nullptr, 0, 0, 0);
+  return Transmit(h, nullptr, nullptr, 0, 0, 0, false);
 }
 
 void RcLink::Pump(bool send_ack) {
-  if (shut_ || stalled_) return;
-  // Responder first: Read Responses and acknowledgements are owed for requests already executed.
-  // Responses go first: an ACK covers every PSN before it, Reads included.
+  PumpQueued(send_ack);
+  FlushTx();
+}
+
+void RcLink::PumpQueued(bool send_ack) {
+  if (shut_ || stalled_ || failed_) return;
+  // Read Responses first: an ACK covers every PSN before it, Reads included. Then our requests.
+  // The ACK last: a datagram no longer than the one before it joins that one's GSO buffer, so on
+  // loopback an ACK and the reply it travels with cost one trip through the stack.
   while (!responses_.empty()) {
     Response& response = responses_.front();
     if (!SendResponsePacket(response)) return;
     if (response.sent == response.packets) responses_.pop_front();
     if (shut_) return;
   }
-  if (ack_due_ && send_ack) {
-    if (!SendAck(MakeSyndrome(AethKind::Ack, kCreditInvalid), PsnAdd(epsn_, kPsnMask))) return;
+  if (!SendRequests()) return;
+  if (ack_due_ && send_ack && SendAck(MakeSyndrome(AethKind::Ack, kCreditInvalid), PsnAdd(epsn_, kPsnMask)))
     ack_due_ = false;
-  }
-  // Requester.
+}
+
+bool RcLink::SendRequests() {
   while (!rnr_waiting_) {
     while (resend_from_ < flights_.size() && flights_[resend_from_].sent == flights_[resend_from_].packets)
       resend_from_++;
@@ -246,7 +306,7 @@ void RcLink::Pump(bool send_ack) {
       if (f.opcode == WrOpcode::Read ? f.sent != f.received
                                      : uint32_t(PsnDiff(PsnAdd(f.first_psn, f.sent), acked_psn_)) > kWindow)
         break;
-      if (!SendRequestPacket(f)) return;
+      if (!SendRequestPacket(f)) return false;
       continue;
     }
     if (next_position_ == qp_->send_tail()) break;
@@ -269,10 +329,11 @@ void RcLink::Pump(bool send_ack) {
     }
     Flight flight{next_position_++, wqe.opcode, next_psn_, PacketsFor(wqe.length, params_.mtu), 0, 0, 0};
     next_psn_ = PsnAdd(next_psn_, flight.packets);
-    if (flights_.empty()) retransmit_at_ = Clock::now() + std::chrono::milliseconds(params_.ack_timeout_ms);
+    if (flights_.empty()) retransmit_at_ = CoarseNow() + std::chrono::milliseconds(params_.ack_timeout_ms);
     flights_.push_back(flight);
   }
   if (!flights_.empty()) EnsureTimer(rnr_waiting_ ? rnr_until_ : retransmit_at_);
+  return !stalled_ && !failed_;
 }
 
 bool RcLink::SendRequestPacket(Flight& flight) {
@@ -282,7 +343,7 @@ bool RcLink::SendRequestPacket(Flight& flight) {
     h.bth.opcode = Opcode::WriteOnly;
     h.bth.ack_req = true;
     h.bth.psn = flight.first_psn;
-    if (!Transmit(h, nullptr, nullptr, 0, 0, 0)) return false;
+    if (!Transmit(h, nullptr, nullptr, 0, 0, 0, true)) return false;
     flight.sent = 1;
     return true;
   }
@@ -298,7 +359,7 @@ bool RcLink::SendRequestPacket(Flight& flight) {
     h.bth.psn = PsnAdd(flight.first_psn, flight.received);
     h.bth.ack_req = true;
     h.reth = {wqe.remote_addr + done, wqe.rkey, uint32_t(length)};
-    if (!Transmit(h, nullptr, nullptr, 0, 0, 0)) return false;
+    if (!Transmit(h, nullptr, nullptr, 0, 0, 0, true)) return false;
     flight.asked_from = flight.received;
     flight.sent = flight.received + packets;
     return true;
@@ -320,7 +381,7 @@ bool RcLink::SendRequestPacket(Flight& flight) {
   h.bth.pad_count = uint8_t((4 - length % 4) % 4);
   h.bth.psn = PsnAdd(flight.first_psn, k);
   bool is_inline = wqe.flags & kInline;
-  if (!Transmit(h, is_inline ? wqe.inline_data : nullptr, wqe.sge, wqe.num_sge, offset, length))
+  if (!Transmit(h, is_inline ? wqe.inline_data : nullptr, wqe.sge, wqe.num_sge, offset, length, true))
     return false;
   flight.sent++;
   return true;
@@ -349,7 +410,7 @@ bool RcLink::SendResponsePacket(Response& r) {
     Nak(NakCode::RemoteAccessError, h.bth.psn, true);
     return false;
   }
-  if (!Transmit(h, nullptr, &source, 1, 0, length)) return false;
+  if (!Transmit(h, nullptr, &source, 1, 0, length, false)) return false;
   r.sent++;
   return true;
 }
@@ -360,7 +421,9 @@ void RcLink::OnPacket(const Packet& packet) {
   bool first_packet = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (shut_) return;
+    // Failed (a fatal NAK sent, or the requester gave up): the QP is on its way to Error, where
+    // inbound packets are dropped; nothing more is executed or answered.
+    if (shut_ || failed_) return;
     QpState state = qp_->state();
     if (state != QpState::Rtr && state != QpState::Rts && state != QpState::Sqd) return;
     Opcode op = packet.headers.bth.opcode;
@@ -370,8 +433,8 @@ void RcLink::OnPacket(const Packet& packet) {
     else if (IsReadResponse(op)) OnReadResponse(packet);
     else OnRequest(packet);
     if (!shut_ && state == QpState::Rtr && !first_packet_seen_) first_packet = first_packet_seen_ = true;
-    if (!shut_) Pump(!t_polling);
-    if (params_.keepalive_ms) last_rx_ = Clock::now();
+    Pump(!t_polling);  // also sends what the receive path queued (NAKs)
+    if (params_.keepalive_ms) last_rx_ = CoarseNow();
   }
   if (first_packet)
     if (auto observer = observer_.lock()) observer->OnFirstPacket();
@@ -383,7 +446,7 @@ void RcLink::OnPacket(const Packet& packet) {
 void RcLink::Progress() {
   retries_left_ = params_.retry_count;
   rnr_left_ = params_.rnr_retry;
-  retransmit_at_ = Clock::now() + std::chrono::milliseconds(params_.ack_timeout_ms);
+  retransmit_at_ = CoarseNow() + std::chrono::milliseconds(params_.ack_timeout_ms);
 }
 
 uint32_t RcLink::ResumePsn(const Flight& flight) const {
@@ -440,7 +503,7 @@ void RcLink::FailFront(WcStatus status) {
   failure_to_report_ = true;
   flights_.clear();
   resend_from_ = 0;
-  stalled_ = true;  // nothing more goes out
+  failed_ = true;  // nothing more goes out
 }
 
 void RcLink::OnAck(const Packet& packet) {
@@ -542,7 +605,7 @@ void RcLink::Nak(NakCode code, uint32_t psn, bool fatal) {
   }
   qp_->DeferError();
   failure_to_report_ = true;
-  stalled_ = true;  // nothing more goes out
+  failed_ = true;  // nothing more goes out
 }
 
 void RcLink::OnRequest(const Packet& packet) {
@@ -574,7 +637,7 @@ void RcLink::OnRequest(const Packet& packet) {
   epsn_ = PsnAdd(epsn_, 1);
   if (bth.ack_req) {
     ack_due_ = true;
-    ack_by_ = Clock::now() + kAckDelay;
+    ack_by_ = CoarseNow() + kAckDelay;
     EnsureTimer(ack_by_);
   }
 }
@@ -582,7 +645,8 @@ void RcLink::OnRequest(const Packet& packet) {
 bool RcLink::ExecuteSend(const Packet& packet) {
   const Bth& bth = packet.headers.bth;
   OpcodeInfo info = InfoFor(bth.opcode);
-  if (info.first != !have_recv_) {  // a First while one is open, or a Middle/Last without one
+  // A First while one is open, a Middle/Last without one, or any Send inside a Write.
+  if (info.first != !have_recv_ || in_write_) {
     Nak(NakCode::InvalidRequest, bth.psn, true);
     return false;
   }
@@ -615,7 +679,9 @@ bool RcLink::ExecuteSend(const Packet& packet) {
 bool RcLink::ExecuteWrite(const Packet& packet) {
   const Headers& h = packet.headers;
   OpcodeInfo info = InfoFor(h.bth.opcode);
-  if (info.first == in_write_ || (h.bth.opcode == Opcode::WriteOnlyImm || h.bth.opcode == Opcode::WriteLastImm)) {
+  // A First while one is open, a Middle/Last without one, any Write inside a Send.
+  if (info.first == in_write_ || have_recv_ ||
+      (h.bth.opcode == Opcode::WriteOnlyImm || h.bth.opcode == Opcode::WriteLastImm)) {
     Nak(NakCode::InvalidRequest, h.bth.psn, true);
     return false;
   }
@@ -716,7 +782,7 @@ void RcLink::HandleTimer() {
     retransmit_at_ = now + std::chrono::milliseconds(params_.ack_timeout_ms);
     Pump();
   }
-  if (!rnr_waiting_ && !flights_.empty() && now >= retransmit_at_ && !stalled_) {
+  if (!rnr_waiting_ && !flights_.empty() && now >= retransmit_at_ && !stalled_ && !failed_) {
     if (retries_left_-- == 0) {
       NDWV_LOG(Info, "qp %u: no acknowledgement after %u retries", qpn_, unsigned(params_.retry_count));
       return FailFront(WcStatus::TimeoutRetry);
@@ -728,7 +794,7 @@ void RcLink::HandleTimer() {
     Pump();
   }
   if (shut_) return;
-  if (params_.keepalive_ms && flights_.empty() && !stalled_) {
+  if (params_.keepalive_ms && flights_.empty() && !failed_) {
     // Idle: has the peer been heard from lately? If not, ask it for an acknowledgement.
     auto due = last_rx_ + std::chrono::milliseconds(params_.keepalive_ms);
     if (now >= due) {

@@ -107,12 +107,19 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   };
 
   // Requester
-  void Pump(bool send_ack = true);  // sends what is due, while the socket takes it
+  // Sends what is due, while the socket takes it: PumpQueued builds the datagrams, FlushTx sends
+  // them (before the lock is released).
+  void Pump(bool send_ack = true);
+  void PumpQueued(bool send_ack);
+  bool SendRequests();  // false if the socket is full or the QP failed
+  bool FlushTx();
   bool SendRequestPacket(Flight& flight);
   bool SendResponsePacket(Response& response);
   bool SendAck(uint8_t syndrome, uint32_t psn);
+  // Queues one datagram; false if the socket is full. `request`: a request packet (resent from
+  // its PSN if the socket does not take it).
   bool Transmit(const wire::ib::Headers& h, const uint8_t* inline_data, const Sge* sge,
-                uint32_t num_sge, uint64_t offset, uint32_t length);
+                uint32_t num_sge, uint64_t offset, uint32_t length, bool request);
   void OnAck(const wire::ib::Packet& packet);
   void OnReadResponse(const wire::ib::Packet& packet);
   void Retire();                 // completes finished flights at the front, in order
@@ -141,7 +148,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   std::mutex mutex_;
   bool shut_ = false;
   bool stalled_ = false;         // the socket was full
-  uint8_t datagram_[wire::ib::kBthLen + wire::ib::kRethLen + 4096 + 8];
+  bool failed_ = false;          // the QP failed: nothing more goes out
 
   // requester
   std::deque<Flight> flights_;
