@@ -3,7 +3,7 @@
 # Why each package: see docs/dependencies.md.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libisal-dev libcli11-dev libgtest-dev libgmock-dev
-      libbenchmark-dev python3 iproute2 tshark)
+      libbenchmark-dev python3 iproute2 tshark nftables)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if ((${#missing[@]})); then

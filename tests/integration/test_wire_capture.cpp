@@ -144,7 +144,7 @@ void RunClient(Channel& peer) {
   Mr sinkMr(adapter, sink.data(), sink.size(), kReadSinkFlags);
   Mr inboxMr(adapter, inbox.data(), inbox.size(), kSinkFlags);
 
-  Endpoint client(adapter, kClientQp, {.depth = 8, .inlineSize = 16});
+  Endpoint client(adapter, kClientQp, {.depth = 8, .inlineSize = 16, .separateCqs = true});
   ND2_SGE inboxSge = {inbox.data(), ULONG(inbox.size()), inboxMr.token()};
   IT_OK(client.qp->Receive(Ctx(0x100), &inboxSge, 1));
   ConnectTo(peer, client, 2, 2);

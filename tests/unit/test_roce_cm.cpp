@@ -869,6 +869,30 @@ TEST_F(RoceCm, DuplicateDreqInTimewaitResendsDrep) {
   EXPECT_EQ(b_->State(passive), CmState::Timewait);
 }
 
+// The DREP was lost and the peer's DREQ retries reach us after our time-wait is over (the CEP
+// is idle, its consumer still holds it): each is still answered, or the peer's Disconnect would
+// end in a DREQ timeout although we disconnected at once.
+TEST_F(RoceCm, DreqAfterTimewaitIsStillAnswered) {
+  auto [active, passive] = Establish();
+  ASSERT_EQ(a_->agent.Disconnect(active), WV_SUCCESS);
+  Run();
+  ASSERT_EQ(b_->EventKinds(), Kinds{K::DreqReceived});
+  ASSERT_EQ(b_->agent.Disconnect(passive), WV_SUCCESS);
+  RunFor(600);  // past the passive side's time-wait (500 ms)
+  EXPECT_EQ(b_->EventKinds(), Kinds{K::TimewaitExit});
+  ASSERT_EQ(b_->State(passive), CmState::Idle);
+  size_t dreps = pipe.Count(CmAttr::Drep);
+  CmMessage m;  // a DREQ retry that was late
+  m.attr = CmAttr::Dreq;
+  m.dreq.local_comm_id = active;
+  m.dreq.remote_comm_id = passive;
+  m.dreq.remote_qpn = kQpnB;
+  Inject(*b_, m, a_->address);
+  Run();
+  EXPECT_EQ(pipe.Count(CmAttr::Drep), dreps + 1);
+  EXPECT_TRUE(b_->Events().empty());
+}
+
 TEST_F(RoceCm, RejWhileEstablishedOrDisconnectingEndsInTimewait) {
   auto [active, passive] = Establish();
   CmMessage m;

@@ -775,6 +775,7 @@ void CmAgent::OnDreq(const sockaddr_storage& from, const CmMessage& m) {
       Emit(*cep, CmEventKind::DreqReceived, &m);
       return;
     case CmState::Timewait:  // our DREP was lost
+    case CmState::Idle:      // ... and time-wait is over: the peer still waits for it
       counters_.duplicate_answers++;
       SendDrep(cep->peer, cep->local_id, cep->remote_id, m.mad.transaction_id);
       return;

@@ -296,7 +296,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     link.dest_qpn = rep_.local_qpn;
     link.sq_psn = rep_.starting_psn;  // the PSN the passive side expects
     link.rq_psn = rq_psn_;
-    link.ird = std::max<uint32_t>(local_params_.ird, 1);
+    link.ird = local_params_.ird;  // 0: the peer may not Read from us
     link.ord = std::max<uint32_t>(std::min<uint32_t>(local_params_.ord, rep_.responder_resources), 1);
     link.rnr_retry = rep_.rnr_retry_count;
     StartLink(link);
@@ -317,8 +317,9 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   link.dest_qpn = req_.local_qpn;
   link.sq_psn = req_.starting_psn;  // the PSN the active side expects
   link.rq_psn = rq_psn_;
-  // Our IRD covers what the requester may issue; our ORD stays within what it accepts (§3.9).
-  link.ird = std::max<uint32_t>(params.ird, 1);
+  // Our IRD covers what the requester may issue (0: no Reads); our ORD stays within what it
+  // accepts (§3.9).
+  link.ird = params.ird;
   link.ord = std::max<uint32_t>(std::min<uint32_t>(params.ord, req_.responder_resources), 1);
   link.rnr_retry = req_.rnr_retry_count;
   StartLink(link);
@@ -328,7 +329,9 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   AcceptArgs args;
   args.local_qpn = qp->qpn();
   args.starting_psn = rq_psn_;
-  // The CM carries the consumer's limits as given (0 included); the link works with at least 1.
+  // The CM carries the consumer's limits as given (0 included); the link issues at least one
+  // Read at a time (a Read posted against a limit of 0 waits rather than hangs the queue forever:
+  // the peer refuses it).
   args.ird = uint8_t(std::min<uint32_t>(params.ird, 255));
   args.ord = uint8_t(std::min<uint32_t>({params.ord, req_.responder_resources, 255}));
   args.rnr_retry_count = Config().roce_rnr_retry;

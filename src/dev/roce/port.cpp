@@ -129,9 +129,9 @@ Port::~Port() {
 
 // ------------------------------------------------------------------------------------- data
 
-void Port::AddSink(uint32_t qpn, std::weak_ptr<PacketSink> sink) {
+void Port::AddSink(uint32_t qpn, std::weak_ptr<PacketSink> sink, const sockaddr_storage& peer) {
   std::unique_lock<std::shared_mutex> lock(sinks_mutex_);
-  sinks_[qpn] = std::move(sink);
+  sinks_[qpn] = {std::move(sink), peer};
 }
 
 void Port::RemoveSink(uint32_t qpn) {
@@ -447,10 +447,17 @@ void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datag
     cache.sink.reset();
     std::shared_lock<std::shared_mutex> lock(sinks_mutex_);
     auto it = sinks_.find(bth.dest_qp);
-    if (it != sinks_.end()) cache.sink = it->second.lock();
+    if (it != sinks_.end()) {
+      cache.sink = it->second.sink.lock();
+      cache.peer = it->second.peer;
+    }
   }
   if (!cache.sink) {
     counters_.unknown_qp.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (!SameAddress(from, cache.peer)) {  // a QP takes packets from its peer's port only
+    counters_.wrong_source.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   cache.sink->OnPacket(packet);

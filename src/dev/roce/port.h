@@ -51,7 +51,7 @@ class CmUser {
 // Drops, counted by reason (also readable by tests).
 struct PortCounters {
   std::atomic<uint64_t> received{0}, sent{0}, send_failed{0};
-  std::atomic<uint64_t> bad_packet{0}, bad_icrc{0}, unknown_qp{0}, bad_mad{0};
+  std::atomic<uint64_t> bad_packet{0}, bad_icrc{0}, unknown_qp{0}, wrong_source{0}, bad_mad{0};
 };
 
 class Port final : public IoHandler, public CmEnv, public std::enable_shared_from_this<Port> {
@@ -67,7 +67,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   const PortCounters& counters() const { return counters_; }
 
   // ---- RC data ----
-  void AddSink(uint32_t qpn, std::weak_ptr<PacketSink> sink);
+  // Packets for `qpn` go to `sink`, if they come from `peer` (others are dropped and counted).
+  void AddSink(uint32_t qpn, std::weak_ptr<PacketSink> sink, const sockaddr_storage& peer);
   void RemoveSink(uint32_t qpn);
   // Sends one datagram: `datagram` holds BTH .. pad and 4 bytes more, where the ICRC is stored.
   // False if the socket is full: then WaitWritable, and OnWritable follows when it has room.
@@ -121,6 +122,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   struct SinkCache {
     uint32_t qpn = 0;
     std::shared_ptr<PacketSink> sink;
+    sockaddr_storage peer;
   };
   void Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, SinkCache& cache);
   void ReadErrors();  // ICMP errors queued by IP_RECVERR
@@ -137,7 +139,11 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   PortCounters counters_;
 
   std::shared_mutex sinks_mutex_;
-  std::unordered_map<uint32_t, std::weak_ptr<PacketSink>> sinks_;
+  struct SinkEntry {
+    std::weak_ptr<PacketSink> sink;
+    sockaddr_storage peer;
+  };
+  std::unordered_map<uint32_t, SinkEntry> sinks_;
   std::mutex watch_mutex_;  // the engine's watch: what it waits for
   std::vector<std::weak_ptr<PacketSink>> waiting_writable_;
   bool watching_out_ = false;

@@ -119,7 +119,7 @@ RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const 
 RcLink::~RcLink() { Shutdown(); }
 
 void RcLink::Start() {
-  port_->AddSink(qpn_, weak_from_this());
+  port_->AddSink(qpn_, weak_from_this(), params_.peer);
   qp_->Attach(shared_from_this());
   if (params_.keepalive_ms) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -352,7 +352,11 @@ bool RcLink::SendRequestPacket(Flight& flight) {
     // One Read Request per window of response packets (a responder answers a request at once,
     // in full: a window is what the receiving socket is sure to hold). Sent again, it asks only
     // for what has not arrived.
-    uint32_t packets = std::min(kWindow, flight.packets - flight.received);
+    // Asked again (lost responses): the rest of what was asked, whose PSNs the responder has
+    // already counted; otherwise the next window.
+    uint32_t end = flight.asked_to > flight.received ? flight.asked_to
+                                                     : std::min(flight.received + kWindow, flight.packets);
+    uint32_t packets = end - flight.received;
     uint64_t done = uint64_t(flight.received) * params_.mtu;
     uint64_t length = std::min<uint64_t>(wqe.length - done, uint64_t(packets) * params_.mtu);
     h.bth.opcode = Opcode::ReadRequest;
@@ -360,8 +364,8 @@ bool RcLink::SendRequestPacket(Flight& flight) {
     h.bth.ack_req = true;
     h.reth = {wqe.remote_addr + done, wqe.rkey, uint32_t(length)};
     if (!Transmit(h, nullptr, nullptr, 0, 0, 0, true)) return false;
-    flight.asked_from = flight.received;
-    flight.sent = flight.received + packets;
+    flight.asked_to = end;
+    flight.sent = end;
     return true;
   }
   uint32_t k = flight.sent;
@@ -570,17 +574,14 @@ void RcLink::OnReadResponse(const Packet& packet) {
       }
       return;
     }
-    Opcode op = packet.headers.bth.opcode;
     SendWqe& wqe = qp_->send_at(f.position);
     uint64_t offset = uint64_t(f.received) * params_.mtu;
     uint64_t want = std::min<uint64_t>(params_.mtu, wqe.length - offset);
-    // Its place in the response to the request that asked for it.
-    bool first = f.received == f.asked_from, last = f.received + 1 == f.sent;
-    Opcode expected = first && last ? Opcode::ReadResponseOnly : first ? Opcode::ReadResponseFirst
-                      : last ? Opcode::ReadResponseLast : Opcode::ReadResponseMiddle;
-    if (op != expected || packet.payload.size() != want) {
-      NDWV_LOG(Info, "qp %u: unexpected %s psn %u (%zu bytes) for a Read expecting %s (%llu bytes)",
-               qpn_, ToString(op), psn, packet.payload.size(), ToString(expected), (unsigned long long)want);
+    // Placed by its PSN; the opcode need only be a response's (one sent before a request was
+    // repeated may arrive after it, and carries the same bytes).
+    if (packet.payload.size() != want) {
+      NDWV_LOG(Info, "qp %u: %s psn %u carries %zu bytes for a Read expecting %llu", qpn_,
+               ToString(packet.headers.bth.opcode), psn, packet.payload.size(), (unsigned long long)want);
       return FailFront(WcStatus::BadResponse);
     }
     if (want && !ScatterChecked(qp_->pd(), wqe.sge, wqe.num_sge, offset, packet.payload.data(), want))
@@ -619,8 +620,13 @@ void RcLink::OnRequest(const Packet& packet) {
     return;
   }
   if (distance < 0) {  // a duplicate: acknowledged again, never executed twice (a Read is answered again)
-    if (bth.opcode == Opcode::ReadRequest) ExecuteRead(packet, true);
-    else if (bth.ack_req) ack_due_ = true;
+    if (bth.opcode == Opcode::ReadRequest) {
+      ExecuteRead(packet, true);
+    } else if (bth.ack_req) {
+      ack_due_ = true;
+      ack_by_ = CoarseNow() + kAckDelay;
+      EnsureTimer(ack_by_);
+    }
     return;
   }
   nak_sent_ = false;

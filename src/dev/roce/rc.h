@@ -96,7 +96,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
     uint32_t packets;   // PSNs it uses
     uint32_t sent;      // packets sent in this pass (a Read: response packets asked for)
     uint32_t received;  // Read: response packets placed
-    uint32_t asked_from;  // Read: the first packet the last request asked for
+    uint32_t asked_to;  // Read: the end of the packets asked for so far
   };
   struct Response {  // a Read being answered
     uint32_t psn;

@@ -1,0 +1,1371 @@
+// A hostile RoCE peer against the device: a raw UDP socket, written here with the wire codecs,
+// that speaks the IB CM itself (REQ, then RTU after ndwv's REP; DREQs, garbage MADs) and then
+// plays requester towards a passive ndwv QP with crafted RC packets: good ones, malformed ones,
+// out-of-sequence ones and forbidden ones.
+//
+// The requirements under test (design-facts §5): a datagram that is not a well-formed packet (bad
+// ICRC, truncated, unknown opcode, TVer, pad) is dropped silently and the connection goes on; a
+// PSN gap is NAKed once; a duplicate is acknowledged again, never executed twice; a forbidden or
+// malformed request is NAKed with its precise syndrome, ends the connection (the QP goes to Error
+// and every posted request completes exactly once) and touches no memory that was not granted.
+// So every test checks:
+//   * what the raw peer receives: each ACK/NAK with its AETH syndrome, PSN (and MSN where it
+//     matters), each Read Response with its bytes, and nothing else. "Nothing else" is checked
+//     without timing: either a later well-formed request's ACK must be the next packet to arrive
+//     (the device handles one socket's datagrams in order), or, once the QP is in Error (its link
+//     is shut and can send nothing more), whatever the device sent is already queued on the raw
+//     socket and is drained without waiting;
+//   * the ndwv QP: its state, each posted receive completed exactly once with its status;
+//   * memory: every buffer (regions, their guard bytes, the receive buffers) byte-for-byte
+//     unchanged, except where the peer was allowed to write.
+//
+// Every wait is bounded (kBound); the tests assert statuses, counts and bytes, never timing.
+// Only 127.0.0.1 is used.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <ndwv/wvstatus.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/settings.h"
+#include "dev/cq.h"
+#include "dev/endpoint.h"
+#include "dev/memory.h"
+#include "dev/qp.h"
+#include "dev/roce/cm.h"
+#include "dev/roce/endpoint.h"
+#include "dev/roce/port.h"
+#include "wire/bytes.h"
+#include "wire/ib.h"
+#include "wire/ib_cm.h"
+
+namespace ndwv::dev {
+namespace {
+
+using namespace std::chrono_literals;
+namespace ib = ndwv::wire::ib;
+using ib::AethKind;
+using ib::NakCode;
+using ib::Opcode;
+
+// The bound on every wait.
+using Clock = std::chrono::steady_clock;
+constexpr auto kBound = 5s;
+Clock::time_point Deadline() { return Clock::now() + kBound; }
+int RemainingMs(Clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return ms < 0 ? 0 : int(ms);
+}
+
+sockaddr_in Loopback(uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
+std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = uint8_t(0xA0 ^ (seed * 29 + i * 13));
+  return v;
+}
+
+// ---- an asynchronous request's record ---------------------------------------------------------
+
+class Op final : public AsyncOp {
+ public:
+  void Complete(int32_t status) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    statuses_.push_back(status);
+    cv_.notify_all();
+  }
+  // The first status, waiting at most kBound; nullopt if the request did not complete.
+  std::optional<int32_t> Wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_until(lock, Deadline(), [&] { return !statuses_.empty(); })) return std::nullopt;
+    return statuses_.front();
+  }
+  size_t count() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return statuses_.size();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<int32_t> statuses_;
+};
+
+// ---- the raw peer -----------------------------------------------------------------------------
+
+// The raw peer's side of the connection.
+constexpr uint32_t kPeerQpn = 0x00ABCD;
+constexpr uint64_t kPeerGuid = 0x7261777065657201ull;  // "rawpeer" 1
+constexpr uint32_t kPeerStartPsn = 0xFFFFF8;           // what ndwv's packets to us start at (wraps)
+constexpr uint8_t kPathMtuCode = 3;                    // 1024 bytes
+constexpr uint32_t kMtu = 1024;
+
+// One packet the device sent us, decoded (its ICRC checked with the datagram's addresses).
+struct Inbound {
+  ib::Headers h;
+  std::vector<uint8_t> payload;
+  Opcode op() const { return h.bth.opcode; }
+};
+
+std::string Describe(const Inbound& in) {
+  char buf[160];
+  snprintf(buf, sizeof buf, "%s psn %u dest qp %u, aeth syndrome 0x%02x msn %u, %zu payload bytes",
+           ib::ToString(in.op()), in.h.bth.psn, in.h.bth.dest_qp, unsigned(in.h.aeth.syndrome),
+           in.h.aeth.msn, in.payload.size());
+  return buf;
+}
+
+class RawPeer {
+ public:
+  RawPeer() {
+    fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    EXPECT_GE(fd_, 0) << strerror(errno);
+    int big = 1 << 20;
+    setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+    sockaddr_in any = Loopback(0);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&any), sizeof any), 0) << strerror(errno);
+    socklen_t len = sizeof self_;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&self_), &len);
+  }
+  RawPeer(const RawPeer&) = delete;
+  RawPeer& operator=(const RawPeer&) = delete;
+  ~RawPeer() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // Where the device's listener (and so every packet of the connection) is.
+  void Target(uint16_t port) { device_ = Loopback(port); }
+  const sockaddr_in& self() const { return self_; }
+  uint32_t device_qpn = 0;  // the REP's local QPN: where our RC packets go
+
+  // A whole datagram: the headers, payload, zero pad and the ICRC over the addresses it travels
+  // between. The pad count follows the payload; a `bad_pad` count instead comes with no pad bytes.
+  std::vector<uint8_t> Build(ib::Headers h, std::span<const uint8_t> payload, int bad_pad = -1) const {
+    size_t pad_bytes = bad_pad < 0 ? (4 - payload.size() % 4) % 4 : 0;
+    h.bth.pad_count = uint8_t(bad_pad < 0 ? pad_bytes : size_t(bad_pad));
+    std::vector<uint8_t> out(ib::HeaderLength(h.bth.opcode) + payload.size() + pad_bytes + ib::kIcrcLen);
+    size_t n = ib::EncodeHeaders(h, out);
+    EXPECT_EQ(n, ib::HeaderLength(h.bth.opcode));
+    if (!payload.empty()) memcpy(out.data() + n, payload.data(), payload.size());
+    StoreIcrc(out);
+    return out;
+  }
+  void StoreIcrc(std::vector<uint8_t>& datagram) const {
+    ib::IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&self_), reinterpret_cast<const sockaddr*>(&device_)};
+    ib::StoreIcrc(addrs, datagram);
+  }
+
+  void Send(std::span<const uint8_t> datagram) {
+    ssize_t n = sendto(fd_, datagram.data(), datagram.size(), 0, reinterpret_cast<const sockaddr*>(&device_),
+                       sizeof device_);
+    ASSERT_EQ(n, ssize_t(datagram.size())) << "sendto: " << strerror(errno);
+  }
+
+  // A CM MAD on QP 1 (UD SEND ONLY, DETH with the GSI Q_Key).
+  std::vector<uint8_t> MadDatagram(std::span<const uint8_t> mad) const {
+    ib::Headers h;
+    h.bth.opcode = Opcode::UdSendOnly;
+    h.bth.dest_qp = ib::kGsiQpn;
+    h.deth.qkey = ib::kGsiQkey;
+    h.deth.src_qp = ib::kGsiQpn;
+    return Build(h, mad);
+  }
+  static std::vector<uint8_t> Mad(const ib::CmMessage& msg) {
+    std::vector<uint8_t> mad(ib::kMadLen);
+    ib::EncodeCm(msg, std::span<uint8_t, ib::kMadLen>(mad.data(), ib::kMadLen));
+    return mad;
+  }
+  void SendCm(const ib::CmMessage& msg) { Send(MadDatagram(Mad(msg))); }
+
+  // The next packet from the device, waiting at most kBound. A keepalive of ndwv's (an idle
+  // connection's zero-length RDMA Write) is acknowledged as a good peer would and skipped.
+  ::testing::AssertionResult Next(Inbound& out) {
+    auto deadline = Deadline();
+    for (;;) {
+      switch (ReadOne(out)) {
+        case Read::Packet:
+          if (IsKeepalive(out)) continue;
+          return ::testing::AssertionSuccess();
+        case Read::Bad:
+          return ::testing::AssertionFailure() << error_;
+        case Read::Empty:
+          break;
+      }
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, RemainingMs(deadline)) <= 0)
+        return ::testing::AssertionFailure() << "nothing arrived from the device within the bound";
+    }
+  }
+
+  // Everything already queued on the socket (keepalives skipped), without waiting.
+  std::vector<Inbound> DrainNow() {
+    std::vector<Inbound> all;
+    for (;;) {
+      Inbound in;
+      Read r = ReadOne(in);
+      if (r == Read::Empty) return all;
+      if (r == Read::Bad) {
+        ADD_FAILURE() << error_;
+        continue;
+      }
+      if (!IsKeepalive(in)) all.push_back(std::move(in));
+    }
+  }
+
+  // An RC packet to the device's QP.
+  ib::Headers To(Opcode op, uint32_t psn, bool ack_req = true) const {
+    ib::Headers h;
+    h.bth.opcode = op;
+    h.bth.dest_qp = device_qpn;
+    h.bth.psn = psn & ib::kPsnMask;
+    h.bth.ack_req = ack_req;
+    return h;
+  }
+
+ private:
+  enum class Read { Packet, Empty, Bad };
+
+  Read ReadOne(Inbound& out) {
+    uint8_t buf[8192];
+    sockaddr_in from{};
+    socklen_t len = sizeof from;
+    ssize_t n = recvfrom(fd_, buf, sizeof buf, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &len);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return Read::Empty;
+      error_ = std::string("recvfrom: ") + strerror(errno);
+      return Read::Bad;
+    }
+    if (from.sin_port != device_.sin_port || from.sin_addr.s_addr != device_.sin_addr.s_addr) {
+      error_ = "a datagram from port " + std::to_string(ntohs(from.sin_port)) + ", not the listener's";
+      return Read::Bad;
+    }
+    ib::IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&from), reinterpret_cast<const sockaddr*>(&self_)};
+    ib::Packet packet;
+    ib::PacketError e = ib::DecodePacket({buf, size_t(n)}, &addrs, packet);
+    if (e != ib::PacketError::Ok) {
+      error_ = std::string("the device sent a packet that does not decode: ") + ib::ToString(e);
+      return Read::Bad;
+    }
+    out.h = packet.headers;
+    out.payload.assign(packet.payload.begin(), packet.payload.end());
+    return Read::Packet;
+  }
+
+  bool IsKeepalive(const Inbound& in) {
+    if (in.op() != Opcode::WriteOnly || !in.payload.empty() || in.h.reth.length != 0) return false;
+    keepalives_++;
+    ib::Headers ack = To(Opcode::Acknowledge, in.h.bth.psn, false);
+    ack.aeth.syndrome = ib::MakeSyndrome(AethKind::Ack, ib::kCreditInvalid);
+    Send(Build(ack, {}));
+    return true;
+  }
+
+  int fd_ = -1;
+  sockaddr_in self_{}, device_{};
+  std::string error_;
+  int keepalives_ = 0;
+};
+
+// ---- what the raw peer expects ------------------------------------------------------------------
+
+::testing::AssertionResult IsAck(const Inbound& in, AethKind kind, uint8_t value, uint32_t psn) {
+  if (in.op() != Opcode::Acknowledge)
+    return ::testing::AssertionFailure() << "expected an ACK/NAK, got " << Describe(in);
+  if (in.h.bth.dest_qp != kPeerQpn)
+    return ::testing::AssertionFailure() << "sent to QP " << in.h.bth.dest_qp << ", not ours: " << Describe(in);
+  if (in.h.aeth.kind() != kind || in.h.aeth.value() != value) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "syndrome 0x%02x, want 0x%02x", unsigned(in.h.aeth.syndrome),
+             unsigned(ib::MakeSyndrome(kind, value)));
+    return ::testing::AssertionFailure() << buf << ": " << Describe(in);
+  }
+  if (in.h.bth.psn != (psn & ib::kPsnMask))
+    return ::testing::AssertionFailure() << "PSN " << in.h.bth.psn << ", want " << (psn & ib::kPsnMask) << ": "
+                                         << Describe(in);
+  if (!in.payload.empty()) return ::testing::AssertionFailure() << "an ACK with payload: " << Describe(in);
+  return ::testing::AssertionSuccess();
+}
+::testing::AssertionResult IsPlainAck(const Inbound& in, uint32_t psn) {
+  return IsAck(in, AethKind::Ack, ib::kCreditInvalid, psn);
+}
+::testing::AssertionResult IsNak(const Inbound& in, NakCode code, uint32_t psn) {
+  return IsAck(in, AethKind::Nak, uint8_t(code), psn);
+}
+
+::testing::AssertionResult NoReadResponse(const std::vector<Inbound>& got) {
+  for (const Inbound& in : got)
+    if (in.op() >= Opcode::ReadResponseFirst && in.op() <= Opcode::ReadResponseOnly)
+      return ::testing::AssertionFailure() << "memory was sent back: " << Describe(in);
+  return ::testing::AssertionSuccess();
+}
+
+// ---- the ndwv side ----------------------------------------------------------------------------
+
+constexpr size_t kGuard = 64;
+constexpr size_t kRegion = 4096;
+constexpr size_t kRecvSize = 128;
+constexpr uint32_t kRecvs = 4;
+constexpr uint64_t kFirstRecvId = 100;
+constexpr uint32_t kIrd = 4;  // what Accept grants (the REP's responder resources)
+
+// [guard][region][guard], all of it filled with a pattern; only the region is registered.
+struct Buffer {
+  Buffer(size_t length, uint8_t seed) : length(length), bytes(2 * kGuard + length) {
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(seed * 37 + i * 7 + (i >> 7));
+    original = bytes;
+  }
+  uint8_t* region() { return bytes.data() + kGuard; }
+  uint64_t addr() { return reinterpret_cast<uint64_t>(region()); }
+  const size_t length;
+  std::vector<uint8_t> bytes, original;
+  uint32_t key = 0;
+};
+
+// The buffer equals its pattern except in [from, to) of the region (offsets into the region),
+// where each byte is the pattern or `allowed` (allowed[i] is what may land at region offset from+i).
+::testing::AssertionResult Unchanged(const Buffer& b, const char* name, size_t from = 0, size_t to = 0,
+                                     std::span<const uint8_t> allowed = {}) {
+  for (size_t i = 0; i < b.bytes.size(); ++i) {
+    if (b.bytes[i] == b.original[i]) continue;
+    long offset = long(i) - long(kGuard);  // relative to the region
+    if (offset >= long(from) && offset < long(to) && size_t(offset) - from < allowed.size() &&
+        b.bytes[i] == allowed[size_t(offset) - from])
+      continue;
+    return ::testing::AssertionFailure()
+           << name << ": byte at region offset " << offset << " changed from " << int(b.original[i]) << " to "
+           << int(b.bytes[i]) << (offset < 0 || size_t(offset) >= b.length ? " (outside the region)" : "");
+  }
+  return ::testing::AssertionSuccess();
+}
+
+struct Conn {
+  explicit Conn(uintptr_t tag, uint32_t comm_id) : context(reinterpret_cast<void*>(tag)), comm_id(comm_id) {}
+  ~Conn() {
+    // The endpoint first: it completes what it holds of ours (canceled); then the flush.
+    if (ep) ep->Close();
+    if (qp) qp->Modify(QpState::Error);
+  }
+
+  void Setup() {
+    qp = std::make_shared<QueuePair>(pd, cq, cq, nullptr, context, QpCaps{16, 16, 4, 4, 64});
+    uint32_t rkey;
+    ASSERT_EQ(pd->Register(writable.region(), kRegion, kRemoteWrite | kLocalWrite, &writable.key, &rkey), WV_SUCCESS);
+    ASSERT_EQ(writable.key, rkey);
+    ASSERT_EQ(pd->Register(locked.region(), kRegion, kLocalWrite, &locked.key, &rkey), WV_SUCCESS);
+    ASSERT_EQ(pd->Register(readable.region(), kRegion, kRemoteRead, &readable.key, &rkey), WV_SUCCESS);
+    ASSERT_EQ(pd->Register(recv.region(), recv.length, kLocalWrite, &recv.key, &rkey), WV_SUCCESS);
+    ep = roce::CreateEndpoint();
+    ASSERT_TRUE(ep);
+  }
+
+  void PostReceives(uint32_t count, uint32_t first = 0) {
+    for (uint32_t i = first; i < first + count; ++i) {
+      Sge sge{recv.addr() + i * kRecvSize, uint32_t(kRecvSize), recv.key};
+      ASSERT_EQ(qp->PostReceive(kFirstRecvId + i, &sge, 1), WV_SUCCESS);
+    }
+  }
+
+  // Everything the CQ holds now (an empty poll also lends the thread to receive progress).
+  void Drain() {
+    Completion batch[32];
+    while (size_t n = cq->Poll(batch, 32)) completions.insert(completions.end(), batch, batch + n);
+  }
+
+  // Polls until `done` holds, at most kBound.
+  template <class Pred>
+  bool PollUntil(Pred done) {
+    auto deadline = Deadline();
+    for (;;) {
+      Drain();
+      if (done()) return true;
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+
+  // Waits for the library to move the QP to Error, then for that move's flush to finish (a second
+  // move to Error returns only after the first one's flush), and collects every completion.
+  void WaitForError() {
+    ASSERT_TRUE(PollUntil([&] { return qp->state() == QpState::Error; }))
+        << "the QP is still " << ToString(qp->state());
+    ASSERT_EQ(qp->Modify(QpState::Error), WV_SUCCESS);
+    Drain();
+  }
+
+  // Each of the wr_ids completed exactly once with its status; nothing else completed.
+  void ExpectCompletions(const std::map<uint64_t, WcStatus>& expected) {
+    std::map<uint64_t, std::vector<WcStatus>> seen;
+    for (const Completion& c : completions) {
+      EXPECT_EQ(c.qp_context, context);
+      seen[c.wr_id].push_back(c.status);
+    }
+    for (const auto& [id, statuses] : seen) {
+      auto it = expected.find(id);
+      if (it == expected.end()) {
+        ADD_FAILURE() << "unexpected completion of wr_id " << id << " (status " << int(statuses[0]) << ")";
+        continue;
+      }
+      EXPECT_EQ(statuses.size(), 1u) << "wr_id " << id << " completed " << statuses.size() << " times";
+      EXPECT_EQ(int(statuses[0]), int(it->second)) << "wr_id " << id;
+    }
+    for (const auto& [id, status] : expected)
+      EXPECT_TRUE(seen.count(id)) << "wr_id " << id << " never completed";
+  }
+
+  std::map<uint64_t, WcStatus> AllReceivesFlushed(uint32_t count = kRecvs, uint32_t first = 0) const {
+    std::map<uint64_t, WcStatus> m;
+    for (uint32_t i = first; i < count; ++i) m[kFirstRecvId + i] = WcStatus::Flushed;
+    return m;
+  }
+
+  void ExpectMemoryUntouched() {
+    EXPECT_TRUE(Unchanged(writable, "writable region"));
+    EXPECT_TRUE(Unchanged(locked, "region without remote rights"));
+    EXPECT_TRUE(Unchanged(readable, "readable region"));
+    EXPECT_TRUE(Unchanged(recv, "receive buffers"));
+  }
+
+  // The next PSN the device expects from us; advanced by Take.
+  uint32_t Take(uint32_t n = 1) {
+    uint32_t psn = next_psn;
+    next_psn = ib::PsnAdd(next_psn, n);
+    return psn;
+  }
+
+  // A SEND ONLY at `psn` (the next one if omitted).
+  std::vector<uint8_t> SendOnly(uint32_t psn, std::span<const uint8_t> message, bool ack_req = true) {
+    return peer.Build(peer.To(Opcode::SendOnly, psn, ack_req), message);
+  }
+  std::vector<uint8_t> WriteOnly(uint32_t psn, uint64_t va, uint32_t rkey, std::span<const uint8_t> data) {
+    ib::Headers h = peer.To(Opcode::WriteOnly, psn);
+    h.reth = {va, rkey, uint32_t(data.size())};
+    return peer.Build(h, data);
+  }
+  std::vector<uint8_t> ReadRequest(uint32_t psn, uint64_t va, uint32_t rkey, uint32_t length) {
+    ib::Headers h = peer.To(Opcode::ReadRequest, psn);
+    h.reth = {va, rkey, length};
+    return peer.Build(h, {});
+  }
+
+  void* const context;
+  const uint32_t comm_id;  // the raw peer's communication ID
+  std::shared_ptr<ProtectionDomain> pd = std::make_shared<ProtectionDomain>();
+  std::shared_ptr<CompletionQueue> cq = std::make_shared<CompletionQueue>(256);
+  std::shared_ptr<QueuePair> qp;
+  std::shared_ptr<ConnectEndpoint> ep;
+  Buffer writable{kRegion, 1}, locked{kRegion, 2}, readable{kRegion, 3}, recv{kRecvSize * kRecvs, 4};
+  std::vector<Completion> completions;
+  RawPeer peer;
+  Op get_request, accept, notify;
+  uint64_t tid = 0;              // of our REQ (the REP and RTU reuse it)
+  ib::CmRep rep;                 // what the device answered
+  uint32_t next_psn = 0;         // our next request PSN (from the REP)
+};
+
+class RoceHostile : public ::testing::Test {
+ protected:
+  static constexpr int kBacklog = 4;
+
+  void SetUp() override {
+    ASSERT_NE(base::LoadSettings(), nullptr) << "settings refused";
+    listener = roce::CreateEndpoint();
+    sockaddr_in any_port = Loopback(0);
+    ASSERT_EQ(listener->Bind(reinterpret_cast<sockaddr*>(&any_port), sizeof any_port), WV_SUCCESS);
+    ASSERT_EQ(listener->Listen(kBacklog), WV_SUCCESS);
+    ConnectionInfo info;
+    ASSERT_EQ(listener->Query(&info), WV_SUCCESS);
+    ASSERT_EQ(info.local.ss_family, AF_INET);
+    port = ntohs(reinterpret_cast<const sockaddr_in&>(info.local).sin_port);
+    ASSERT_NE(port, 0);
+    // The listener's UDP port object, for its drop counters (opening the bound address again
+    // as "shared" finds the port that is open).
+    int32_t status = 0;
+    device_port = roce::Port::Open(info.local, true, &status);
+    ASSERT_EQ(status, WV_SUCCESS);
+    ASSERT_TRUE(device_port);
+  }
+
+  void TearDown() override {
+    if (listener) listener->Close();  // cancels GetRequests that point at our records
+    conns.clear();
+    device_port.reset();
+  }
+
+  Conn& NewConn() {
+    conns.push_back(std::make_unique<Conn>(0xC0 + conns.size(), 0x5EED0A01u + uint32_t(conns.size())));
+    Conn& c = *conns.back();
+    c.Setup();
+    c.peer.Target(port);
+    return c;
+  }
+
+  roce::CmCounters Counters() {
+    return device_port->Cm([](roce::CmAgent& agent) { return agent.counters(); });
+  }
+
+  // The raw peer's REQ, as an RDMA-CM active side builds it.
+  ib::CmMessage Req(Conn& c) {
+    ib::CmMessage m;
+    m.attr = ib::CmAttr::Req;
+    m.mad.transaction_id = c.tid = 0x7EA1000000000000ull | c.comm_id;
+    ib::CmReq& r = m.req;
+    r.local_comm_id = c.comm_id;
+    r.service_id = ib::TcpServiceId(port);
+    r.local_ca_guid = kPeerGuid;
+    r.local_qpn = kPeerQpn;
+    r.responder_resources = 4;
+    r.initiator_depth = 4;
+    r.remote_cm_response_timeout = 20;
+    r.transport_service_type = 0;  // RC
+    r.starting_psn = kPeerStartPsn;
+    r.local_cm_response_timeout = 20;
+    r.retry_count = 7;
+    r.path_mtu = kPathMtuCode;
+    r.rnr_retry_count = 7;
+    r.max_cm_retries = 3;
+    r.primary_hop_limit = 64;
+    r.primary_local_ack_timeout = 14;
+    ib::IpHeader ip;
+    memcpy(&ip.source, &c.peer.self(), sizeof(sockaddr_in));
+    sockaddr_in to = Loopback(0);
+    memcpy(&ip.destination, &to, sizeof to);
+    EXPECT_TRUE(ib::EncodeIpHeader(ip, std::span<uint8_t, ib::kIpHeaderLen>(r.private_data, ib::kIpHeaderLen)));
+    return m;
+  }
+
+  // Reads the next packet and decodes it as a CM MAD.
+  void NextCm(Conn& c, ib::CmMessage& out) {
+    Inbound in;
+    ASSERT_TRUE(c.peer.Next(in));
+    ASSERT_EQ(in.op(), Opcode::UdSendOnly) << "not a MAD: " << Describe(in);
+    EXPECT_EQ(in.h.bth.dest_qp, ib::kGsiQpn);
+    EXPECT_EQ(in.h.deth.qkey, ib::kGsiQkey);
+    ASSERT_EQ(in.payload.size(), ib::kMadLen);
+    ASSERT_EQ(ib::DecodeCm(in.payload, out), ib::CmError::Ok);
+  }
+
+  // REQ -> GetRequest -> Accept -> REP -> RTU -> Accept completes, QP in RTS. `ird` is what
+  // Accept grants. A NotifyDisconnect is left armed.
+  void Establish(Conn& c, uint32_t receives = kRecvs, uint32_t ird = kIrd) {
+    ASSERT_NO_FATAL_FAILURE(c.PostReceives(receives));
+    ASSERT_EQ(listener->GetRequest(c.ep, &c.get_request), WV_PENDING);
+    ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(Req(c)));
+    std::optional<int32_t> status = c.get_request.Wait();
+    ASSERT_TRUE(status.has_value()) << "GetRequest did not complete after the REQ";
+    ASSERT_EQ(*status, WV_SUCCESS);
+
+    ConnectParams params;
+    params.ird = ird;
+    params.ord = 4;
+    ASSERT_EQ(c.ep->Accept(c.qp, params, &c.accept), WV_PENDING);
+    ib::CmMessage rep;
+    ASSERT_NO_FATAL_FAILURE(NextCm(c, rep));
+    ASSERT_EQ(rep.attr, ib::CmAttr::Rep) << "got " << ib::ToString(rep.attr);
+    EXPECT_EQ(rep.mad.transaction_id, c.tid) << "the REP reuses the REQ's transaction ID";
+    ASSERT_EQ(rep.rep.remote_comm_id, c.comm_id);
+    EXPECT_NE(rep.rep.local_comm_id, 0u);
+    ASSERT_EQ(rep.rep.local_qpn, c.qp->qpn());
+    EXPECT_EQ(rep.rep.responder_resources, ird) << "the REP carries the IRD Accept granted";
+    EXPECT_EQ(rep.rep.initiator_depth, 4u);
+    c.rep = rep.rep;
+    c.peer.device_qpn = rep.rep.local_qpn;
+    c.next_psn = rep.rep.starting_psn;
+    EXPECT_EQ(c.qp->state(), QpState::Rtr);
+
+    ib::CmMessage rtu;
+    rtu.attr = ib::CmAttr::Rtu;
+    rtu.mad.transaction_id = c.tid;
+    rtu.rtu.local_comm_id = c.comm_id;
+    rtu.rtu.remote_comm_id = c.rep.local_comm_id;
+    ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(rtu));
+    status = c.accept.Wait();
+    ASSERT_TRUE(status.has_value()) << "Accept did not complete after the RTU";
+    ASSERT_EQ(*status, WV_SUCCESS);
+    ASSERT_EQ(c.qp->state(), QpState::Rts);
+    ASSERT_EQ(c.ep->NotifyDisconnect(&c.notify), WV_PENDING);
+  }
+
+  // A good SEND ONLY at the expected PSN: ACKed with that PSN, and it completes the receive
+  // `index` with exactly its bytes (the receive's other bytes unchanged).
+  void ExpectSendLands(Conn& c, std::span<const uint8_t> message, uint32_t index) {
+    uint32_t psn = c.Take();
+    size_t before = c.completions.size();
+    ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(psn, message)));
+    Inbound ack;
+    ASSERT_TRUE(c.peer.Next(ack));
+    ASSERT_TRUE(IsPlainAck(ack, psn)) << "the first answer after the Send must be its ACK";
+    ASSERT_TRUE(c.PollUntil([&] { return c.completions.size() > before; })) << "the Send did not complete a receive";
+    ASSERT_EQ(c.completions.size(), before + 1);
+    const Completion& done = c.completions.back();
+    EXPECT_EQ(done.wr_id, kFirstRecvId + index);
+    EXPECT_EQ(done.status, WcStatus::Success);
+    EXPECT_EQ(done.length, message.size());
+    EXPECT_EQ(done.opcode, WrOpcode::Receive);
+    EXPECT_EQ(memcmp(c.recv.region() + index * kRecvSize, message.data(), message.size()), 0);
+  }
+
+  // After a fatal NAK: the QP in Error, `completions` exactly, NotifyDisconnect told, and nothing
+  // more than `allowed` was sent (no Read Response in particular).
+  void ExpectFailedAndFlushed(Conn& c, const std::map<uint64_t, WcStatus>& completions) {
+    ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+    c.ExpectCompletions(completions);
+    std::vector<Inbound> rest = c.peer.DrainNow();
+    EXPECT_TRUE(NoReadResponse(rest));
+    for (const Inbound& in : rest) ADD_FAILURE() << "sent after the NAK: " << Describe(in);
+    EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS)) << "NotifyDisconnect was not told";
+  }
+
+  std::shared_ptr<ConnectEndpoint> listener;
+  std::shared_ptr<roce::Port> device_port;
+  uint16_t port = 0;
+  std::vector<std::unique_ptr<Conn>> conns;
+};
+
+// ==== 1. control: the raw peer's packets are right, so the failures below are the hostile bits ===
+
+TEST_F(RoceHostile, ControlWellFormedPeerIsServedByteExact) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+
+  // Send -> the first receive.
+  std::vector<uint8_t> message = Bytes(100, 1);
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, message, 0));
+
+  // A three-packet RDMA Write (FIRST, MIDDLE, LAST) into the writable region.
+  std::vector<uint8_t> data = Bytes(2 * kMtu + 200, 2);
+  const size_t at = 300;
+  uint32_t first = c.Take(3);
+  {
+    ib::Headers h = c.peer.To(Opcode::WriteFirst, first, false);
+    h.reth = {c.writable.addr() + at, c.writable.key, uint32_t(data.size())};
+    c.peer.Send(c.peer.Build(h, std::span(data).first(kMtu)));
+    c.peer.Send(c.peer.Build(c.peer.To(Opcode::WriteMiddle, first + 1, false), std::span(data).subspan(kMtu, kMtu)));
+    c.peer.Send(c.peer.Build(c.peer.To(Opcode::WriteLast, first + 2, true), std::span(data).subspan(2 * kMtu)));
+  }
+  Inbound ack;
+  ASSERT_TRUE(c.peer.Next(ack));
+  EXPECT_TRUE(IsPlainAck(ack, first + 2));
+  EXPECT_EQ(ack.h.aeth.msn, 2u) << "two messages completed";
+  EXPECT_EQ(memcmp(c.writable.region() + at, data.data(), data.size()), 0) << "the Write was not placed";
+  EXPECT_TRUE(Unchanged(c.writable, "writable region", at, at + data.size(), data));
+
+  // An RDMA Read of 2.5 packets: FIRST, MIDDLE, LAST responses at the request's PSNs.
+  const uint32_t length = 2 * kMtu + kMtu / 2;
+  const size_t from = 40;
+  uint32_t read_psn = c.Take(3);
+  c.peer.Send(c.ReadRequest(read_psn, c.readable.addr() + from, c.readable.key, length));
+  std::vector<uint8_t> got;
+  const Opcode kinds[] = {Opcode::ReadResponseFirst, Opcode::ReadResponseMiddle, Opcode::ReadResponseLast};
+  for (uint32_t k = 0; k < 3; ++k) {
+    Inbound r;
+    ASSERT_TRUE(c.peer.Next(r));
+    ASSERT_EQ(r.op(), kinds[k]) << Describe(r);
+    EXPECT_EQ(r.h.bth.psn, ib::PsnAdd(read_psn, k));
+    EXPECT_EQ(r.h.bth.dest_qp, kPeerQpn);
+    if (k != 1) {  // FIRST and LAST carry an AETH
+      EXPECT_EQ(r.h.aeth.kind(), AethKind::Ack);
+      EXPECT_EQ(r.h.aeth.msn, 3u);
+    }
+    got.insert(got.end(), r.payload.begin(), r.payload.end());
+  }
+  ASSERT_EQ(got.size(), length);
+  EXPECT_EQ(memcmp(got.data(), c.readable.region() + from, length), 0);
+
+  // Afterwards: still established, nothing more sent, nothing else completed, memory as granted.
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, Bytes(kRecvSize, 3), 1));
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+  EXPECT_EQ(c.notify.count(), 0u);
+  EXPECT_TRUE(c.peer.DrainNow().empty());
+  EXPECT_TRUE(Unchanged(c.readable, "readable region"));
+  EXPECT_TRUE(Unchanged(c.locked, "region without remote rights"));
+  std::vector<uint8_t> landed(c.recv.original.begin() + kGuard, c.recv.original.begin() + kGuard + 2 * kRecvSize);
+  memcpy(landed.data(), message.data(), message.size());
+  std::vector<uint8_t> second = Bytes(kRecvSize, 3);
+  memcpy(landed.data() + kRecvSize, second.data(), second.size());
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, landed.size(), landed));
+}
+
+// ==== 2. malformed datagrams: dropped silently, the connection goes on =========================
+
+TEST_F(RoceHostile, MalformedDatagramsAreDroppedSilentlyAndTheConnectionGoesOn) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  const roce::PortCounters& counters = device_port->counters();
+  ASSERT_FALSE(ib::InfoFor(Opcode(0x15)).known);
+
+  // Each is a Send (or a Write) at the expected PSN whose bytes must never land.
+  std::vector<uint8_t> poison = Bytes(64, 5);
+  enum Kind { BadIcrc, PayloadAfterIcrc, Short, Empty, ShortReth, UnknownOpcode, TVer, PadOverPayload };
+  auto make = [&](Kind kind, uint32_t psn) {
+    std::vector<uint8_t> d = c.SendOnly(psn, poison);
+    switch (kind) {
+      case BadIcrc:
+        d[d.size() - 2] ^= 0x40;
+        break;
+      case PayloadAfterIcrc:  // a flipped payload bit
+        d[ib::kBthLen + 7] ^= 0x01;
+        break;
+      case Short:
+        d.resize(ib::kBthLen + ib::kIcrcLen - 1);
+        break;
+      case Empty:
+        d.clear();
+        break;
+      case ShortReth: {  // a Write whose RETH is cut short (a valid ICRC over what there is)
+        ib::Headers w = c.peer.To(Opcode::WriteOnly, psn);
+        w.reth = {c.writable.addr(), c.writable.key, 64};
+        d = c.peer.Build(w, {});
+        d.resize(ib::kBthLen + 8 + ib::kIcrcLen);  // BTH + half a RETH
+        c.peer.StoreIcrc(d);
+        break;
+      }
+      case UnknownOpcode:
+        d[0] = 0x15;
+        c.peer.StoreIcrc(d);
+        break;
+      case TVer:
+        d[1] |= 0x01;  // TVer 1
+        c.peer.StoreIcrc(d);
+        break;
+      case PadOverPayload:  // a pad count of 3 on a 2-byte payload (no pad bytes follow)
+        d = c.peer.Build(c.peer.To(Opcode::SendOnly, psn), Bytes(2, 6), /*bad_pad=*/3);
+        EXPECT_EQ(d.size(), ib::kBthLen + 2 + ib::kIcrcLen);
+        break;
+    }
+    return d;
+  };
+  struct Bad {
+    const char* what;
+    Kind kind;
+    bool icrc;  // counted as an ICRC failure (else as a malformed packet)
+  };
+  const Bad bad[] = {
+      {"bad ICRC", BadIcrc, true},
+      {"payload changed after the ICRC", PayloadAfterIcrc, true},
+      {"shorter than BTH + ICRC", Short, false},
+      {"empty datagram", Empty, false},
+      {"RETH cut short", ShortReth, false},
+      {"unknown opcode 0x15", UnknownOpcode, false},
+      {"BTH TVer 1", TVer, false},
+      {"pad count 3 on a 2-byte payload", PadOverPayload, false},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.what);
+    const uint64_t bad_icrc = counters.bad_icrc, bad_packet = counters.bad_packet;
+    ASSERT_NO_FATAL_FAILURE(c.peer.Send(make(b.kind, c.next_psn)));
+    // No NAK: the next answer is the ACK of a good request at the same PSN (a zero-length
+    // Write, which names no memory and consumes no receive).
+    const uint32_t probe = c.Take();
+    ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.WriteOnly(probe, 0, 0, {})));
+    Inbound ack;
+    ASSERT_TRUE(c.peer.Next(ack));
+    EXPECT_TRUE(IsPlainAck(ack, probe)) << "the first answer after the bad datagram must be the probe's ACK";
+    EXPECT_EQ(counters.bad_icrc - bad_icrc, b.icrc ? 1u : 0u);
+    EXPECT_EQ(counters.bad_packet - bad_packet, b.icrc ? 0u : 1u);
+  }
+
+  // The connection goes on: a Send lands byte-exact; nothing else happened.
+  std::vector<uint8_t> message = Bytes(90, 7);
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, message, 0));
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+  EXPECT_EQ(c.completions.size(), 1u);
+  EXPECT_EQ(c.notify.count(), 0u);
+  EXPECT_TRUE(c.peer.DrainNow().empty());
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, message.size(), message));
+  EXPECT_TRUE(Unchanged(c.writable, "writable region"));
+}
+
+// ==== 3. a packet for a QP nobody has ============================================================
+
+TEST_F(RoceHostile, PacketForAnUnknownQpnIsDroppedAndNothingElseIsAffected) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  const uint64_t unknown = device_port->counters().unknown_qp;
+  ib::Headers h = c.peer.To(Opcode::SendOnly, c.next_psn);
+  h.bth.dest_qp = 0xFFFFF0;
+  ASSERT_NE(h.bth.dest_qp, c.qp->qpn());
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.Build(h, Bytes(64, 8))));
+  ib::Headers w = c.peer.To(Opcode::WriteOnly, c.next_psn);
+  w.bth.dest_qp = 0xFFFFF1;
+  w.reth = {c.writable.addr(), c.writable.key, 64};
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.Build(w, Bytes(64, 9))));
+
+  std::vector<uint8_t> message = Bytes(50, 10);
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, message, 0));
+  EXPECT_EQ(device_port->counters().unknown_qp - unknown, 2u);
+  EXPECT_EQ(c.completions.size(), 1u);
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+  EXPECT_EQ(c.notify.count(), 0u);
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, message.size(), message));
+  EXPECT_TRUE(Unchanged(c.writable, "writable region"));
+}
+
+// ==== 4. a PSN gap: one sequence NAK, then the expected PSN is taken ===========================
+
+TEST_F(RoceHostile, PsnAheadIsNakedOnceWithTheExpectedPsnAndTheGapIsNeverExecuted) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  const uint32_t expected = c.next_psn;
+  std::vector<uint8_t> ahead1 = Bytes(40, 11), ahead2 = Bytes(40, 12), ahead3 = Bytes(40, 13);
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(ib::PsnAdd(expected, 2), ahead1)));
+  Inbound nak;
+  ASSERT_TRUE(c.peer.Next(nak));
+  EXPECT_TRUE(IsNak(nak, NakCode::PsnSequenceError, expected)) << "the NAK names the PSN expected";
+  EXPECT_EQ(nak.h.aeth.msn, 0u);
+
+  // More of the gap (a Write too): no more NAKs, nothing executed.
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(ib::PsnAdd(expected, 3), ahead2)));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.WriteOnly(ib::PsnAdd(expected, 1), c.writable.addr(), c.writable.key, ahead3)));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(ib::PsnAdd(expected, 100), ahead3)));
+
+  // The expected PSN is taken and ACKed (the first thing after the one NAK), then the next.
+  std::vector<uint8_t> message = Bytes(60, 14), next = Bytes(70, 15);
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, message, 0));
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, next, 1));
+  EXPECT_EQ(c.completions.size(), 2u);
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+  EXPECT_TRUE(c.peer.DrainNow().empty());
+  EXPECT_TRUE(Unchanged(c.writable, "writable region"));
+  std::vector<uint8_t> landed(c.recv.original.begin() + kGuard, c.recv.original.begin() + kGuard + 2 * kRecvSize);
+  memcpy(landed.data(), message.data(), message.size());
+  memcpy(landed.data() + kRecvSize, next.data(), next.size());
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, landed.size(), landed));
+  // A new gap after the recovery draws a NAK again (one per gap, not one per connection).
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(ib::PsnAdd(c.next_psn, 5), ahead1)));
+  ASSERT_TRUE(c.peer.Next(nak));
+  EXPECT_TRUE(IsNak(nak, NakCode::PsnSequenceError, c.next_psn));
+  EXPECT_EQ(nak.h.aeth.msn, 2u);
+}
+
+// ==== 5. a duplicate Send: ACKed again, executed once ==========================================
+
+TEST_F(RoceHostile, DuplicateSendIsAcknowledgedAgainButNotPlacedTwice) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  std::vector<uint8_t> message = Bytes(80, 16), replay = Bytes(80, 17);
+  const uint32_t psn = c.next_psn;
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, message, 0));
+
+  // The same PSN again, with other bytes: re-ACKed with that PSN, nothing placed.
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(psn, replay)));
+  Inbound ack;
+  ASSERT_TRUE(c.peer.Next(ack));
+  EXPECT_TRUE(IsPlainAck(ack, psn));
+  EXPECT_EQ(ack.h.aeth.msn, 1u) << "the duplicate is not counted as a message";
+  // And an older duplicate, from before the first message (outside what was ever sent is a
+  // gap, so this is within the window behind).
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(ib::PsnAdd(psn, ib::kPsnMask - 5), replay)));
+  ASSERT_TRUE(c.peer.Next(ack));
+  EXPECT_TRUE(IsPlainAck(ack, psn)) << "a duplicate is answered with the last PSN executed";
+
+  // The second receive is still posted: the next Send lands there, and it is the only other
+  // completion.
+  std::vector<uint8_t> next = Bytes(30, 18);
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, next, 1));
+  c.Drain();
+  c.ExpectCompletions({{kFirstRecvId, WcStatus::Success}, {kFirstRecvId + 1, WcStatus::Success}});
+  std::vector<uint8_t> landed(c.recv.original.begin() + kGuard, c.recv.original.begin() + kGuard + 2 * kRecvSize);
+  memcpy(landed.data(), message.data(), message.size());
+  memcpy(landed.data() + kRecvSize, next.data(), next.size());
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, landed.size(), landed));
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+}
+
+// ==== 6. RDMA Writes the responder must refuse ================================================
+
+struct WriteCase {
+  const char* name;
+  enum Key { Unknown, Writable, ReadOnly, NoRights } key;
+  long offset;
+  uint32_t size;
+  bool multi;  // WRITE FIRST of a longer message (its RETH names the whole length)
+};
+
+class RoceHostileWrite : public RoceHostile, public ::testing::WithParamInterface<WriteCase> {};
+
+TEST_P(RoceHostileWrite, IsNakedRemoteAccessErrorAndTheQpFailsWithNothingPlaced) {
+  const WriteCase& p = GetParam();
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  Buffer& target = p.key == WriteCase::ReadOnly ? c.readable : p.key == WriteCase::NoRights ? c.locked : c.writable;
+  uint32_t rkey = p.key == WriteCase::Unknown ? (c.writable.key ^ 0x00ABCD00u) : target.key;
+  const uint32_t psn = c.Take(p.multi ? 2 : 1);
+  std::vector<uint8_t> data = Bytes(p.multi ? kMtu : p.size, 19);
+  ib::Headers h = c.peer.To(p.multi ? Opcode::WriteFirst : Opcode::WriteOnly, psn, !p.multi);
+  h.reth = {target.addr() + uint64_t(p.offset), rkey, p.size};
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.Build(h, data)));
+  if (p.multi) {
+    ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.Build(c.peer.To(Opcode::WriteLast, psn + 1), Bytes(p.size - kMtu, 20))));
+  }
+  Inbound nak;
+  ASSERT_TRUE(c.peer.Next(nak));
+  EXPECT_TRUE(IsNak(nak, NakCode::RemoteAccessError, psn));
+  ASSERT_NO_FATAL_FAILURE(ExpectFailedAndFlushed(c, c.AllReceivesFlushed()));
+  c.ExpectMemoryUntouched();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RoceHostile, RoceHostileWrite,
+    ::testing::Values(WriteCase{"UnknownRkey", WriteCase::Unknown, 0, 64, false},
+                      WriteCase{"PastTheEndOfTheRegion", WriteCase::Writable, long(kRegion) - 32, 64, false},
+                      WriteCase{"BeforeTheRegion", WriteCase::Writable, -8, 64, false},
+                      WriteCase{"RegionWithRemoteReadOnly", WriteCase::ReadOnly, 0, 64, false},
+                      WriteCase{"RegionWithoutRemoteRights", WriteCase::NoRights, 0, 64, false},
+                      WriteCase{"FirstPacketInsideButMessageBeyondTheRegion", WriteCase::Writable,
+                                long(kRegion) - kMtu - 16, kMtu + 64, true}),
+    [](const ::testing::TestParamInfo<WriteCase>& info) { return std::string(info.param.name); });
+
+// After a fatal NAK the responder is done: what the requester had already sent behind the bad
+// request (its retransmission, later PSNs) is neither executed nor answered, not even with a
+// sequence NAK.
+TEST_F(RoceHostile, NothingIsExecutedOrAnsweredAfterAFatalNak) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  const uint32_t psn = c.Take();
+  std::vector<uint8_t> bad = c.WriteOnly(psn, c.writable.addr(), c.writable.key ^ 0x00ABCD00u, Bytes(64, 33));
+  std::vector<uint8_t> good_write = c.WriteOnly(psn, c.writable.addr(), c.writable.key, Bytes(64, 34));
+  // One burst: the bad Write, then (as a requester streaming on would) a good Write and a Send at
+  // the same PSN, Sends at the next PSNs, and the bad Write again.
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(bad));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(good_write));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(psn, Bytes(40, 35))));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(ib::PsnAdd(psn, 1), Bytes(40, 36))));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(ib::PsnAdd(psn, 2), Bytes(40, 37))));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(bad));
+  Inbound nak;
+  ASSERT_TRUE(c.peer.Next(nak));
+  EXPECT_TRUE(IsNak(nak, NakCode::RemoteAccessError, psn));
+  ASSERT_NO_FATAL_FAILURE(ExpectFailedAndFlushed(c, c.AllReceivesFlushed()));
+  c.ExpectMemoryUntouched();
+}
+
+// ==== 7. RDMA Read Requests the responder must refuse ==========================================
+
+struct ReadCase {
+  const char* name;
+  enum Key { Unknown, Readable, WriteOnly, NoRights } key;
+  long offset;
+  uint32_t size;
+};
+
+class RoceHostileRead : public RoceHostile, public ::testing::WithParamInterface<ReadCase> {};
+
+TEST_P(RoceHostileRead, IsNakedRemoteAccessErrorAndNoByteIsSentBack) {
+  const ReadCase& p = GetParam();
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  Buffer& source = p.key == ReadCase::WriteOnly ? c.writable : p.key == ReadCase::NoRights ? c.locked : c.readable;
+  uint32_t rkey = p.key == ReadCase::Unknown ? (c.readable.key ^ 0x00ABCD00u) : source.key;
+  const uint32_t psn = c.Take((p.size + kMtu - 1) / kMtu);
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.ReadRequest(psn, source.addr() + uint64_t(p.offset), rkey, p.size)));
+  Inbound nak;
+  ASSERT_TRUE(c.peer.Next(nak));
+  EXPECT_TRUE(IsNak(nak, NakCode::RemoteAccessError, psn));
+  ASSERT_NO_FATAL_FAILURE(ExpectFailedAndFlushed(c, c.AllReceivesFlushed()));
+  c.ExpectMemoryUntouched();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RoceHostile, RoceHostileRead,
+    ::testing::Values(ReadCase{"UnknownRkey", ReadCase::Unknown, 0, 64},
+                      ReadCase{"RegionWithRemoteWriteOnly", ReadCase::WriteOnly, 0, 64},
+                      ReadCase{"RegionWithoutRemoteRights", ReadCase::NoRights, 0, 64},
+                      ReadCase{"PastTheEndOfAReadableRegion", ReadCase::Readable, long(kRegion) - 32, 64},
+                      ReadCase{"BeforeAReadableRegion", ReadCase::Readable, -8, 64},
+                      ReadCase{"ManyPacketsEndingPastTheRegion", ReadCase::Readable, 16, uint32_t(kRegion)}),
+    [](const ::testing::TestParamInfo<ReadCase>& info) { return std::string(info.param.name); });
+
+// ==== 8. a Send longer than its receive ========================================================
+
+TEST_F(RoceHostile, SendLongerThanTheReceiveIsNakedInvalidRequestAndPlacesNothing) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  const uint32_t psn = c.Take();
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(psn, Bytes(kRecvSize + 1, 21))));
+  Inbound nak;
+  ASSERT_TRUE(c.peer.Next(nak));
+  EXPECT_TRUE(IsNak(nak, NakCode::InvalidRequest, psn));
+  auto expected = c.AllReceivesFlushed(kRecvs, 1);
+  expected[kFirstRecvId] = WcStatus::LocalLength;
+  ASSERT_NO_FATAL_FAILURE(ExpectFailedAndFlushed(c, expected));
+  c.ExpectMemoryUntouched();
+}
+
+// The same across packets: the FIRST fits, the LAST overflows. The FIRST's bytes may have been
+// placed (into the receive that then fails), nothing beyond the receive.
+TEST_F(RoceHostile, MultiPacketSendOverflowingTheReceiveIsNakedAtThePacketThatOverflows) {
+  Conn& c = NewConn();
+  // One receive of 1.5 MTU, made of two SGEs.
+  Buffer big{kMtu + kMtu / 2, 22};
+  uint32_t rkey;
+  ASSERT_EQ(c.pd->Register(big.region(), big.length, kLocalWrite, &big.key, &rkey), WV_SUCCESS);
+  Sge sges[2] = {{big.addr(), uint32_t(kMtu / 2), big.key}, {big.addr() + kMtu / 2, uint32_t(kMtu), big.key}};
+  ASSERT_EQ(c.qp->PostReceive(kFirstRecvId, sges, 2), WV_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(Establish(c, /*receives=*/0));
+  ASSERT_NO_FATAL_FAILURE(c.PostReceives(kRecvs - 1, 1));
+  std::vector<uint8_t> part = Bytes(kMtu, 23);
+  const uint32_t psn = c.Take(3);
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.Build(c.peer.To(Opcode::SendFirst, psn, false), part)));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.Build(c.peer.To(Opcode::SendMiddle, psn + 1, false), part)));
+  Inbound nak;
+  ASSERT_TRUE(c.peer.Next(nak));
+  EXPECT_TRUE(IsNak(nak, NakCode::InvalidRequest, psn + 1)) << "the MIDDLE would overflow the receive";
+  auto expected = c.AllReceivesFlushed(kRecvs, 1);
+  expected[kFirstRecvId] = WcStatus::LocalLength;
+  ASSERT_NO_FATAL_FAILURE(ExpectFailedAndFlushed(c, expected));
+  EXPECT_TRUE(Unchanged(big, "the receive's buffer", 0, kMtu, part));
+  c.ExpectMemoryUntouched();
+}
+
+// ==== 9. a Send with no receive posted: RNR NAK, nothing else changes ===========================
+
+TEST_F(RoceHostile, SendWithNoReceivePostedIsRnrNakedAndTakenOnceAReceiveIsPosted) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c, /*receives=*/0));
+  const uint8_t timer = base::Config().roce_rnr_timer;
+  std::vector<uint8_t> message = Bytes(77, 24);
+  const uint32_t psn = c.next_psn;
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(psn, message)));
+  Inbound rnr;
+  ASSERT_TRUE(c.peer.Next(rnr));
+  EXPECT_TRUE(IsAck(rnr, AethKind::RnrNak, timer, psn)) << "RNR NAK with the configured timer code " << int(timer);
+  EXPECT_EQ(rnr.h.aeth.msn, 0u);
+  // Again: RNR NAKed again (the responder's state did not move).
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(psn, message)));
+  ASSERT_TRUE(c.peer.Next(rnr));
+  EXPECT_TRUE(IsAck(rnr, AethKind::RnrNak, timer, psn));
+  c.Drain();
+  EXPECT_TRUE(c.completions.empty());
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers"));
+
+  // With a receive posted the retried Send (same PSN) lands, once.
+  ASSERT_NO_FATAL_FAILURE(c.PostReceives(1));
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, message, 0));
+  EXPECT_EQ(c.completions.size(), 1u);
+  EXPECT_EQ(c.notify.count(), 0u);
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, message.size(), message));
+}
+
+// ==== 10. opcode sequence errors ===============================================================
+
+struct SequenceCase {
+  const char* name;
+  Opcode first;    // sent at the expected PSN (a complete or an opening packet)
+  Opcode second;   // at the next PSN: out of sequence after `first` (or nothing if first is bad)
+  bool second_sent;
+};
+
+class RoceHostileSequence : public RoceHostile, public ::testing::WithParamInterface<SequenceCase> {};
+
+TEST_P(RoceHostileSequence, IsNakedInvalidRequestAndTheQpFails) {
+  const SequenceCase& p = GetParam();
+  Conn& c = NewConn();
+  // The first receive holds a few full packets (so that a SEND FIRST fits), in a buffer of its own.
+  Buffer big{4 * kMtu, 32};
+  uint32_t rkey;
+  ASSERT_EQ(c.pd->Register(big.region(), big.length, kLocalWrite, &big.key, &rkey), WV_SUCCESS);
+  Sge sge{big.addr(), uint32_t(big.length), big.key};
+  ASSERT_EQ(c.qp->PostReceive(kFirstRecvId, &sge, 1), WV_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(Establish(c, /*receives=*/0));
+  ASSERT_NO_FATAL_FAILURE(c.PostReceives(kRecvs - 1, 1));
+  auto packet = [&](Opcode op, uint32_t psn, bool last) {
+    ib::Headers h = c.peer.To(op, psn, last);
+    bool write = op >= Opcode::WriteFirst && op <= Opcode::WriteOnlyImm;
+    bool middle_or_first = op == Opcode::SendFirst || op == Opcode::SendMiddle || op == Opcode::WriteFirst ||
+                           op == Opcode::WriteMiddle;
+    if (op == Opcode::ReadRequest) {  // a well-formed Read of the readable region
+      h.reth = {c.readable.addr(), c.readable.key, 32};
+      return c.peer.Build(h, {});
+    }
+    std::vector<uint8_t> payload = Bytes(middle_or_first ? kMtu : 32, 25);
+    if (write) h.reth = {c.writable.addr(), c.writable.key, uint32_t(op == Opcode::WriteFirst ? kMtu + 32 : 32)};
+    return c.peer.Build(h, payload);
+  };
+  const uint32_t psn = c.Take(p.second_sent ? 2 : 1);
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(packet(p.first, psn, !p.second_sent)));
+  uint32_t bad_psn = psn;
+  if (p.second_sent) {
+    bad_psn = ib::PsnAdd(psn, 1);
+    ASSERT_NO_FATAL_FAILURE(c.peer.Send(packet(p.second, bad_psn, true)));
+  }
+  Inbound nak;
+  ASSERT_TRUE(c.peer.Next(nak));
+  EXPECT_TRUE(IsNak(nak, NakCode::InvalidRequest, bad_psn));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  // The receive a SEND FIRST opened completes with an error (which one is the device's choice);
+  // every other one is flushed, each exactly once.
+  std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
+  for (const Completion& done : c.completions)
+    if (done.wr_id == kFirstRecvId && p.first == Opcode::SendFirst) {
+      EXPECT_NE(done.status, WcStatus::Success);
+      expected[kFirstRecvId] = done.status;
+    }
+  c.ExpectCompletions(expected);
+  std::vector<Inbound> rest = c.peer.DrainNow();
+  for (const Inbound& in : rest) ADD_FAILURE() << "sent after the NAK: " << Describe(in);
+  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
+  // Nothing of the out-of-sequence packet landed anywhere a completed operation allowed.
+  EXPECT_TRUE(Unchanged(c.locked, "region without remote rights"));
+  EXPECT_TRUE(Unchanged(c.readable, "readable region"));
+  for (const Completion& done : c.completions) EXPECT_NE(done.status, WcStatus::Success);
+  if (p.first != Opcode::WriteFirst) {
+    EXPECT_TRUE(Unchanged(c.writable, "writable region"));
+  }
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers"));
+  if (p.first != Opcode::SendFirst) {
+    EXPECT_TRUE(Unchanged(big, "the first receive's buffer"));
+  } else {  // the FIRST's bytes may be in it; nothing else
+    EXPECT_TRUE(Unchanged(big, "the first receive's buffer", 0, kMtu, Bytes(kMtu, 25)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RoceHostile, RoceHostileSequence,
+    ::testing::Values(SequenceCase{"SendMiddleWithoutFirst", Opcode::SendMiddle, Opcode::SendOnly, false},
+                      SequenceCase{"SendLastWithoutFirst", Opcode::SendLast, Opcode::SendOnly, false},
+                      SequenceCase{"WriteMiddleWithoutFirst", Opcode::WriteMiddle, Opcode::SendOnly, false},
+                      SequenceCase{"WriteLastWithoutFirst", Opcode::WriteLast, Opcode::SendOnly, false},
+                      SequenceCase{"SendFirstThenSendOnly", Opcode::SendFirst, Opcode::SendOnly, true},
+                      SequenceCase{"WriteFirstThenWriteOnly", Opcode::WriteFirst, Opcode::WriteOnly, true},
+                      SequenceCase{"SendFirstThenWriteOnly", Opcode::SendFirst, Opcode::WriteOnly, true},
+                      SequenceCase{"WriteFirstThenSendOnly", Opcode::WriteFirst, Opcode::SendOnly, true},
+                      SequenceCase{"SendFirstThenReadRequest", Opcode::SendFirst, Opcode::ReadRequest, true}),
+    [](const ::testing::TestParamInfo<SequenceCase>& info) { return std::string(info.param.name); });
+
+// ==== 11. more RDMA Reads than the IRD granted ==================================================
+
+// Accept granted an IRD of 0 (the REP says responder resources 0): any RDMA Read Request is more
+// than the requester was allowed (design-facts §5.4: a protocol violation, NAK invalid request).
+// (With a grant of N >= 1 the violation is not observable by a responder that answers each Read
+// at once: it cannot tell N+1 back-to-back Reads from a requester that already has the first
+// responses.)
+TEST_F(RoceHostile, ReadRequestBeyondTheGrantedIrdIsNakedInvalidRequest) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c, kRecvs, /*ird=*/0));
+  ASSERT_EQ(c.rep.responder_resources, 0u);
+  const uint32_t psn = c.Take();
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.ReadRequest(psn, c.readable.addr(), c.readable.key, 64)));
+  Inbound answer;
+  ASSERT_TRUE(c.peer.Next(answer));
+  EXPECT_TRUE(IsNak(answer, NakCode::InvalidRequest, psn))
+      << "the REP granted no inbound RDMA Reads (responder resources 0), yet the Read Request was "
+         "not refused";
+  if (answer.op() == Opcode::Acknowledge) {
+    ASSERT_NO_FATAL_FAILURE(ExpectFailedAndFlushed(c, c.AllReceivesFlushed()));
+  }
+  c.ExpectMemoryUntouched();
+}
+
+// ==== 12. the CM: garbage MADs, stray and wrong DREQs, a proper DREQ ===========================
+
+TEST_F(RoceHostile, GarbageMadsAreDroppedAndTheConnectionIsUnaffected) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  const uint64_t bad_mad = device_port->counters().bad_mad;
+  const roce::CmCounters before = Counters();
+
+  // A DREQ that would end the connection, made invalid in each way.
+  ib::CmMessage dreq;
+  dreq.attr = ib::CmAttr::Dreq;
+  dreq.mad.transaction_id = 0xD8E0000000000001ull;
+  dreq.dreq.local_comm_id = c.comm_id;
+  dreq.dreq.remote_comm_id = c.rep.local_comm_id;
+  dreq.dreq.remote_qpn = c.qp->qpn();
+  std::vector<uint8_t> wrong_class = RawPeer::Mad(dreq);
+  wrong_class[1] = 0x04;  // the performance management class
+  std::vector<uint8_t> wrong_version = RawPeer::Mad(dreq);
+  wrong_version[2] = 1;
+  std::vector<uint8_t> lap = RawPeer::Mad(dreq);
+  wire::StoreBe16(lap.data() + 16, uint16_t(ib::CmAttr::Lap));
+  std::vector<uint8_t> unknown_attr = RawPeer::Mad(dreq);
+  wire::StoreBe16(unknown_attr.data() + 16, 0x00AB);
+  std::vector<uint8_t> truncated = RawPeer::Mad(dreq);
+  truncated.resize(100);
+  std::vector<uint8_t> wrong_qkey;
+  {
+    ib::Headers h;
+    h.bth.opcode = Opcode::UdSendOnly;
+    h.bth.dest_qp = ib::kGsiQpn;
+    h.deth.qkey = 0x12345678;
+    h.deth.src_qp = ib::kGsiQpn;
+    wrong_qkey = c.peer.Build(h, RawPeer::Mad(dreq));
+  }
+  std::vector<uint8_t> rc_to_qp1;  // an RC opcode to QP 1
+  {
+    ib::Headers h;
+    h.bth.opcode = Opcode::SendOnly;
+    h.bth.dest_qp = ib::kGsiQpn;
+    rc_to_qp1 = c.peer.Build(h, RawPeer::Mad(dreq));
+  }
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.MadDatagram(wrong_class)));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.MadDatagram(wrong_version)));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.MadDatagram(lap)));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.MadDatagram(unknown_attr)));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.MadDatagram(truncated)));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(wrong_qkey));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(rc_to_qp1));
+
+  // Nothing answered them (the next packet is the ACK of a good Send), nothing changed.
+  std::vector<uint8_t> message = Bytes(33, 26);
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, message, 0));
+  const roce::CmCounters after = Counters();
+  EXPECT_EQ(device_port->counters().bad_mad - bad_mad, 3u) << "truncated, wrong Q_Key, RC opcode on QP 1";
+  EXPECT_EQ(after.Dropped(roce::CmDrop::NotCm) - before.Dropped(roce::CmDrop::NotCm), 1u);
+  EXPECT_EQ(after.Dropped(roce::CmDrop::BadVersion) - before.Dropped(roce::CmDrop::BadVersion), 1u);
+  EXPECT_EQ(after.Dropped(roce::CmDrop::UnknownAttribute) - before.Dropped(roce::CmDrop::UnknownAttribute), 2u);
+  EXPECT_EQ(after.Received(ib::CmAttr::Dreq), before.Received(ib::CmAttr::Dreq));
+  EXPECT_EQ(after.Sent(ib::CmAttr::Drep), before.Sent(ib::CmAttr::Drep));
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+  EXPECT_EQ(c.notify.count(), 0u);
+  EXPECT_EQ(c.completions.size(), 1u);
+}
+
+TEST_F(RoceHostile, DreqNamingTheConnectionButAnotherQpnIsDropped) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  const roce::CmCounters before = Counters();
+  ib::CmMessage dreq;
+  dreq.attr = ib::CmAttr::Dreq;
+  dreq.mad.transaction_id = 0xD8E0000000000002ull;
+  dreq.dreq.local_comm_id = c.comm_id;
+  dreq.dreq.remote_comm_id = c.rep.local_comm_id;
+  dreq.dreq.remote_qpn = ib::PsnAdd(c.qp->qpn(), 1);  // not the connection's QP
+  ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(dreq));
+
+  std::vector<uint8_t> message = Bytes(44, 27);
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, message, 0));  // no DREP came first
+  const roce::CmCounters after = Counters();
+  EXPECT_EQ(after.Dropped(roce::CmDrop::QpnMismatch) - before.Dropped(roce::CmDrop::QpnMismatch), 1u);
+  EXPECT_EQ(after.Sent(ib::CmAttr::Drep), before.Sent(ib::CmAttr::Drep));
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+  EXPECT_EQ(c.notify.count(), 0u);
+  EXPECT_EQ(c.completions.size(), 1u);
+}
+
+TEST_F(RoceHostile, DreqNamingUnknownCommIdsIsAnsweredWithADrepAndTheConnectionIsUnaffected) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  struct Stray {
+    const char* what;
+    uint32_t local, remote;
+  };
+  const Stray strays[] = {
+      {"unknown IDs", 0x0BADC0DE, 0x0DEFACED},
+      {"our ID, another peer's ID", 0x0BADC0DE, c.rep.local_comm_id},
+  };
+  uint64_t tid = 0xD8E0000000000100ull;
+  for (const Stray& s : strays) {
+    SCOPED_TRACE(s.what);
+    ib::CmMessage dreq;
+    dreq.attr = ib::CmAttr::Dreq;
+    dreq.mad.transaction_id = ++tid;
+    dreq.dreq.local_comm_id = s.local;
+    dreq.dreq.remote_comm_id = s.remote;
+    dreq.dreq.remote_qpn = c.qp->qpn();
+    ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(dreq));
+    ib::CmMessage drep;
+    ASSERT_NO_FATAL_FAILURE(NextCm(c, drep));
+    ASSERT_EQ(drep.attr, ib::CmAttr::Drep) << "got " << ib::ToString(drep.attr);
+    EXPECT_EQ(drep.mad.transaction_id, tid) << "the DREP reuses the DREQ's transaction ID";
+    EXPECT_EQ(drep.drep.local_comm_id, s.remote) << "built from the DREQ's IDs";
+    EXPECT_EQ(drep.drep.remote_comm_id, s.local);
+  }
+  std::vector<uint8_t> message = Bytes(55, 28);
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, message, 0));
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+  EXPECT_EQ(c.notify.count(), 0u);
+  EXPECT_EQ(c.completions.size(), 1u);
+}
+
+TEST_F(RoceHostile, ProperDreqIsAnsweredWithADrepAndTheQpIsFlushedAfterIt) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  std::vector<uint8_t> message = Bytes(66, 29);
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, message, 0));
+
+  // A last Send, then at once the DREQ.
+  std::vector<uint8_t> last = Bytes(22, 30);
+  const uint32_t psn = c.Take();
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(psn, last)));
+  ib::CmMessage dreq;
+  dreq.attr = ib::CmAttr::Dreq;
+  dreq.mad.transaction_id = 0xD8E0000000000003ull;
+  dreq.dreq.local_comm_id = c.comm_id;
+  dreq.dreq.remote_comm_id = c.rep.local_comm_id;
+  dreq.dreq.remote_qpn = c.qp->qpn();
+  ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(dreq));
+
+  // Without reading the raw socket: wait for the flush (the QP in Error, every receive done) ...
+  ASSERT_TRUE(c.PollUntil([&] { return c.completions.size() == kRecvs; }))
+      << c.completions.size() << " of " << kRecvs << " receives completed; QP " << ToString(c.qp->state());
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions({{kFirstRecvId, WcStatus::Success},
+                       {kFirstRecvId + 1, WcStatus::Success},
+                       {kFirstRecvId + 2, WcStatus::Flushed},
+                       {kFirstRecvId + 3, WcStatus::Flushed}});
+  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
+
+  // ... by then the DREP is already on the raw socket: it was sent before the flush. The last
+  // Send was acknowledged before it.
+  std::vector<Inbound> got = c.peer.DrainNow();
+  ASSERT_FALSE(got.empty()) << "the QP was flushed but no DREP had been sent";
+  size_t drep_at = got.size();
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i].op() != Opcode::UdSendOnly) continue;
+    ib::CmMessage m;
+    ASSERT_EQ(ib::DecodeCm(got[i].payload, m), ib::CmError::Ok);
+    ASSERT_EQ(m.attr, ib::CmAttr::Drep) << "got " << ib::ToString(m.attr);
+    EXPECT_EQ(m.mad.transaction_id, dreq.mad.transaction_id);
+    EXPECT_EQ(m.drep.local_comm_id, c.rep.local_comm_id);
+    EXPECT_EQ(m.drep.remote_comm_id, c.comm_id);
+    EXPECT_EQ(drep_at, got.size()) << "two DREPs";
+    drep_at = i;
+  }
+  ASSERT_LT(drep_at, got.size()) << "the QP was flushed but no DREP had been sent";
+  ASSERT_EQ(drep_at, 1u) << "exactly the last Send's ACK, then the DREP";
+  EXPECT_TRUE(IsPlainAck(got[0], psn));
+  EXPECT_EQ(got.size(), 2u);
+  std::vector<uint8_t> landed(c.recv.original.begin() + kGuard, c.recv.original.begin() + kGuard + 2 * kRecvSize);
+  memcpy(landed.data(), message.data(), message.size());
+  memcpy(landed.data() + kRecvSize, last.data(), last.size());
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, landed.size(), landed));
+
+  // A packet after the close is not executed (the QP is in Error).
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.WriteOnly(c.Take(), c.writable.addr(), c.writable.key, Bytes(64, 31))));
+  ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(dreq));  // a repeated DREQ: answered again (time-wait)
+  ib::CmMessage again;
+  ASSERT_NO_FATAL_FAILURE(NextCm(c, again));
+  EXPECT_EQ(again.attr, ib::CmAttr::Drep);
+  EXPECT_TRUE(c.peer.DrainNow().empty());
+  EXPECT_TRUE(Unchanged(c.writable, "writable region"));
+}
+
+}  // namespace
+}  // namespace ndwv::dev
