@@ -380,14 +380,15 @@ for r in $(seq "$repeat"); do
   fi
   # 5. RoCE (NDWV_TRANSPORTS=roce): send/receive ping-pong against a UDP ping-pong, RDMA Write
   #    rate against one TCP stream.
-  [ -n "$nd_pp" ] && [ -n "$udp_sizes" ] && measure "roce_ndpingpong.r$r" udp "$udp_sizes" -- \
-    NDWV_TRANSPORTS=roce "$nd_pp" -s -p "$ip:PORT" -- NDWV_TRANSPORTS=roce "$nd_pp" -c -p "$ip:PORT"
+  #    (NDWV_TRANSPORTS set for the call: the commands' own words go through PORT substitution.)
+  [ -n "$nd_pp" ] && [ -n "$udp_sizes" ] && NDWV_TRANSPORTS=roce measure "roce_ndpingpong.r$r" udp "$udp_sizes" -- \
+    "$nd_pp" -s -p "$ip:PORT" -- "$nd_pp" -c -p "$ip:PORT"
   [ -n "$udp_sizes" ] && measure "udp_pp.r$r" udp "$udp_sizes" -- \
     "$tcp_pp" --udp -s "$ip:PORT" --timeout "$w_server" -- \
     "$tcp_pp" --udp -c "$ip:PORT" --sizes "$(csv $udp_sizes)" "${pp_iter[@]}" --timeout "$w_client"
   if [ -n "$st_sizes" ] && [ -n "$nd_rping" ]; then
-    measure "roce_ndrping.r$r" udp "$st_sizes" -- \
-      NDWV_TRANSPORTS=roce "$nd_rping" -s -p -w "$ip:PORT" -- NDWV_TRANSPORTS=roce "$nd_rping" -c -p -w "$ip:PORT"
+    NDWV_TRANSPORTS=roce measure "roce_ndrping.r$r" udp "$st_sizes" -- \
+      "$nd_rping" -s -p -w "$ip:PORT" -- "$nd_rping" -c -p -w "$ip:PORT"
     measure "tcp_st_c.r$r" tcp "$st_sizes" -- \
       "$tcp_st" -s "$ip:PORT" --timeout "$w_server" -- \
       "$tcp_st" -c "$ip:PORT" --sizes "$(csv $st_sizes)" "${st_iter[@]}" --timeout "$w_client"

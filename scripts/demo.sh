@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds, then runs a server and a client process on
 # 127.0.0.1 doing send/receive (ndpingpong), RDMA Write (ndrpingpong, ndrping -w) and RDMA Read
-# (ndrping -r), each printing latency and bandwidth.
+# (ndrping -r), each printing latency and bandwidth: on iWARP, then on RoCEv2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -9,9 +9,9 @@ scripts/build.sh build -DNDWV_TESTS=OFF
 export NDWV_BENCH_SIZES=${NDWV_BENCH_SIZES:-8,4096,65536,1048576}
 export NDWV_BENCH_ITERS=${NDWV_BENCH_ITERS:-2000}
 port=$((20000 + RANDOM % 20000))
-run_pair() {  # tool, options...
+run_pair() {  # tool, options...  (NDWV_TRANSPORTS from the environment)
   local tool=$1; shift
-  echo "=== $tool $* (server and client on 127.0.0.1:$port)"
+  echo "=== ${NDWV_TRANSPORTS%%+*}: $tool $* (server and client on 127.0.0.1:$port)"
   timeout 120 "build/tools/$tool" -s "$@" "127.0.0.1:$port" >/dev/null &
   local server=$!
   sleep 0.3
@@ -19,7 +19,10 @@ run_pair() {  # tool, options...
   wait "$server"
   port=$((port + 1))
 }
-run_pair ndpingpong -p
-run_pair ndrpingpong -p
-run_pair ndrping -p -w
-run_pair ndrping -p -r
+for NDWV_TRANSPORTS in iwarp roce; do
+  export NDWV_TRANSPORTS
+  run_pair ndpingpong -p
+  run_pair ndrpingpong -p
+  run_pair ndrping -p -w
+  run_pair ndrping -p -r
+done

@@ -161,6 +161,8 @@ int ListAdapters(const std::string& only) {
   }
   for (const AdapterEntry& e : adapters) {
     std::printf("Adapter 0x%08llx (%s):\n", (unsigned long long)e.id, e.addresses.c_str());
+    const char* transport = ndwv_adapter_transport(e.id);
+    std::printf("Transport: %s\n", transport ? transport : "?");
     PrintAdapterInfo(e.info);
     std::printf("\n");
   }

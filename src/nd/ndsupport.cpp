@@ -1,6 +1,8 @@
 // The NetworkDirect helper library (ndsupport.h). On Windows it finds ND providers in the Winsock
 // catalog; here the one provider is built in, held while the library is started.
 #include <ndwv/ndsupport.h>
+#include <ndwv/ndwv.h>
+#include <ndwv/winverbs.h>
 
 #include <cstring>
 #include <mutex>
@@ -110,4 +112,20 @@ HRESULT NdOpenAdapter(REFIID iid, const sockaddr* pAddress, SIZE_T cbAddress, vo
     return ND_INVALID_ADDRESS;
   }
   return ND_SUCCESS;
+}
+
+extern "C" const char* ndwv_adapter_transport(uint64_t adapter_id) {
+  // Asked of the verbs layer, as the ND provider learns everything about its adapters.
+  void* object = nullptr;
+  if (FAILED(WvGetObject(IID_IWVProvider, &object))) return nullptr;
+  ComPtr<IWVProvider> wv;
+  *wv.put() = static_cast<IWVProvider*>(object);
+  ComPtr<IWVDevice> device;
+  if (FAILED(wv->OpenDevice(adapter_id, device.put()))) return nullptr;
+  WV_DEVICE_ATTRIBUTES attributes;
+  if (FAILED(device->Query(&attributes))) return nullptr;
+  if (attributes.DeviceType == WvDeviceIwarp) return "iWARP";
+  WV_PORT_ATTRIBUTES port;
+  if (SUCCEEDED(device->QueryPort(1, &port)) && port.Transport == WvPortTransportRdmaoe) return "RoCEv2";
+  return "InfiniBand";
 }

@@ -119,6 +119,7 @@ int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {
   int32_t status;
   port_ = Port::Open(local, shared, &status);
   if (!port_) return status;
+  exclusive_port_ = !shared;
   local_ = port_->local();
   SetState(State::Bound);
   return WV_SUCCESS;
@@ -137,6 +138,7 @@ int32_t Endpoint::Query(ConnectionInfo* info) {
 int32_t Endpoint::Listen(int backlog) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (state_ != State::Bound) return WV_INVALID_DEVICE_STATE;
+  exclusive_port_ = false;  // the port takes requests from anyone
   backlog_ = backlog > 0 ? backlog : 128;
   service_id_ = TcpServiceId(PortOf(local_));
   int32_t status = port_->AddListener(service_id_, weak_from_this());
@@ -242,6 +244,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
     int32_t status;
     port_ = Port::Open(local, false, &status);
     if (!port_) return status;
+    exclusive_port_ = true;
     local_ = port_->local();
   }
   if (local_.ss_family != to.ss_family) return WV_INVALID_ADDRESS;
@@ -270,6 +273,9 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   args.retry_count = Config().roce_retry_count;
   args.rnr_retry_count = Config().roce_rnr_retry;
   args.private_data = private_data;
+  // A port of our own serves this connection alone: the CM exchange and the data all go to the
+  // listener's port.
+  if (exclusive_port_) port_->ConnectTo(to);
   qp_ = std::move(qp);
   connect_op_ = op;
   SetState(State::Connecting);

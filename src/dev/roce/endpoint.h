@@ -76,6 +76,7 @@ class Endpoint final : public ConnectEndpoint,
   sockaddr_storage peer_{};         // the peer's ND address (Connect's, or the REQ's IP header)
   sockaddr_storage peer_port_{};    // the peer's UDP port: where CM answers and data go
   std::shared_ptr<Port> port_;
+  bool exclusive_port_ = false;     // port_ serves this endpoint alone (bound by it, not shared)
   uint32_t comm_id_ = 0;
   uint32_t mtu_ = 1024;             // payload bytes per packet on this path
   uint32_t rq_psn_ = 0;             // the PSN we expect first

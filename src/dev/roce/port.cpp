@@ -139,13 +139,30 @@ void Port::RemoveSink(uint32_t qpn) {
   sinks_.erase(qpn);
 }
 
+void Port::ConnectTo(const sockaddr_storage& peer) {
+  if (connect(fd_, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) != 0) return;
+  connected_.store(false, std::memory_order_release);
+  connected_peer_ = peer;
+  connected_.store(true, std::memory_order_release);
+}
+
+sockaddr* Port::NameFor(const sockaddr_storage& to, socklen_t* length) const {
+  if (connected_.load(std::memory_order_acquire) && SameAddress(to, connected_peer_)) {
+    *length = 0;
+    return nullptr;
+  }
+  *length = AddressLength(to);
+  return reinterpret_cast<sockaddr*>(const_cast<sockaddr_storage*>(&to));
+}
+
 bool Port::Send(const sockaddr_storage& to, uint8_t* datagram, size_t size) {
   IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&local_), reinterpret_cast<const sockaddr*>(&to)};
   StoreIcrc(addrs, {datagram, size});
   base::CaptureUdp(local_, to, {datagram, size});
   for (;;) {
-    ssize_t n = sendto(fd_, datagram, size, MSG_DONTWAIT | MSG_NOSIGNAL,
-                       reinterpret_cast<const sockaddr*>(&to), AddressLength(to));
+    socklen_t length;
+    sockaddr* name = NameFor(to, &length);
+    ssize_t n = sendto(fd_, datagram, size, MSG_DONTWAIT | MSG_NOSIGNAL, name, length);
     if (n >= 0) {
       counters_.sent.fetch_add(1, std::memory_order_relaxed);
       return true;
@@ -172,6 +189,8 @@ int Port::SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* siz
   } control[count];
   int nmsg = 0;
   bool gso = gso_.load(std::memory_order_relaxed);
+  socklen_t name_length;
+  sockaddr* name = NameFor(to, &name_length);
   size_t offset = 0;
   for (int i = 0; i < count;) {
     uint8_t* start = data + offset;
@@ -192,8 +211,8 @@ int Port::SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* siz
     mmsghdr& m = messages[nmsg];
     m = {};
     iov[nmsg] = {start, bytes};
-    m.msg_hdr.msg_name = const_cast<sockaddr_storage*>(&to);
-    m.msg_hdr.msg_namelen = AddressLength(to);
+    m.msg_hdr.msg_name = name;
+    m.msg_hdr.msg_namelen = name_length;
     m.msg_hdr.msg_iov = &iov[nmsg];
     m.msg_hdr.msg_iovlen = 1;
     if (n > 1) {
@@ -292,76 +311,68 @@ void Port::OnWatchTimer(Timer* timer) {
 }
 
 namespace {
-// Receive buffers, per thread (only the port's receiver uses them, for the length of a call):
-// each takes a GRO buffer, a run of datagrams the kernel kept together. The message headers are
-// set up once; a call only resets what recvmmsg overwrites.
-constexpr int kRxBatch = 4;
+// The receive buffer, per thread (only the port's receiver uses it, for the length of a call):
+// it takes a GRO buffer, a run of datagrams the kernel kept together. The message header is set
+// up once; a call only resets what recvmsg overwrites.
 constexpr size_t kRxBuffer = 65536;
-struct RxBuffers {
-  alignas(64) uint8_t data[kRxBatch][kRxBuffer];
-  char control[kRxBatch][CMSG_SPACE(sizeof(int))];
-  mmsghdr messages[kRxBatch];
-  iovec iov[kRxBatch];
-  sockaddr_storage from[kRxBatch];
-  RxBuffers() {
-    for (int i = 0; i < kRxBatch; ++i) {
-      iov[i] = {data[i], kRxBuffer};
-      messages[i] = {};
-      messages[i].msg_hdr.msg_iov = &iov[i];
-      messages[i].msg_hdr.msg_iovlen = 1;
-      messages[i].msg_hdr.msg_name = &from[i];
-      messages[i].msg_hdr.msg_control = control[i];
-    }
+struct RxBuffer {
+  alignas(64) uint8_t data[kRxBuffer];
+  char control[CMSG_SPACE(sizeof(int))];
+  msghdr message{};
+  iovec iov{data, kRxBuffer};
+  sockaddr_storage from{};
+  RxBuffer() {
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_name = &from;
+    message.msg_control = control;
   }
   void Reset() {
-    for (int i = 0; i < kRxBatch; ++i) {
-      messages[i].msg_hdr.msg_namelen = sizeof from[i];
-      messages[i].msg_hdr.msg_controllen = sizeof control[i];
-    }
+    message.msg_namelen = sizeof from;
+    message.msg_controllen = sizeof control;
   }
 };
-__attribute__((tls_model("initial-exec"))) thread_local std::unique_ptr<RxBuffers> t_rx;
+__attribute__((tls_model("initial-exec"))) thread_local std::unique_ptr<RxBuffer> t_rx;
 }  // namespace
 
 void Port::DriveReceive() {
   if (!rx_mutex_.try_lock()) return;  // the receiver in charge reads until the socket is empty
   std::lock_guard<std::mutex> lock(rx_mutex_, std::adopt_lock);
-  if (!t_rx) t_rx = std::make_unique<RxBuffers>();  // one per receiving thread
-  mmsghdr* messages = t_rx->messages;
+  if (!t_rx) t_rx = std::make_unique<RxBuffer>();  // one per receiving thread
   SinkCache cache;
   for (int errors = 0;;) {
     t_rx->Reset();
-    int n = recvmmsg(fd_, messages, kRxBatch, MSG_DONTWAIT, nullptr);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && ++errors < 8) {
+    // One message per call: recvmsg costs less than recvmmsg on the (most frequent) empty poll,
+    // and a GRO buffer already brings a run of datagrams at once.
+    ssize_t n = recvmsg(fd_, &t_rx->message, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK && ++errors < 8) {
         ReadErrors();  // an ICMP error is pending; data may follow it
         continue;
       }
       return;
     }
-    for (int i = 0; i < n; ++i) {
-      const msghdr& h = messages[i].msg_hdr;
-      if (h.msg_flags & MSG_TRUNC) {
-        counters_.bad_packet.fetch_add(1, std::memory_order_relaxed);
-        continue;
-      }
-      if (messages[i].msg_len == 0) {  // an empty datagram: a runt, refused (and counted) as such
-        Dispatch(t_rx->from[i], {t_rx->data[i], size_t(0)}, cache);
-        continue;
-      }
-      // A GRO buffer holds datagrams of `segment` bytes (the last may be shorter).
-      size_t segment = messages[i].msg_len;
-      for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c)))
-        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-          int size;
-          memcpy(&size, CMSG_DATA(c), sizeof size);
-          if (size > 0) segment = size_t(size);
-        }
-      for (size_t at = 0; at < messages[i].msg_len; at += segment)
-        Dispatch(t_rx->from[i], {t_rx->data[i] + at, std::min(segment, messages[i].msg_len - at)}, cache);
+    const msghdr& h = t_rx->message;
+    size_t length = size_t(n);
+    if (h.msg_flags & MSG_TRUNC) {
+      counters_.bad_packet.fetch_add(1, std::memory_order_relaxed);
+      continue;
     }
-    if (n < kRxBatch) return;
+    // A GRO buffer holds datagrams of `segment` bytes (the last may be shorter).
+    size_t segment = length;
+    for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c)))
+      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+        int size;
+        memcpy(&size, CMSG_DATA(c), sizeof size);
+        if (size > 0) segment = size_t(size);
+      }
+    if (length == 0) {  // an empty datagram: a runt, counted as malformed
+      Dispatch(t_rx->from, {t_rx->data, 0}, cache);
+      continue;
+    }
+    for (size_t at = 0; at < length; at += segment)
+      Dispatch(t_rx->from, {t_rx->data + at, std::min(segment, length - at)}, cache);
   }
 }
 

@@ -64,6 +64,10 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   ~Port();
 
   const sockaddr_storage& local() const { return local_; }
+  // The port serves one connection only (an active connector's own port): the socket is
+  // connected to the peer's port, so the kernel routes once, not per datagram, and delivers
+  // nothing from anyone else.
+  void ConnectTo(const sockaddr_storage& peer);
   const PortCounters& counters() const { return counters_; }
 
   // ---- RC data ----
@@ -134,8 +138,13 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   void RearmCmTimer();
   static void OnCmTimer(Timer* timer);
 
+  // The destination of a datagram to `to`: none when the socket is connected to it.
+  sockaddr* NameFor(const sockaddr_storage& to, socklen_t* length) const;
+
   const int fd_;
   const sockaddr_storage local_;
+  std::atomic<bool> connected_{false};
+  sockaddr_storage connected_peer_{};  // set before connected_
   PortCounters counters_;
 
   std::shared_mutex sinks_mutex_;

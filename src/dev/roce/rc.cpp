@@ -1,6 +1,7 @@
 #include "dev/roce/rc.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <shared_mutex>
 
@@ -718,7 +719,11 @@ bool RcLink::ExecuteWrite(const Packet& packet) {
       Nak(NakCode::RemoteAccessError, h.bth.psn, true);
       return false;
     }
-    memcpy(reinterpret_cast<void*>(target), packet.payload.data(), n);
+    // The last byte alone and last: a reader polling it (in-order placement) must see it once,
+    // after the rest (a library memcpy may store a tail byte twice, or first).
+    auto* dest = reinterpret_cast<uint8_t*>(target);
+    memcpy(dest, packet.payload.data(), n - 1);
+    std::atomic_ref<uint8_t>(dest[n - 1]).store(packet.payload[n - 1], std::memory_order_release);
   }
   write_offset_ += uint32_t(n);
   if (info.last) {
