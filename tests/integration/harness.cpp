@@ -314,6 +314,11 @@ void RunWithPeer(const std::string& name, const std::map<std::string, std::strin
   for (std::string& entry : environment) envp.push_back(entry.data());
   envp.push_back(nullptr);
 
+  int netns = -1;  // the peer's network namespace, entered between fork and exec
+  if (args.count("netns")) {
+    netns = open(("/var/run/netns/" + args.at("netns")).c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(netns, 0) << "network namespace " << args.at("netns") << ": " << std::strerror(errno);
+  }
   pid_t parent = getpid();
   pid_t pid = fork();
   ASSERT_GE(pid, 0) << "fork: " << std::strerror(errno);
@@ -325,11 +330,13 @@ void RunWithPeer(const std::string& name, const std::map<std::string, std::strin
     dup2(logFd, 2);
     fcntl(toPeer[0], F_SETFD, 0);
     fcntl(fromPeer[1], F_SETFD, 0);
+    if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) _exit(97);
     execve("/proc/self/exe", argv.data(), envp.data());
     _exit(127);
   }
   close(toPeer[0]);
   close(fromPeer[1]);
+  if (netns >= 0) close(netns);
   g_peerPid = pid;
   g_peerReaped = false;
   g_peerStatus = 0;
@@ -384,6 +391,15 @@ void RunWithPeer(const std::string& name, const std::map<std::string, std::strin
                  log.c_str());
   }
   g_peerPid = 0;
+}
+
+void KillPeer() {
+  if (g_peerPid <= 0 || g_peerReaped) return;
+  kill(g_peerPid, SIGKILL);
+  int status = 0;
+  waitpid(g_peerPid, &status, 0);
+  g_peerReaped = true;
+  g_peerStatus = 0;  // as the test wanted
 }
 
 void RunLocal(const std::function<void()>& body) {

@@ -163,7 +163,8 @@ struct PeerRegistration {
 
 // Starts the peer `name` with key=value arguments, runs `body` (this process's side) with the
 // channel to it, and checks that the peer exits 0. Arguments named "env:VARIABLE" are set in
-// the peer's environment instead (e.g. {"env:NDWV_MPA_CRC", "0"}). Any failure on either side fails the test;
+// the peer's environment instead (e.g. {"env:NDWV_MPA_CRC", "0"}); "netns" runs the peer in
+// that network namespace (ip netns). Any failure on either side fails the test;
 // a failing side never leaves the other waiting (the peer is killed, the body stops waiting).
 void RunWithPeer(const std::string& name, const std::map<std::string, std::string>& args,
                  const std::function<void(Channel& peer)>& body);
@@ -173,6 +174,9 @@ inline void RunWithPeer(const std::string& name, const std::function<void(Channe
 
 // Runs a single-process check with the same failure handling as RunWithPeer.
 void RunLocal(const std::function<void()>& body);
+// Kills the running peer with SIGKILL (a fault the test injects: not reported as a failure) and
+// reaps it.
+void KillPeer();
 
 // Used by main(): runs the peer named on the command line and exits.
 [[noreturn]] void PeerMain(int argc, char** argv);

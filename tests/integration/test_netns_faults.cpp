@@ -1,0 +1,258 @@
+// Two hosts and real faults: two network namespaces joined by a veth pair, created and removed
+// by the test, this process's side in one (its test thread enters it), the peer process in the
+// other. Traffic goes only to the namespaces' own addresses. Faults: the link taken down during a
+// transfer, and the peer process killed (SIGKILL). Each scenario asserts what this side sees:
+// statuses, that every posted request completes exactly once, and that nothing waits unbounded.
+//
+// Needs root and ip(8) (CI has both); otherwise skipped. Runs on the transport the environment
+// selects (NDWV_TRANSPORTS), like every integration test.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+namespace ndit {
+namespace {
+
+void* const kServerQp = Ctx(0x5E);
+void* const kClientQp = Ctx(0xC1);
+constexpr const char* kAddressA = "10.199.0.1";  // this side
+constexpr const char* kAddressB = "10.199.0.2";  // the peer
+constexpr ULONG kMessage = 4096;
+constexpr int kReceives = 4;
+
+bool Shell(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
+
+sockaddr_in Address(const char* ip, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  return a;
+}
+
+// Two namespaces and the veth pair between them, while it lives.
+class Hosts {
+ public:
+  Hosts() : a_("ndwv-" + std::to_string(getpid()) + "-a"), b_("ndwv-" + std::to_string(getpid()) + "-b") {
+    ok_ = Shell("ip netns add " + a_) && Shell("ip netns add " + b_) &&
+          Shell("ip link add va netns " + a_ + " type veth peer name vb netns " + b_) &&
+          Shell("ip -n " + a_ + " addr add " + kAddressA + "/24 dev va") &&
+          Shell("ip -n " + b_ + " addr add " + kAddressB + "/24 dev vb") &&
+          Shell("ip -n " + a_ + " link set lo up") && Shell("ip -n " + b_ + " link set lo up") &&
+          Shell("ip -n " + a_ + " link set va up") && Shell("ip -n " + b_ + " link set vb up");
+  }
+  ~Hosts() {
+    Shell("ip netns del " + a_);  // takes the veth pair with it
+    Shell("ip netns del " + b_);
+  }
+  bool ok() const { return ok_; }
+  const std::string& a() const { return a_; }
+  const std::string& b() const { return b_; }
+  void CutLink() { IT_CHECK(Shell("ip -n " + a_ + " link set va down")); }
+
+ private:
+  std::string a_, b_;
+  bool ok_ = false;
+};
+
+// This thread in a network namespace (sockets it creates live there); back on destruction.
+class InNamespace {
+ public:
+  explicit InNamespace(const std::string& name) {
+    home_ = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    int target = open(("/var/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+    IT_CHECK(home_ >= 0 && target >= 0);
+    IT_CHECK(setns(target, CLONE_NEWNET) == 0);
+    close(target);
+  }
+  ~InNamespace() {
+    setns(home_, CLONE_NEWNET);
+    close(home_);
+  }
+
+ private:
+  int home_ = -1;
+};
+
+bool CanRun() { return geteuid() == 0 && Shell("ip netns list"); }
+
+// ---- the peer: a server in namespace B ----------------------------------------------------------
+
+// Accepts one connection on kAddressB, receives messages until the connection ends, then reports
+// what it saw: "received N", and how the connection ended.
+IT_PEER(netns_server) {
+  Adapter adapter;
+  std::vector<uint8_t> inbox(kReceives * kMessage);
+  Mr mr(adapter, inbox.data(), inbox.size(), kSinkFlags);
+  Endpoint e(adapter, kServerQp, {.depth = 8, .separateCqs = true});
+  for (int i = 0; i < kReceives; ++i) {
+    ND2_SGE sge = {inbox.data() + i * kMessage, kMessage, mr.token()};
+    IT_OK(e.qp->Receive(Ctx(0x100 + i), &sge, 1));
+  }
+  e.listener = adapter.CreateListener();
+  sockaddr_in here = Address(kAddressB, 0);
+  IT_OK(e.listener->Bind(reinterpret_cast<sockaddr*>(&here), sizeof here));
+  IT_OK(e.listener->Listen(0));
+  sockaddr_in bound{};
+  ULONG length = sizeof bound;
+  IT_OK(e.listener->GetLocalAddress(reinterpret_cast<sockaddr*>(&bound), &length));
+  parent.SendValue("port", PortOf(bound));
+  e.connector = GetConnectionRequest(adapter, e.listener.get());
+  IT_OK(Accept(e.connector.get(), e.qp.get(), 4, 4));
+  parent.Send("accepted");
+  // Every receive completes exactly once: the messages that came, then the flush.
+  int received = 0, canceled = 0;
+  for (int i = 0; i < kReceives; ++i) {
+    ND2_RESULT r = NextCompletion(e.receiveCq, "a receive at the server", 30000);
+    IT_CHECK(r.RequestType == Nd2RequestTypeReceive);
+    if (r.Status == ND_SUCCESS) {
+      IT_CHECK_EQ(canceled, 0);  // nothing succeeds after the flush began
+      CheckPattern(inbox.data() + (reinterpret_cast<uintptr_t>(r.RequestContext) - 0x100) * kMessage,
+                   kMessage, 77 + uint64_t(received), "a message across the veth");
+      received++;
+    } else {
+      IT_CHECK_HR(ND_CANCELED, r.Status);
+      canceled++;
+    }
+  }
+  ExpectNoCompletion(e.receiveCq, "server receive CQ after every receive completed", 50);
+  parent.SendValue("received", uint64_t(received));
+  HRESULT hr = Disconnect(e.connector.get());
+  IT_CHECK(hr == ND_SUCCESS || hr == ND_TIMEOUT);
+}
+
+// ---- this side: the client in namespace A ------------------------------------------------------
+
+struct Client {
+  Adapter adapter;
+  std::vector<uint8_t> out = std::vector<uint8_t>(8 * kMessage);
+  std::vector<uint8_t> inbox = std::vector<uint8_t>(kMessage);
+  Mr outMr{adapter, out.data(), out.size(), kSourceFlags};
+  Mr inboxMr{adapter, inbox.data(), inbox.size(), kSinkFlags};
+  Endpoint e{adapter, kClientQp, {.depth = 8, .separateCqs = true}};
+  int sent = 0;
+
+  void Connect(Channel& peer) {
+    ND2_SGE sge = {inbox.data(), kMessage, inboxMr.token()};
+    IT_OK(e.qp->Receive(Ctx(0x900), &sge, 1));  // never filled: flushed when the connection ends
+    uint16_t port = uint16_t(peer.ReceiveValue("port"));
+    e.connector = adapter.CreateConnector();
+    sockaddr_in local = Address(kAddressA, 0), server = Address(kAddressB, port);
+    IT_OK(e.connector->Bind(reinterpret_cast<sockaddr*>(&local), sizeof local));
+    Ov ov;
+    HRESULT hr = e.connector->Connect(e.qp.get(), reinterpret_cast<sockaddr*>(&server), sizeof server, 4, 4,
+                                      nullptr, 0, ov.Prepare(e.connector.get()));
+    IT_OK(ov.Finish(hr, "Connect across the veth"));
+    CompleteConnect(e.connector.get());
+    peer.Expect("accepted");
+  }
+  void PostSend() {
+    uint8_t* message = out.data() + (sent % 8) * kMessage;
+    FillPattern(message, kMessage, 77 + uint64_t(sent));
+    ND2_SGE sge = {message, kMessage, outMr.token()};
+    IT_OK(e.qp->Send(Ctx(0x200 + sent), &sge, 1, 0));
+    sent++;
+  }
+};
+
+TEST(IntegrationNetns, MessagesCrossTheVethAndBothSidesDisconnect) {
+  if (!CanRun()) GTEST_SKIP() << "needs root and ip netns";
+  Hosts hosts;
+  ASSERT_TRUE(hosts.ok()) << "could not create the namespaces";
+  RunWithPeer("netns_server", {{"netns", hosts.b()}}, [&](Channel& peer) {
+    InNamespace inside(hosts.a());
+    Client c;
+    c.Connect(peer);
+    for (int i = 0; i < 2; ++i) {
+      c.PostSend();
+      ExpectCompletion(c.e.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x200 + i), kClientQp, -1},
+                       "a send across the veth");
+    }
+    IT_OK(Disconnect(c.e.connector.get()));
+    ExpectCompletion(c.e.receiveCq, {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x900), kClientQp, -1},
+                     "the client's receive after Disconnect");
+    IT_CHECK_EQ(uint64_t(2), peer.ReceiveValue("received", 30000));
+  });
+}
+
+// The link goes down with sends outstanding: the oldest ends ND_IO_TIMEOUT once the retry budget
+// is spent, the rest are flushed, NotifyDisconnect completes, and Disconnect ends (ND_TIMEOUT: the
+// DREQ is never answered). iWARP leaves a dead link to TCP, which retries for many minutes.
+TEST(IntegrationNetns, LinkCutDuringATransferEndsEveryRequestWithinTheRetryBudget) {
+  if (!TransportIsRoce()) GTEST_SKIP() << "RoCE only: on iWARP, TCP's own retransmission decides";
+  if (!CanRun()) GTEST_SKIP() << "needs root and ip netns";
+  Hosts hosts;
+  ASSERT_TRUE(hosts.ok()) << "could not create the namespaces";
+  RunWithPeer("netns_server", {{"netns", hosts.b()}}, [&](Channel& peer) {
+    InNamespace inside(hosts.a());
+    Client c;
+    c.Connect(peer);
+    c.PostSend();
+    ExpectCompletion(c.e.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x200), kClientQp, -1},
+                     "the send before the cut");
+    Ov notify;
+    HRESULT hr = c.e.connector->NotifyDisconnect(notify.Prepare(c.e.connector.get()));
+    IT_CHECK_HR(ND_PENDING, hr);
+    hosts.CutLink();
+    for (int i = 0; i < 3; ++i) c.PostSend();
+    ExpectCompletion(c.e.cq.get(), {ND_IO_TIMEOUT, Nd2RequestTypeSend, Ctx(0x201), kClientQp, -1},
+                     "the oldest send after the cut");
+    for (int i = 2; i < 4; ++i)
+      ExpectCompletion(c.e.cq.get(), {ND_CANCELED, Nd2RequestTypeSend, Ctx(0x200 + i), kClientQp, -1},
+                       "a later send after the cut");
+    ExpectCompletion(c.e.receiveCq, {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x900), kClientQp, -1},
+                     "the client's receive after the cut");
+    IT_OK(notify.Finish(hr, "NotifyDisconnect after the cut"));
+    IT_CHECK_HR(ND_TIMEOUT, Disconnect(c.e.connector.get()));
+    ExpectNoCompletion(c.e.cq.get(), "client CQ after every request completed", 50);
+    // The server saw the first message; its own keepalive finds the link dead and flushes it.
+    IT_CHECK_EQ(uint64_t(1), peer.ReceiveValue("received", 30000));
+  });
+}
+
+// The peer process is killed: this side learns it (RoCE: ICMP port unreachable from the peer's
+// host, or the retry budget; iWARP: the peer's kernel resets the TCP connection), its receive is
+// flushed, NotifyDisconnect completes, later requests complete (none hangs), Disconnect succeeds.
+TEST(IntegrationNetns, PeerKilledDuringATransfer) {
+  if (!CanRun()) GTEST_SKIP() << "needs root and ip netns";
+  Hosts hosts;
+  ASSERT_TRUE(hosts.ok()) << "could not create the namespaces";
+  RunWithPeer("netns_server", {{"netns", hosts.b()}}, [&](Channel& peer) {
+    InNamespace inside(hosts.a());
+    Client c;
+    c.Connect(peer);
+    c.PostSend();
+    ExpectCompletion(c.e.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x200), kClientQp, -1},
+                     "the send before the kill");
+    Ov notify;
+    HRESULT hr = c.e.connector->NotifyDisconnect(notify.Prepare(c.e.connector.get()));
+    IT_CHECK_HR(ND_PENDING, hr);
+    KillPeer();
+    c.PostSend();
+    ND2_RESULT r = NextCompletion(c.e.cq.get(), "the send after the kill", 30000);
+    IT_CHECK(r.RequestType == Nd2RequestTypeSend && r.RequestContext == Ctx(0x201));
+    // RoCE: ND_IO_TIMEOUT. iWARP: handed to TCP before the reset arrived (success), or flushed.
+    if (TransportIsRoce()) IT_CHECK_HR(ND_IO_TIMEOUT, r.Status);
+    else IT_CHECK(r.Status == ND_SUCCESS || r.Status == ND_CANCELED || r.Status == ND_IO_TIMEOUT);
+    ExpectCompletion(c.e.receiveCq, {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x900), kClientQp, -1},
+                     "the client's receive after the kill");
+    IT_OK(notify.Finish(hr, "NotifyDisconnect after the kill"));
+    hr = Disconnect(c.e.connector.get());
+    IT_CHECK(hr == ND_SUCCESS || hr == ND_TIMEOUT);
+    ExpectNoCompletion(c.e.cq.get(), "client CQ after every request completed", 50);
+  });
+}
+
+}  // namespace
+}  // namespace ndit
