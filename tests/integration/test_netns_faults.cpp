@@ -132,6 +132,41 @@ IT_PEER(netns_server) {
   IT_CHECK(hr == ND_SUCCESS || hr == ND_TIMEOUT);
 }
 
+// Receives `count` messages (a receive posted for each up front: iWARP has no RNR retry, a Send
+// that finds no receive ends the connection), checks each byte, reports, then waits for this
+// side's Disconnect and disconnects too.
+IT_PEER(netns_sink) {
+  const int count = int(args.GetNumber("count"));
+  Adapter adapter;
+  std::vector<uint8_t> inbox(size_t(count) * kMessage);
+  Mr mr(adapter, inbox.data(), inbox.size(), kSinkFlags);
+  Endpoint e(adapter, kServerQp, {.depth = ULONG(count), .cqDepth = ULONG(2 * count), .separateCqs = true});
+  for (int i = 0; i < count; ++i) {
+    ND2_SGE sge = {inbox.data() + size_t(i) * kMessage, kMessage, mr.token()};
+    IT_OK(e.qp->Receive(Ctx(0x100 + i), &sge, 1));
+  }
+  e.listener = adapter.CreateListener();
+  sockaddr_in here = Address(kAddressB, 0);
+  IT_OK(e.listener->Bind(reinterpret_cast<sockaddr*>(&here), sizeof here));
+  IT_OK(e.listener->Listen(0));
+  sockaddr_in bound{};
+  ULONG length = sizeof bound;
+  IT_OK(e.listener->GetLocalAddress(reinterpret_cast<sockaddr*>(&bound), &length));
+  parent.SendValue("port", PortOf(bound));
+  e.connector = GetConnectionRequest(adapter, e.listener.get());
+  IT_OK(Accept(e.connector.get(), e.qp.get(), 4, 4));
+  parent.Send("accepted");
+  for (int i = 0; i < count; ++i) {
+    ND2_RESULT r = NextCompletion(e.receiveCq, "a message across the lossy veth", 30000);
+    if (r.Status != ND_SUCCESS || r.RequestType != Nd2RequestTypeReceive || r.BytesTransferred != kMessage)
+      IT_FAIL("a message across the lossy veth: completion " + Describe(r));
+    IT_CHECK(r.RequestContext == Ctx(0x100 + i));  // in order
+    CheckPattern(inbox.data() + size_t(i) * kMessage, kMessage, 77 + uint64_t(i), "a message across the lossy veth");
+  }
+  parent.SendValue("received", uint64_t(count));
+  ServerTeardown(parent, e);
+}
+
 // ---- this side: the client in namespace A ------------------------------------------------------
 
 struct Client {
@@ -220,6 +255,45 @@ TEST(IntegrationNetns, LinkCutDuringATransferEndsEveryRequestWithinTheRetryBudge
     IT_CHECK_EQ(uint64_t(1), peer.ReceiveValue("received", 30000));
   });
 }
+
+// Random loss on the link, both ways (nft in this side's namespace): every message arrives
+// intact and no request fails: loss stays within the retry budget (RoCE: sequence NAKs, ACK
+// timeouts and CM retries; iWARP: TCP).
+class IntegrationNetnsLoss : public ::testing::TestWithParam<int> {};
+
+TEST_P(IntegrationNetnsLoss, EveryMessageArrivesIntact) {
+  if (!CanRun() || !Shell("nft list tables")) GTEST_SKIP() << "needs root, ip netns and nft";
+  Hosts hosts;
+  ASSERT_TRUE(hosts.ok()) << "could not create the namespaces";
+  const std::string percent = std::to_string(GetParam());
+  const std::string ns = "ip netns exec " + hosts.a() + " nft ";
+  ASSERT_TRUE(Shell(ns + "add table inet loss") &&
+              Shell(ns + "'add chain inet loss in { type filter hook input priority 0; }'") &&
+              Shell(ns + "'add chain inet loss out { type filter hook output priority 0; }'") &&
+              Shell(ns + "'add rule inet loss in iifname va numgen random mod 100 < " + percent + " drop'") &&
+              Shell(ns + "'add rule inet loss out oifname va numgen random mod 100 < " + percent + " drop'"))
+      << "could not install the nft rules";  // removed with the namespace
+  constexpr int kCount = 40;
+  RunWithPeer("netns_sink", {{"netns", hosts.b()}, {"count", std::to_string(kCount)}}, [&](Channel& peer) {
+    InNamespace inside(hosts.a());
+    Client c;
+    c.Connect(peer);
+    for (int i = 0; i < kCount; ++i) {
+      c.PostSend();
+      ExpectCompletion(c.e.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x200 + i), kClientQp, -1},
+                       "a send across the lossy veth", 30000);
+    }
+    IT_CHECK_EQ(uint64_t(kCount), peer.ReceiveValue("received", 60000));
+    ClientTeardown(peer, c.e);
+    ExpectCompletion(c.e.receiveCq, {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x900), kClientQp, -1},
+                     "the client's receive after Disconnect");
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Percent, IntegrationNetnsLoss, ::testing::Values(1, 10),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "Loss" + std::to_string(info.param) + "Percent";
+                         });
 
 // The peer process is killed: this side learns it (RoCE: ICMP port unreachable from the peer's
 // host, or the retry budget; iWARP: the peer's kernel resets the TCP connection), its receive is
