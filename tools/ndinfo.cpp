@@ -17,12 +17,14 @@ using namespace ndtool;
 namespace {
 
 const char kUsage[] =
-    "ndinfo [--env] [-l logFile] [-h] [<ip>]\n"
+    "ndinfo [--env [--markdown]] [-l logFile] [-h] [<ip>]\n"
     "\n"
     "Lists the NetworkDirect addresses, then each adapter's ND2_ADAPTER_INFO (addresses with\n"
     "the same AdapterId are one adapter), then the NDWV_ environment settings.\n"
     "\n"
     "  --env           print only the NDWV_ settings: name, default, meaning\n"
+    "  --markdown      with --env: the settings as the Markdown configuration reference\n"
+    "                  (docs/configuration.md), independent of the environment\n"
     "  -l, --logFile f write stdout (and append stderr) to file f\n"
     "  -h, --help      this text\n"
     "  <ip>            only the adapter that owns this address (a.b.c.d or IPv6)\n";
@@ -173,6 +175,7 @@ int ListAdapters(const std::string& only) {
 
 int main(int argc, char* argv[]) {
   bool envOnly = false;
+  bool markdown = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     const char* arg = argv[i];
@@ -180,6 +183,8 @@ int main(int argc, char* argv[]) {
       ExitWithUsage(kUsage, 0);
     } else if (!std::strcmp(arg, "--env")) {
       envOnly = true;
+    } else if (!std::strcmp(arg, "--markdown")) {
+      markdown = true;
     } else if (!std::strcmp(arg, "-l") || !std::strcmp(arg, "-L") || !std::strcmp(arg, "--logFile")) {
       if (i + 1 >= argc) ExitWithUsage(kUsage, kExitMissingValue);
       if (!RedirectOutput(argv[++i])) {
@@ -198,6 +203,14 @@ int main(int argc, char* argv[]) {
       std::printf("Unknown option: %s\n\n", arg);
       ExitWithUsage(kUsage, kExitUsage);
     }
+  }
+  if (markdown) {
+    if (!envOnly) {
+      std::printf("--markdown goes with --env.\n\n");
+      ExitWithUsage(kUsage, kExitUsage);
+    }
+    ndwv_settings_describe_markdown(stdout);
+    return std::fflush(stdout) == 0 && !std::ferror(stdout) ? 0 : kExitFailure;
   }
   StartWatchdog("ndinfo");
   int rc = envOnly ? 0 : ListAdapters(only);

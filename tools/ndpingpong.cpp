@@ -177,6 +177,7 @@ int main(int argc, char* argv[]) {
   std::vector<Round> rounds = TestSchedule(kMaxIterations);
   PrintBegin(kSpec.name);
   int rc = options.server ? RunServer(options) : RunClient(options, rounds);
+  PrintCounters();
   PrintEnd(kSpec.name);
   return rc;
 }

@@ -270,6 +270,7 @@ int main(int argc, char* argv[]) {
   std::vector<Round> rounds = TestSchedule(kMaxIterations);
   PrintBegin(kSpec.name);
   int rc = options.server ? RunServer(options, rounds) : RunClient(options, rounds);
+  PrintCounters();
   PrintEnd(kSpec.name);
   return rc;
 }

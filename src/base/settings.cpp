@@ -70,6 +70,13 @@ const std::vector<SettingInfo>& SettingTable() {
      "the bytes of each direction). One write per packet, so the file stays readable if the "
      "process is killed. %p in the path becomes the process ID (two processes, two files). "
      "Empty: no capture."},
+    {"NDWV_COUNTERS", SettingType::Choice, "off", 0, 0, "off,exit,signal",
+     "Writes the device's counters (per adapter and per connection; docs/counters.md) to stderr, "
+     "or to NDWV_COUNTERS_FILE: at process exit (exit), or whenever the process receives "
+     "SIGUSR2 (signal). Programs read them at any time with ndwv_counters_snapshot."},
+    {"NDWV_COUNTERS_FILE", SettingType::String, "", 0, 0, nullptr,
+     "Where NDWV_COUNTERS writes its report (appended; %p in the path becomes the process ID). "
+     "Empty: stderr."},
   };
   return table;
 }
@@ -152,6 +159,8 @@ bool Fill(Settings& settings, bool environment) {
       else if (n == "NDWV_WORK_THREADS") settings.work_threads = uint32_t(number);
       else if (n == "NDWV_POLL_PROGRESS") settings.poll_progress = number;
       else if (n == "NDWV_CAPTURE") settings.capture = choice;
+      else if (n == "NDWV_COUNTERS") settings.counters = Settings::Counters(number);
+      else if (n == "NDWV_COUNTERS_FILE") settings.counters_file = choice;
     }
     return ok;
 }
@@ -192,5 +201,75 @@ extern "C" void ndwv_settings_describe(FILE* out) {
     else if (s.type == ndwv::base::SettingType::Choice)
       fprintf(out, " One of: %s.", s.choices);
     fprintf(out, "\n");
+  }
+}
+
+namespace {
+
+// Markdown table cells: no line breaks, and a literal '|' would end the cell.
+void WriteCell(FILE* out, const char* text) {
+  for (const char* p = text; *p; ++p) {
+    if (*p == '|') fputs("\\|", out);
+    else if (*p == '\n') fputc(' ', out);
+    else fputc(*p, out);
+  }
+}
+
+}  // namespace
+
+extern "C" void ndwv_settings_describe_markdown(FILE* out) {
+  using ndwv::base::SettingType;
+  fputs(
+      "# Configuration reference\n"
+      "\n"
+      "<!-- Generated from the settings table in src/base/settings.cpp by `ndinfo --env --markdown`.\n"
+      "     Do not edit by hand: regenerate with `cmake --build <build dir> --target configuration-doc`.\n"
+      "     The test `docs_configuration` fails when this file and the table differ. -->\n"
+      "\n"
+      "ndwv is configured only through environment variables, all with the prefix `NDWV_`. Each is\n"
+      "read once per process, when `NdStartup` first brings the device up; changing one afterwards\n"
+      "has no effect. A value the variable does not accept makes `NdStartup` fail, with a message\n"
+      "on stderr that names the variable and what it accepts. `ndinfo --env` prints the same list\n"
+      "with the values set in the current environment.\n"
+      "\n"
+      "Value syntax: an integer is decimal (or hexadecimal with `0x`) within the range shown; a\n"
+      "boolean is `1`, `true` or `yes`, or `0`, `false` or `no`; a choice is exactly one of the\n"
+      "words listed.\n"
+      "\n"
+      "| Variable | Default | Accepted values | Meaning |\n"
+      "|---|---|---|---|\n",
+      out);
+  for (const auto& s : ndwv::base::SettingTable()) {
+    fprintf(out, "| `%s` | ", s.name);
+    if (*s.default_value) fprintf(out, "`%s`", s.default_value);
+    else fputs("(empty)", out);
+    fputs(" | ", out);
+    switch (s.type) {
+      case SettingType::Integer:
+        fprintf(out, "integer, %lld to %lld", (long long)s.min, (long long)s.max);
+        break;
+      case SettingType::Boolean:
+        fputs("boolean", out);
+        break;
+      case SettingType::Choice: {
+        fputs("one of ", out);
+        std::string_view all = s.choices;
+        bool first = true;
+        while (!all.empty()) {
+          size_t comma = all.find(',');
+          std::string_view word = all.substr(0, comma);
+          fprintf(out, "%s`%.*s`", first ? "" : ", ", int(word.size()), word.data());
+          first = false;
+          all = comma == std::string_view::npos ? std::string_view() : all.substr(comma + 1);
+        }
+        break;
+      }
+      case SettingType::String:
+        fputs("text", out);
+        break;
+    }
+    fputs(" | ", out);
+    WriteCell(out, s.meaning);
+    fputs(" |\n", out);
   }
 }

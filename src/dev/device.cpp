@@ -48,6 +48,9 @@ const std::vector<Device*>& Device::All() {
       list.push_back(name == "roce" ? &roce : &iwarp);
       at = end + 1;
     }
+    std::vector<Transport> transports;
+    for (Device* device : list) transports.push_back(device->transport());
+    StartCounterReports(transports);  // NDWV_COUNTERS
     return list;
   }();
   return devices;

@@ -12,8 +12,6 @@
 
 namespace ndwv::dev {
 
-enum class Transport { Iwarp, Roce };
-
 struct DeviceAttributes {
   uint64_t max_mr_size;
   uint32_t max_qp_wr, max_sge, max_cq_entries, max_inline, max_ird, max_ord;

@@ -89,7 +89,10 @@ int32_t QueuePair::Modify(QpState to) {
     if (from == to && to == QpState::Error) return WV_SUCCESS;
     if (!IsLegalTransition(from, to)) return WV_INVALID_DEVICE_STATE;
     state_.store(to, std::memory_order_release);
-    NDWV_LOG(Debug, "qp %u: %s -> %s", qpn_, ToString(from), ToString(to));
+    if (link_ && *link_->counters().identity())
+      NDWV_LOG(Debug, "%s: %s -> %s", link_->counters().identity(), ToString(from), ToString(to));
+    else
+      NDWV_LOG(Debug, "qp %u: %s -> %s", qpn_, ToString(from), ToString(to));
     if (to != QpState::Error && to != QpState::Reset) return WV_SUCCESS;
     link = std::exchange(link_, nullptr);
   }
@@ -99,7 +102,14 @@ int32_t QueuePair::Modify(QpState to) {
     recv_cq_->DetachSource(link.get());
     link->Shutdown();
   }
-  Flush();
+  size_t flushed = Flush();
+  if (!link && flushed) NDWV_LOG(Debug, "qp %u: flushed %zu requests", qpn_, flushed);
+  if (link) {
+    if (flushed && *link->counters().identity())
+      NDWV_LOG(Debug, "%s: flushed %zu requests", link->counters().identity(), flushed);
+    link->counters().AddShared(Counter::Flushes);
+    link->counters().AddShared(Counter::FlushedRequests, flushed);
+  }
   return WV_SUCCESS;
 }
 
@@ -112,7 +122,7 @@ void QueuePair::DeferError() {
   Engine::Get().Defer(&error_work_);
 }
 
-void QueuePair::Flush() {
+size_t QueuePair::Flush() {
   size_t flushed = 0;
   {
     std::lock_guard<std::mutex> lock(sq_mutex_);
@@ -131,7 +141,7 @@ void QueuePair::Flush() {
       recv_cq_->Push({context_, wqe.wr_id, 0, WrOpcode::Receive, WcStatus::Flushed}, false);
     }
   }
-  if (flushed) NDWV_LOG(Debug, "qp %u: flushed %zu requests", qpn_, flushed);
+  return flushed;
 }
 
 int32_t QueuePair::PostSend(const SendWqe& request) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dev/async.h"
+#include "dev/counters.h"
 #include "dev/cq.h"
 #include "dev/memory.h"
 
@@ -83,6 +84,11 @@ class Link : public ProgressSource {
   virtual ~Link() = default;
   virtual void Kick() = 0;      // new send work was posted
   virtual void Shutdown() = 0;  // stop all progress and release the connection; idempotent
+  // The connection's counters and identity: the transport counts, the QP adds its flushes.
+  ConnectionCounters& counters() { return counters_; }
+
+ protected:
+  ConnectionCounters counters_;
 };
 
 class QueuePair : public std::enable_shared_from_this<QueuePair> {
@@ -122,7 +128,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   void CompleteReceive(const RecvWqe& wqe, uint32_t length, WcStatus status, bool solicited);
 
  private:
-  void Flush();
+  size_t Flush();  // returns the requests flushed
   void CompleteSendLocked(uint64_t position, WcStatus status);
 
   const uint32_t qpn_;

@@ -292,3 +292,31 @@ TEST(IntegrationDisconnect, ReleaseWithoutDisconnect) {
 
 }  // namespace
 }  // namespace ndit
+
+namespace ndit {
+namespace {
+
+// ---- a connector disconnects once ----------------------------------------------------------------
+
+IT_PEER(disconnect_twice_server) {
+  Adapter adapter;
+  Endpoint e(adapter, Ctx(0x5E), {.depth = 4});
+  Serve(parent, e);
+  ServerTeardown(parent, e);  // after the client's: succeeds, only the flush is left
+  IT_CHECK_HR(ND_CONNECTION_INVALID, Disconnect(e.connector.get()));
+}
+
+// The second Disconnect of a connector, after its first completed, is refused; so on the side
+// whose peer went first.
+TEST(IntegrationDisconnect, SecondDisconnectIsInvalid) {
+  RunWithPeer("disconnect_twice_server", [](Channel& peer) {
+    Adapter adapter;
+    Endpoint client(adapter, Ctx(0xC1), {.depth = 4});
+    ConnectTo(peer, client);
+    ClientTeardown(peer, client);
+    IT_CHECK_HR(ND_CONNECTION_INVALID, Disconnect(client.connector.get()));
+  });
+}
+
+}  // namespace
+}  // namespace ndit

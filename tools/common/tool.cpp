@@ -1,5 +1,7 @@
 #include "tool.h"
 
+#include <ndwv/ndwv.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <unistd.h>
@@ -181,6 +183,12 @@ Options ParseOptions(int argc, char* argv[], const ToolSpec& spec) {
 void PrintBegin(const char* tool) {
   std::printf("Beginning test: %s.exe\n", tool);
   std::fflush(stdout);
+}
+
+void PrintCounters() {
+  std::printf("\n");
+  std::fflush(stdout);
+  ndwv_counters_write(stdout, "adapters");
 }
 
 void PrintEnd(const char* tool) {

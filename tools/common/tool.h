@@ -64,6 +64,9 @@ bool RedirectOutput(const char* path);
 
 void PrintBegin(const char* tool);  // "Beginning test: <tool>.exe"
 void PrintEnd(const char* tool);    // "End of test: <tool>.exe"
+// The adapter counters of this process (ndwv_counters_write "adapters"), after a blank line:
+// lines of name=value, which never read as table rows.
+void PrintCounters();
 void PrintTableHeader();            // processors/frequency line, blank line, column titles
 void PrintTableRow(std::size_t size, std::uint64_t iterations, double latencyUs, double cpu,
                    double bytesPerSecond);

@@ -58,8 +58,9 @@ const char* Endpoint::ToString(State s) {
 }
 
 void Endpoint::SetState(State s) {
-  NDWV_LOG(Debug, "iwarp cm %s -> %s: %s -> %s", Describe(local_).c_str(), Describe(peer_).c_str(),
-           ToString(state_), ToString(s));
+  // State changes are when addresses and the QP become known: the name log lines use.
+  identity_ = "iwarp cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) + "]";
+  NDWV_LOG(Debug, "%s: %s -> %s", identity_.c_str(), ToString(state_), ToString(s));
   state_ = s;
 }
 
@@ -99,7 +100,7 @@ void Endpoint::HandleTimeout() {
   switch (state_) {
     case State::ActiveConnecting:
     case State::ActiveMpaSent:
-      NDWV_LOG(Info, "iwarp cm %s: connect timed out", Describe(peer_).c_str());
+      NDWV_LOG(Info, "%s: connect timed out", identity_.c_str());
       CloseSocket();
       SetState(State::Bound);
       finish.Add(std::exchange(connect_op_, nullptr), WV_IO_TIMEOUT);
@@ -115,7 +116,7 @@ void Endpoint::HandleTimeout() {
       finish.Add(std::exchange(accept_op_, nullptr), WV_IO_TIMEOUT);
       break;
     case State::ActiveDisconnect:
-      NDWV_LOG(Info, "iwarp cm %s: peer did not close in time", Describe(peer_).c_str());
+      NDWV_LOG(Info, "%s: peer did not close in time", identity_.c_str());
       FinishDisconnect(WV_TIMEOUT);
       break;
     default:
@@ -286,7 +287,8 @@ bool Endpoint::ReadMpaFrame(MpaKind kind) {
         size_t frame_len = 0;
         MpaError error = DecodeMpaHeader({mpa_buffer_, mpa_have_}, kind, frame_len);
         if (error != MpaError::Ok) {
-          NDWV_LOG(Info, "iwarp cm %s: bad MPA frame (%s)", Describe(peer_).c_str(), wire::ToString(error));
+          NDWV_LOG(Info, "%s: bad MPA frame (%s)", identity_.c_str(), wire::ToString(error));
+          AdapterCounters(Transport::Iwarp).AddShared(Counter::DropsBadMpa);
           errno = EPROTO;
           return false;
         }
@@ -348,6 +350,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
            : error == EADDRNOTAVAIL ? WV_ADDRESS_ALREADY_EXISTS  // this address pair is in use
                                     : WV_HOST_UNREACHABLE;
   }
+  qpn_ = qp->qpn();
   qp_ = std::move(qp);
   connect_op_ = op;
   mpa_have_ = 0;
@@ -391,6 +394,7 @@ void Endpoint::OnConnectReady(Finisher& finish) {
   Engine::Get().Modify(fd_, EPOLLIN | EPOLLRDHUP);
   SetState(State::ActiveMpaSent);
   if (!SendMpaFrame(request)) FailConnect(finish, WV_CONNECTION_REFUSED);
+  else AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsSent);
 }
 
 void Endpoint::OnMpaReply(Finisher& finish) {
@@ -401,6 +405,7 @@ void Endpoint::OnMpaReply(Finisher& finish) {
   }
   MpaFrame reply;
   DecodeMpaFrame({mpa_buffer_, mpa_have_}, MpaKind::Reply, reply);
+  AdapterCounters(Transport::Iwarp).AddShared(reply.reject ? Counter::MpaRejectsReceived : Counter::MpaRepliesReceived);
   peer_params_ = {};
   size_t data = std::min(reply.private_data.size(), kMaxPrivateData);
   memcpy(peer_params_.data, reply.private_data.data(), data);
@@ -443,6 +448,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   if (state_ != State::PassiveRequest) return WV_CONNECTION_INVALID;
   if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
   local_params_ = params;
+  qpn_ = qp->qpn();
   MpaFrame reply;
   reply.reply = true;
   reply.crc = Config().mpa_crc || peer_crc_;
@@ -458,6 +464,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     qp->Modify(QpState::Error);
     return WV_CONNECTION_ABORTED;
   }
+  AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRepliesSent);
   accept_op_ = op;
   SetState(State::PassiveAccepting);
   stream_ = std::make_shared<Stream>(std::exchange(fd_, -1), qp, MakeStreamParams(true), weak_from_this(),
@@ -480,7 +487,7 @@ int32_t Endpoint::Reject(const void* data, size_t length) {
     reply.reject = true;
     reply.crc = false;
     reply.private_data = {static_cast<const uint8_t*>(data), length};
-    SendMpaFrame(reply);
+    if (SendMpaFrame(reply)) AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRejectsSent);
     shutdown(fd_, SHUT_WR);
     if (capture_) capture_->SentFin();
     CloseSocket();
@@ -512,13 +519,14 @@ void Endpoint::OnMpaRequest() {
   }
   MpaFrame request;
   DecodeMpaFrame({mpa_buffer_, mpa_have_}, MpaKind::Request, request);
+  AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsReceived);
   if (request.markers || !request.enhanced || !request.p2p || !request.rtr_write ||
       request.private_data.size() > kMaxPrivateData) {
-    NDWV_LOG(Info, "iwarp cm %s: MPA request we cannot serve, rejected", Describe(peer_).c_str());
+    NDWV_LOG(Info, "%s: MPA request we cannot serve, rejected", identity_.c_str());
     MpaFrame reply;
     reply.reply = true;
     reply.reject = true;
-    SendMpaFrame(reply);
+    if (SendMpaFrame(reply)) AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRejectsSent);
     CloseSocket();
     SetState(State::Closed);
     DisarmTimer();
@@ -614,6 +622,7 @@ void Endpoint::OnStreamError() {
 int32_t Endpoint::Disconnect(DisconnectRequest* request) {
   Finisher finish;
   std::unique_lock<std::mutex> lock(mutex_);
+  if (disconnect_called_) return WV_CONNECTION_INVALID;  // a connector disconnects once
   request->run = [](WorkItem* item) {
     // QP phase: the flush; the request completes after it.
     auto* r = static_cast<DisconnectRequest*>(item);
@@ -628,6 +637,7 @@ int32_t Endpoint::Disconnect(DisconnectRequest* request) {
       ArmTimer(Config().disconnect_timeout_ms);
       lock.unlock();
       stream_->CloseSend();
+      disconnect_called_ = true;
       return WV_PENDING;
     case State::PassiveDisconnect:
     case State::Disconnected:
@@ -635,6 +645,7 @@ int32_t Endpoint::Disconnect(DisconnectRequest* request) {
       SetState(State::Disconnected);
       request->cm_status = WV_SUCCESS;
       Engine::Get().Defer(request);
+      disconnect_called_ = true;
       return WV_PENDING;
     default:
       return WV_CONNECTION_INVALID;

@@ -15,6 +15,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "base/capture.h"
 #include "dev/endpoint.h"
@@ -94,6 +95,8 @@ class Endpoint final : public ConnectEndpoint,
   bool watching_ = false;
   sockaddr_storage local_{}, peer_{};
   socklen_t local_len_ = 0, peer_len_ = 0;
+  uint32_t qpn_ = 0;        // the QP being connected, once Connect or Accept named it
+  std::string identity_;    // "iwarp cm qp 5 [local -> peer]", for log lines (set by SetState)
   bool bound_ = false;
   bool ephemeral_ = false;  // the port is ours to choose (bound to 0, or not bound)
   ConnectParams local_params_, peer_params_;
@@ -105,6 +108,7 @@ class Endpoint final : public ConnectEndpoint,
   AsyncOp* accept_op_ = nullptr;
   AsyncOp* notify_ops_ = nullptr;
   DisconnectRequest* disconnect_ = nullptr;
+  bool disconnect_called_ = false;  // a second Disconnect is ND_CONNECTION_INVALID
 
   // Listening.
   int backlog_ = 0;

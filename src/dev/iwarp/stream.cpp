@@ -74,6 +74,12 @@ Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params
   params_.max_ulpdu = std::min<uint32_t>(params_.max_ulpdu, kFpduMaxUlpdu);
   params_.ird = std::max<uint32_t>(params_.ird, 1);
   params_.ord = std::max<uint32_t>(params_.ord, 1);
+  sockaddr_storage local{}, peer{};
+  socklen_t length = sizeof local;
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &length);
+  length = sizeof peer;
+  getpeername(fd_, reinterpret_cast<sockaddr*>(&peer), &length);
+  counters_.Register(Transport::Iwarp, qpn_, 0, local, peer);
 }
 
 Stream::~Stream() { Shutdown(); }
@@ -155,7 +161,7 @@ void Stream::NotifyObserver(void (StreamObserver::*event)()) {
 void Stream::Broken() {
   phase_ = RxPhase::Dead;
   if (!error_reported_.exchange(true)) {
-    NDWV_LOG(Debug, "qp %u: iWARP stream lost", qpn_);
+    NDWV_LOG(Debug, "%s: iWARP stream lost", counters_.identity());
     if (qp_) qp_->DeferError();
     NotifyObserver(&StreamObserver::OnStreamError);
   }
@@ -177,6 +183,7 @@ void Stream::Shutdown() {
     if (have_recv_) {  // a message was arriving into it: it is flushed with the rest
       qp_->CompleteReceive(recv_, 0, WcStatus::Flushed, false);
       have_recv_ = false;
+      counters_.AddShared(Counter::FlushedRequests);
     }
     qp_.reset();
   }
@@ -293,6 +300,8 @@ bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_
   int pieces_needed = 2 + (inline_data ? 1 : int(num_sge));
   if (batch_.fpdus == kBatchFpdus || batch_.iov_count + pieces_needed > kBatchIov) return false;
   int slot = batch_.fpdus++;
+  counters_.Add(Counter::TxPackets);
+  counters_.Add(Counter::TxBytes, length);
   uint8_t* h = batch_.headers[slot];
   size_t hlen = EncodeDdpHeader(hdr, {h + 2, sizeof batch_.headers[slot] - 2});
   if (read) hlen += EncodeReadRequest(*read, {h + 2 + hlen, kReadRequestLen});
@@ -354,6 +363,7 @@ bool Stream::AddProbe(size_t reads) {
     return false;
   read_msn_++;
   probe_seq_++;
+  counters_.Add(Counter::TxConfirmReads);
   probe_due_ = false;
   std::lock_guard<std::mutex> lock(reads_mutex_);
   reads_outstanding_.push_back({next_tx_, true});
@@ -412,6 +422,7 @@ bool Stream::FillBatch() {
     batch_.iov[batch_.iov_count++] = {t, pad + kFpduCrcLen};
     terminate_len_ = 0;
     close_send_ = true;
+    counters_.Add(Counter::TxPackets);
     return true;
   }
   if (close_send_ && qp_->state() == QpState::Error) return false;
@@ -479,6 +490,7 @@ bool Stream::FillBatch() {
                    nullptr, nullptr, 0, 0, 0))
         break;
       read_msn_++;
+      counters_.Add(Counter::TxReads);
       std::lock_guard<std::mutex> lock(reads_mutex_);
       reads_outstanding_.push_back({next_tx_++, false});
       continue;
@@ -497,6 +509,7 @@ bool Stream::FillBatch() {
       break;
     wqe.sent += chunk;
     if (last) {
+      counters_.Add(is_send ? Counter::TxSends : Counter::TxWrites);
       if (is_send ? params_.confirm_sends : params_.confirm_writes) {
         std::lock_guard<std::mutex> lock(reads_mutex_);
         unconfirmed_.push_back({next_tx_++, is_send ? send_msn_ : 0});
@@ -511,12 +524,14 @@ bool Stream::FillBatch() {
 }
 
 void Stream::QueueTerminate(TermCode code) {
-  NDWV_LOG(Info, "qp %u: sending Terminate (%s)", qpn_, Describe(code));
+  NDWV_LOG(Info, "%s: sending Terminate (%s)", counters_.identity(), Describe(code));
   std::span<const uint8_t> offending(raw_hdr_, hdr_len_ ? 2 + hdr_len_ : 0);  // the segment at fault
   {
     std::lock_guard<std::mutex> lock(tx_mutex_);
     terminate_len_ = EncodeTerminate({terminate_, sizeof terminate_}, code, 1, offending,
                                      DefaultTermAttach(code));
+    counters_.Add(code.layer == TermLayer::Rdmap ? Counter::TerminatesSentRdmap
+                  : code.layer == TermLayer::Ddp ? Counter::TerminatesSentDdp : Counter::TerminatesSentLlp);
   }
   Kick();
 }
@@ -584,7 +599,7 @@ bool Stream::Fill(size_t need) {
       // The peer closed its half at a message boundary: a graceful disconnect.
       phase_ = RxPhase::Dead;
       peer_closed_ = true;
-      NDWV_LOG(Debug, "qp %u: peer closed the stream", qpn_);
+      NDWV_LOG(Debug, "%s: peer closed the stream", counters_.identity());
       NotifyObserver(&StreamObserver::OnPeerClosed);
       qp_->DeferError();  // the peer stopped: flush; the close that follows is our half
       return false;
@@ -611,6 +626,7 @@ bool Stream::StartSegment() {
   hdr_len_ = SegmentHeaderLength(LoadBe16(p + 2));
   if (ulpdu_len_ < hdr_len_) {
     hdr_len_ = 0;
+    counters_.Add(Counter::DropsBadDdp);
     Fail(TermCodeFor(DdpError::Truncated), WcStatus::Flushed);
     return false;
   }
@@ -620,9 +636,11 @@ bool Stream::StartSegment() {
   staging_begin_ += 2 + hdr_len_;
   DdpError error = DecodeDdpHeader({raw_hdr_ + 2, hdr_len_}, hdr_);
   if (error != DdpError::Ok) {
+    counters_.Add(Counter::DropsBadDdp);
     Fail(TermCodeFor(error), WcStatus::Flushed);
     return false;
   }
+  counters_.Add(Counter::RxPackets);
   crc_ = FpduCrcBuilder();
   if (params_.crc) crc_.Add({raw_hdr_, 2 + hdr_len_});
   payload_len_ = ulpdu_len_ - uint32_t(hdr_len_);
@@ -792,6 +810,7 @@ bool Stream::FinishSegment() {
   const uint8_t* tail = staging_ + staging_begin_;
   if (params_.crc) crc_.Add({tail, tail_len_ + pad});  // tail and pad as received
   if (params_.crc && LoadFpduCrc(tail + tail_len_ + pad) != crc_.Finish()) {
+    counters_.Add(Counter::DropsBadCrc);
     Fail(MakeTerm(LlpErrorCode::CrcError), WcStatus::Flushed);
     return false;
   }
@@ -823,8 +842,11 @@ bool Stream::FinishSegment() {
   }
   switch (hdr_.opcode) {
     case RdmapOpcode::RdmaWrite:
+      counters_.Add(Counter::RxBytes, payload_len_);
+      if (hdr_.last) counters_.Add(Counter::RxWrites);
       return true;
     case RdmapOpcode::ReadResponse:
+      counters_.Add(Counter::RxBytes, payload_len_);
       if (hdr_.last) {
         {
           std::lock_guard<std::mutex> lock(reads_mutex_);
@@ -837,6 +859,8 @@ bool Stream::FinishSegment() {
       return true;
     case RdmapOpcode::ReadRequest: {
       read_req_msn_++;
+      counters_.Add((read_req_.sink_stag & 0xFF000000u) == kProbeStagTag ? Counter::RxConfirmReads
+                                                                         : Counter::RxReads);
       if (read_req_.size) {
         KeyCheck check = qp_->pd().CheckRemote(read_req_.src_stag, qpn_, read_req_.src_to,
                                                read_req_.size, kRemoteRead);
@@ -864,7 +888,10 @@ bool Stream::FinishSegment() {
       TerminateMsg term;
       DecodeTerminatePayload({raw_hdr_ + 2 + kDdpUntaggedHeaderLen, hdr_len_ - kDdpUntaggedHeaderLen + payload_len_},
                              term);
-      NDWV_LOG(Info, "qp %u: peer sent Terminate (%s)", qpn_, Describe(term.ctrl.code));
+      NDWV_LOG(Info, "%s: peer sent Terminate (%s)", counters_.identity(), Describe(term.ctrl.code));
+      counters_.Add(term.ctrl.code.layer == TermLayer::Rdmap ? Counter::TerminatesReceivedRdmap
+                    : term.ctrl.code.layer == TermLayer::Ddp ? Counter::TerminatesReceivedDdp
+                                                             : Counter::TerminatesReceivedLlp);
       WcStatus status = StatusForTerminate(term.ctrl.code);
       bool read_refused = !term.ddp_header.empty() &&
                           (LoadBe16(term.ddp_header.data()) & kRdmapOpcodeMask) == uint8_t(RdmapOpcode::ReadRequest);
@@ -884,7 +911,9 @@ bool Stream::FinishSegment() {
     }
     default:  // a Send segment
       recv_bytes_ += payload_len_;
+      counters_.Add(Counter::RxBytes, payload_len_);
       if (hdr_.last) {
+        counters_.Add(Counter::RxSends);
         have_recv_ = false;
         recv_msn_++;
         qp_->CompleteReceive(recv_, uint32_t(recv_bytes_), WcStatus::Success, IsSolicited(hdr_.opcode));

@@ -98,8 +98,12 @@ const char* Endpoint::ToString(State s) {
 }
 
 void Endpoint::SetState(State s) {
-  NDWV_LOG(Debug, "roce cm %s -> %s (id %08x): %s -> %s", Describe(local_).c_str(),
-           Describe(peer_).c_str(), comm_id_, ToString(state_), ToString(s));
+  // State changes are when addresses, QPNs and the communication ID become known.
+  char id[16];
+  snprintf(id, sizeof id, "%08x", comm_id_);
+  identity_ = "roce cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) +
+              (peer_qpn_ ? " qp " + std::to_string(peer_qpn_) : std::string()) + " id " + id + "]";
+  NDWV_LOG(Debug, "%s: %s -> %s", identity_.c_str(), ToString(state_), ToString(s));
   state_ = s;
 }
 
@@ -172,6 +176,7 @@ void Endpoint::OnRequest(const CmEvent& event) {
   child->local_ = local_;
   child->comm_id_ = event.id;
   child->req_ = event.msg.req;
+  child->peer_qpn_ = event.msg.req.local_qpn;
   child->peer_port_ = event.peer;
   IpHeader ip;
   if (DecodeIpHeader({event.msg.req.private_data, kIpHeaderLen}, ip)) child->peer_ = ip.source;
@@ -202,6 +207,7 @@ void Endpoint::Adopt(Endpoint& child) {
   local_ = child.local_;
   comm_id_ = child.comm_id_;
   req_ = child.req_;
+  peer_qpn_ = child.peer_qpn_;
   peer_ = child.peer_;
   peer_port_ = child.peer_port_;
   peer_params_ = child.peer_params_;
@@ -276,6 +282,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   // A port of our own serves this connection alone: the CM exchange and the data all go to the
   // listener's port.
   if (exclusive_port_) port_->ConnectTo(to);
+  qpn_ = qp->qpn();
   qp_ = std::move(qp);
   connect_op_ = op;
   SetState(State::Connecting);
@@ -317,6 +324,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   local_params_ = params;
   if (qp->state() == QpState::Reset) qp->Modify(QpState::Init);
   qp->Modify(QpState::Rtr);
+  qpn_ = qp->qpn();
   qp_ = qp;
   rq_psn_ = RandomPsn();
   RcParams link = BaseLinkParams();
@@ -378,8 +386,8 @@ void Endpoint::OnFirstPacket() {
 void Endpoint::OnCmEvent(const CmEvent& event) {
   Finisher finish;
   std::lock_guard<std::mutex> lock(mutex_);
-  NDWV_LOG(Debug, "roce cm %s -> %s (id %08x): %s in %s", Describe(local_).c_str(),
-           Describe(peer_).c_str(), event.id, roce::ToString(event.kind), ToString(state_));
+  NDWV_LOG(Debug, "%s: %s (id %08x) in %s", identity_.c_str(), roce::ToString(event.kind), event.id,
+           ToString(state_));
   switch (event.kind) {
     case CmEventKind::ReqReceived:
       if (state_ == State::Listening) OnRequest(event);
@@ -387,6 +395,7 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
     case CmEventKind::RepReceived:
       if (state_ != State::Connecting) return;
       rep_ = event.msg.rep;
+      peer_qpn_ = rep_.local_qpn;
       peer_port_ = event.peer;  // the passive side's port: the CM and the data go there now
       peer_params_ = PeerParams(rep_.responder_resources, rep_.initiator_depth, rep_.private_data);
       SetState(State::Replied);
@@ -513,6 +522,7 @@ void Endpoint::PeerDisconnected(Finisher& finish) {
 int32_t Endpoint::Disconnect(DisconnectRequest* request) {
   Finisher finish;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (disconnect_called_) return WV_CONNECTION_INVALID;  // a connector disconnects once
   request->run = [](WorkItem* item) {
     // QP phase: the flush; the request completes after it.
     auto* r = static_cast<DisconnectRequest*>(item);
@@ -529,6 +539,7 @@ int32_t Endpoint::Disconnect(DisconnectRequest* request) {
       finish.AddList(notify_ops_, WV_CONNECTION_DISCONNECTED);
       if (port_->Cm([&](CmAgent& agent) { return agent.Disconnect(comm_id_); }) != WV_SUCCESS)
         FinishDisconnect(WV_SUCCESS);  // the agent has nothing to close (already closing)
+      disconnect_called_ = true;
       return WV_PENDING;
     case State::PeerDisconnected:
     case State::Disconnected:
@@ -536,6 +547,7 @@ int32_t Endpoint::Disconnect(DisconnectRequest* request) {
       SetState(State::Disconnected);
       request->cm_status = WV_SUCCESS;
       Engine::Get().Defer(request);
+      disconnect_called_ = true;
       return WV_PENDING;
     default:
       return WV_CONNECTION_INVALID;

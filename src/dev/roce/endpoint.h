@@ -16,6 +16,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "dev/endpoint.h"
 #include "dev/roce/cm.h"
@@ -78,6 +79,8 @@ class Endpoint final : public ConnectEndpoint,
   std::shared_ptr<Port> port_;
   bool exclusive_port_ = false;     // port_ serves this endpoint alone (bound by it, not shared)
   uint32_t comm_id_ = 0;
+  uint32_t qpn_ = 0, peer_qpn_ = 0;  // once known (Connect/Accept; the REQ or REP)
+  std::string identity_;             // "roce cm qp 5 [local -> peer qp 7 id ...]": log lines (SetState)
   uint32_t mtu_ = 1024;             // payload bytes per packet on this path
   uint32_t rq_psn_ = 0;             // the PSN we expect first
   ConnectParams local_params_, peer_params_;
@@ -90,6 +93,7 @@ class Endpoint final : public ConnectEndpoint,
   AsyncOp* accept_op_ = nullptr;
   AsyncOp* notify_ops_ = nullptr;
   DisconnectRequest* disconnect_ = nullptr;
+  bool disconnect_called_ = false;  // a second Disconnect is ND_CONNECTION_INVALID
 
   // Listening.
   int backlog_ = 0;

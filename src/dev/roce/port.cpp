@@ -93,6 +93,7 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
   std::shared_ptr<Port> port(new Port(fd, bound));
   static const bool hooked = std::atexit(&Port::CloseAllAtExit) == 0;
   (void)hooked;
+  SetLiveCounterSource(Transport::Roce, &Port::AddLiveCounters);
   Ports()[Describe(bound)] = port;
   Engine::Get().Watch(fd, EPOLLIN, port);
   NDWV_LOG(Debug, "roce port %s opened", Describe(bound).c_str());
@@ -117,6 +118,13 @@ Port::Port(int fd, const sockaddr_storage& local) : fd_(fd), local_(local) {
 }
 
 Port::~Port() {
+  {
+    // What this port counted stays in the adapter's totals.
+    CounterValues counts{};
+    AddCountersLocked(counts);  // nobody else holds the port any more
+    for (size_t i = 0; i < kCounters; ++i)
+      if (counts[i]) AdapterCounters(Transport::Roce).AddShared(Counter(i), counts[i]);
+  }
   {
     std::lock_guard<std::mutex> lock(g_ports_mutex);
     auto it = Ports().find(Describe(local_));
@@ -424,6 +432,46 @@ void Port::CloseAllAtExit() {
     std::lock_guard<std::mutex> lock(port->cm_mutex_);
     for (auto& [id, user] : port->users_) port->agent_->Destroy(id);
   }
+}
+
+void Port::AddLiveCounters(CounterValues& sum) {
+  std::vector<std::shared_ptr<Port>> ports;
+  {
+    std::lock_guard<std::mutex> lock(g_ports_mutex);
+    for (auto& [name, weak] : Ports())
+      if (auto port = weak.lock()) ports.push_back(std::move(port));
+  }
+  for (auto& port : ports) {
+    std::lock_guard<std::mutex> lock(port->cm_mutex_);
+    port->AddCountersLocked(sum);
+  }
+}
+
+static_assert(size_t(Counter::CmDrepSent) - size_t(Counter::CmReqSent) + 1 == CmCounters::kAttrs &&
+              size_t(Counter::CmDrepReceived) - size_t(Counter::CmReqReceived) + 1 == CmCounters::kAttrs,
+              "the CM message counters follow CmAttr order");
+
+void Port::AddCountersLocked(CounterValues& sum) const {
+  auto add = [&](Counter c, uint64_t n) { sum[size_t(c)] += n; };
+  add(Counter::PortDatagramsSent, counters_.sent.load(std::memory_order_relaxed));
+  add(Counter::PortDatagramsReceived, counters_.received.load(std::memory_order_relaxed));
+  add(Counter::PortSendFailed, counters_.send_failed.load(std::memory_order_relaxed));
+  add(Counter::DropsBadPacket, counters_.bad_packet.load(std::memory_order_relaxed));
+  add(Counter::DropsBadIcrc, counters_.bad_icrc.load(std::memory_order_relaxed));
+  add(Counter::DropsUnknownQp, counters_.unknown_qp.load(std::memory_order_relaxed));
+  add(Counter::DropsWrongSource, counters_.wrong_source.load(std::memory_order_relaxed));
+  add(Counter::DropsBadMad, counters_.bad_mad.load(std::memory_order_relaxed));
+  const CmCounters& cm = agent_->counters();
+  for (size_t i = 0; i < CmCounters::kAttrs; ++i) {
+    add(Counter(size_t(Counter::CmReqSent) + i), cm.sent[i]);
+    add(Counter(size_t(Counter::CmReqReceived) + i), cm.received[i]);
+  }
+  add(Counter::CmRetransmits, cm.retransmits);
+  add(Counter::CmDuplicateAnswers, cm.duplicate_answers);
+  add(Counter::CmReqTimeouts, cm.req_timeouts);
+  add(Counter::CmRepTimeouts, cm.rep_timeouts);
+  add(Counter::CmDreqTimeouts, cm.dreq_timeouts);
+  for (uint64_t dropped : cm.drops) add(Counter::CmDrops, dropped);
 }
 
 void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, SinkCache& cache) {

@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dev/counters.h"
 #include "dev/engine.h"
 #include "dev/roce/cm.h"
 #include "wire/ib.h"
@@ -133,6 +134,9 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // At process exit, every connection of every port is closed as Destroy does (a DREQ for an
   // established one), so that peers learn of it without waiting out their retries.
   static void CloseAllAtExit();
+  // Adapter counters: the live ports' (LiveCounterSource), and one port's under cm_mutex_.
+  static void AddLiveCounters(CounterValues& sum);
+  void AddCountersLocked(CounterValues& sum) const;
   void CollectEvents();  // under cm_mutex_: queues the agent's events, schedules their delivery
   void DeliverEvents(std::unique_lock<std::mutex>& lock);
   void RearmCmTimer();

@@ -112,6 +112,7 @@ RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const 
       acked_psn_(PsnAdd(params.sq_psn, kPsnMask)),  // sq_psn - 1
       retries_left_(params.retry_count),
       rnr_left_(params.rnr_retry),
+      sent_end_psn_(next_psn_),
       epsn_(params.rq_psn & kPsnMask) {
   timer_.fire = &RcLink::OnTimer;
   timer_.owner = this;
@@ -120,6 +121,7 @@ RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const 
 RcLink::~RcLink() { Shutdown(); }
 
 void RcLink::Start() {
+  counters_.Register(Transport::Roce, qpn_, params_.dest_qpn, port_->local(), params_.peer);
   port_->AddSink(qpn_, weak_from_this(), params_.peer);
   qp_->Attach(shared_from_this());
   if (params_.keepalive_ms) {
@@ -127,9 +129,8 @@ void RcLink::Start() {
     last_rx_ = CoarseNow();
     EnsureTimer(last_rx_ + std::chrono::milliseconds(params_.keepalive_ms));
   }
-  NDWV_LOG(Debug, "qp %u: RC link to %s qp %u, mtu %u, sq psn %u, rq psn %u, ird %u, ord %u", qpn_,
-           Describe(params_.peer).c_str(), params_.dest_qpn, params_.mtu, params_.sq_psn,
-           params_.rq_psn, params_.ird, params_.ord);
+  NDWV_LOG(Debug, "%s: RC link up, mtu %u, sq psn %u, rq psn %u, ird %u, ord %u", counters_.identity(),
+           params_.mtu, params_.sq_psn, params_.rq_psn, params_.ird, params_.ord);
 }
 
 void RcLink::Fail() {
@@ -145,6 +146,7 @@ void RcLink::Shutdown() {
     if (have_recv_) {  // a message was arriving into it: flushed with the rest
       qp_->CompleteReceive(recv_, 0, WcStatus::Flushed, false);
       have_recv_ = false;
+      counters_.AddShared(Counter::FlushedRequests);
     }
     qp_.reset();
     if (timer_armed_ && Engine::Get().Disarm(&timer_)) {
@@ -186,7 +188,7 @@ void RcLink::PeerGone() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (shut_) return;
-    NDWV_LOG(Info, "qp %u: the peer's port %s is closed", qpn_, Describe(params_.peer).c_str());
+    NDWV_LOG(Info, "%s: the peer's port is closed", counters_.identity());
     if (!flights_.empty()) {
       FailFront(WcStatus::TimeoutRetry);
     } else {
@@ -236,8 +238,10 @@ bool RcLink::Transmit(const Headers& h, const uint8_t* inline_data, const Sge* s
   }
   size_t pad = (4 - length % 4) % 4;  // the BTH carries the pad count already
   memset(datagram + header + length, 0, pad);
-  NDWV_LOG(Trace, "qp %u: send %s psn %u len %u%s", qpn_, ToString(h.bth.opcode), h.bth.psn, length,
-           h.bth.ack_req ? " ackreq" : "");
+  NDWV_LOG(Trace, "%s: send %s psn %u len %u%s", counters_.identity(), ToString(h.bth.opcode), h.bth.psn,
+           length, h.bth.ack_req ? " ackreq" : "");
+  counters_.Add(Counter::TxPackets);
+  counters_.Add(Counter::TxBytes, length);
   t_tx.length[slot] = header + length + pad + kIcrcLen;
   t_tx.used += t_tx.length[slot];
   t_tx.request[slot] = request;
@@ -328,6 +332,8 @@ bool RcLink::SendRequests() {
       if (reads_outstanding_ >= params_.ord) break;  // beyond ORD a Read waits; it does not fail
       reads_outstanding_++;
     }
+    counters_.Add(wqe.opcode == WrOpcode::Send ? Counter::TxSends
+                  : wqe.opcode == WrOpcode::Write ? Counter::TxWrites : Counter::TxReads);
     Flight flight{next_position_++, wqe.opcode, next_psn_, PacketsFor(wqe.length, params_.mtu), 0, 0, 0};
     next_psn_ = PsnAdd(next_psn_, flight.packets);
     if (flights_.empty()) retransmit_at_ = CoarseNow() + std::chrono::milliseconds(params_.ack_timeout_ms);
@@ -345,6 +351,7 @@ bool RcLink::SendRequestPacket(Flight& flight) {
     h.bth.ack_req = true;
     h.bth.psn = flight.first_psn;
     if (!Transmit(h, nullptr, nullptr, 0, 0, 0, true)) return false;
+    CountRequestPacket(h.bth.psn, PsnAdd(h.bth.psn, 1));
     flight.sent = 1;
     return true;
   }
@@ -365,6 +372,7 @@ bool RcLink::SendRequestPacket(Flight& flight) {
     h.bth.ack_req = true;
     h.reth = {wqe.remote_addr + done, wqe.rkey, uint32_t(length)};
     if (!Transmit(h, nullptr, nullptr, 0, 0, 0, true)) return false;
+    CountRequestPacket(h.bth.psn, PsnAdd(flight.first_psn, end));
     flight.asked_to = end;
     flight.sent = end;
     return true;
@@ -388,6 +396,7 @@ bool RcLink::SendRequestPacket(Flight& flight) {
   bool is_inline = wqe.flags & kInline;
   if (!Transmit(h, is_inline ? wqe.inline_data : nullptr, wqe.sge, wqe.num_sge, offset, length, true))
     return false;
+  CountRequestPacket(h.bth.psn, PsnAdd(h.bth.psn, 1));
   flight.sent++;
   return true;
 }
@@ -420,6 +429,11 @@ bool RcLink::SendResponsePacket(Response& r) {
   return true;
 }
 
+void RcLink::CountRequestPacket(uint32_t psn, uint32_t end_psn) {
+  if (PsnDiff(psn, sent_end_psn_) < 0) counters_.Add(Counter::Retransmits);  // below the high-water mark
+  if (PsnDiff(end_psn, sent_end_psn_) > 0) sent_end_psn_ = end_psn;
+}
+
 // ------------------------------------------------------------------------------- receive
 
 void RcLink::OnPacket(const Packet& packet) {
@@ -432,8 +446,9 @@ void RcLink::OnPacket(const Packet& packet) {
     QpState state = qp_->state();
     if (state != QpState::Rtr && state != QpState::Rts && state != QpState::Sqd) return;
     Opcode op = packet.headers.bth.opcode;
-    NDWV_LOG(Trace, "qp %u: recv %s psn %u len %zu (epsn %u)", qpn_, ToString(op),
+    NDWV_LOG(Trace, "%s: recv %s psn %u len %zu (epsn %u)", counters_.identity(), ToString(op),
              packet.headers.bth.psn, packet.payload.size(), epsn_);
+    counters_.Add(Counter::RxPackets);
     if (op == Opcode::Acknowledge) OnAck(packet);
     else if (IsReadResponse(op)) OnReadResponse(packet);
     else OnRequest(packet);
@@ -501,7 +516,10 @@ void RcLink::Rewind(uint32_t psn) {
 void RcLink::FailFront(WcStatus status) {
   if (flights_.empty()) return;
   uint64_t position = flights_.front().position;
-  NDWV_LOG(Info, "qp %u: request at psn %u failed (status %d)", qpn_, flights_.front().first_psn, int(status));
+  NDWV_LOG(Info, "%s: request at psn %u failed (status %d)", counters_.identity(), flights_.front().first_psn,
+           int(status));
+  if (status == WcStatus::TimeoutRetry) counters_.Add(Counter::RetryExceeded);
+  if (status == WcStatus::RnrRetry) counters_.Add(Counter::RnrRetryExceeded);
   // The QP moves to Error, which shuts this link down.
   if (position == kKeepalive) qp_->DeferError();
   else qp_->FinishSend(position, status);
@@ -527,6 +545,11 @@ void RcLink::OnAck(const Packet& packet) {
     case AethKind::Nak: {
       // Everything before the NAKed PSN arrived.
       if (PsnDiff(psn, newest) > 0 || PsnDiff(psn, PsnAdd(acked_psn_, 1)) < 0) return;
+      counters_.Add(aeth.kind() == AethKind::RnrNak ? Counter::NaksReceivedRnr
+                    : NakCode(aeth.value()) == NakCode::PsnSequenceError ? Counter::NaksReceivedSequence
+                    : NakCode(aeth.value()) == NakCode::RemoteAccessError ? Counter::NaksReceivedAccess
+                    : NakCode(aeth.value()) == NakCode::RemoteOperationalError ? Counter::NaksReceivedRemoteOp
+                                                                              : Counter::NaksReceivedInvalid);
       if (PsnDiff(PsnAdd(psn, kPsnMask), acked_psn_) > 0) {
         acked_psn_ = PsnAdd(psn, kPsnMask);
         Progress();
@@ -581,12 +604,13 @@ void RcLink::OnReadResponse(const Packet& packet) {
     // Placed by its PSN; the opcode need only be a response's (one sent before a request was
     // repeated may arrive after it, and carries the same bytes).
     if (packet.payload.size() != want) {
-      NDWV_LOG(Info, "qp %u: %s psn %u carries %zu bytes for a Read expecting %llu", qpn_,
+      NDWV_LOG(Info, "%s: %s psn %u carries %zu bytes for a Read expecting %llu", counters_.identity(),
                ToString(packet.headers.bth.opcode), psn, packet.payload.size(), (unsigned long long)want);
       return FailFront(WcStatus::BadResponse);
     }
     if (want && !ScatterChecked(qp_->pd(), wqe.sge, wqe.num_sge, offset, packet.payload.data(), want))
       return FailFront(WcStatus::LocalProtection);
+    counters_.Add(Counter::RxBytes, want);
     f.received++;
     if (PsnDiff(psn, acked_psn_) > 0) acked_psn_ = psn;
     Progress();
@@ -598,7 +622,11 @@ void RcLink::OnReadResponse(const Packet& packet) {
 // ---- responder side
 
 void RcLink::Nak(NakCode code, uint32_t psn, bool fatal) {
-  NDWV_LOG(Info, "qp %u: NAK %d for psn %u%s", qpn_, int(code), psn, fatal ? ", QP fails" : "");
+  NDWV_LOG(Info, "%s: NAK %d for psn %u%s", counters_.identity(), int(code), psn, fatal ? ", QP fails" : "");
+  counters_.Add(code == NakCode::PsnSequenceError ? Counter::NaksSentSequence
+                : code == NakCode::RemoteAccessError ? Counter::NaksSentAccess
+                : code == NakCode::RemoteOperationalError ? Counter::NaksSentRemoteOp
+                                                          : Counter::NaksSentInvalid);
   SendAck(MakeSyndrome(AethKind::Nak, uint8_t(code)), psn);
   if (!fatal) return;
   if (have_recv_) {
@@ -614,13 +642,16 @@ void RcLink::OnRequest(const Packet& packet) {
   const Bth& bth = packet.headers.bth;
   int32_t distance = PsnDiff(bth.psn, epsn_);
   if (distance > 0) {  // a gap: NAK once, drop until the expected PSN comes
+    counters_.Add(Counter::RxOutOfSequence);
     if (!nak_sent_) {
       nak_sent_ = true;
+      counters_.Add(Counter::NaksSentSequence);
       SendAck(MakeSyndrome(AethKind::Nak, uint8_t(NakCode::PsnSequenceError)), epsn_);
     }
     return;
   }
   if (distance < 0) {  // a duplicate: acknowledged again, never executed twice (a Read is answered again)
+    counters_.Add(Counter::RxDuplicates);
     if (bth.opcode == Opcode::ReadRequest) {
       ExecuteRead(packet, true);
     } else if (bth.ack_req) {
@@ -660,6 +691,7 @@ bool RcLink::ExecuteSend(const Packet& packet) {
   if (info.first) {
     if (!qp_->TakeReceive(&recv_)) {
       SendAck(MakeSyndrome(AethKind::RnrNak, params_.rnr_timer), bth.psn);
+      counters_.Add(Counter::NaksSentRnr);
       return false;
     }
     have_recv_ = true;
@@ -675,9 +707,11 @@ bool RcLink::ExecuteSend(const Packet& packet) {
     return false;
   }
   recv_offset_ += uint32_t(n);
+  counters_.Add(Counter::RxBytes, n);
   if (info.last) {
     have_recv_ = false;
     msn_++;
+    counters_.Add(Counter::RxSends);
     qp_->CompleteReceive(recv_, recv_offset_, WcStatus::Success, bth.solicited);
   }
   return true;
@@ -726,9 +760,11 @@ bool RcLink::ExecuteWrite(const Packet& packet) {
     std::atomic_ref<uint8_t>(dest[n - 1]).store(packet.payload[n - 1], std::memory_order_release);
   }
   write_offset_ += uint32_t(n);
+  counters_.Add(Counter::RxBytes, n);
   if (info.last) {
     in_write_ = false;
     msn_++;
+    counters_.Add(Counter::RxWrites);
   }
   return true;
 }
@@ -757,6 +793,7 @@ bool RcLink::ExecuteRead(const Packet& packet, bool duplicate) {
   if (!duplicate) {
     epsn_ = PsnAdd(epsn_, packets);
     msn_++;
+    counters_.Add(Counter::RxReads);
   }
   return true;
 }
@@ -795,10 +832,11 @@ void RcLink::HandleTimer() {
   }
   if (!rnr_waiting_ && !flights_.empty() && now >= retransmit_at_ && !stalled_ && !failed_) {
     if (retries_left_-- == 0) {
-      NDWV_LOG(Info, "qp %u: no acknowledgement after %u retries", qpn_, unsigned(params_.retry_count));
+      NDWV_LOG(Info, "%s: no acknowledgement after %u retries", counters_.identity(), unsigned(params_.retry_count));
       return FailFront(WcStatus::TimeoutRetry);
     }
-    NDWV_LOG(Debug, "qp %u: ACK timeout, retransmitting from psn %u", qpn_, ResumePsn(flights_.front()));
+    NDWV_LOG(Debug, "%s: ACK timeout, retransmitting from psn %u", counters_.identity(), ResumePsn(flights_.front()));
+    counters_.Add(Counter::AckTimeouts);
     retransmit_at_ = now + std::chrono::milliseconds(params_.ack_timeout_ms);
     rewound_for_ = UINT32_MAX;
     Rewind(ResumePsn(flights_.front()));
@@ -810,6 +848,7 @@ void RcLink::HandleTimer() {
     auto due = last_rx_ + std::chrono::milliseconds(params_.keepalive_ms);
     if (now >= due) {
       flights_.push_back({kKeepalive, WrOpcode::Write, next_psn_, 1, 0, 0, 0});
+      counters_.Add(Counter::KeepalivesSent);
       next_psn_ = PsnAdd(next_psn_, 1);
       retransmit_at_ = now + std::chrono::milliseconds(params_.ack_timeout_ms);
       Pump();

@@ -116,6 +116,9 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   bool SendRequestPacket(Flight& flight);
   bool SendResponsePacket(Response& response);
   bool SendAck(uint8_t syndrome, uint32_t psn);
+  // Counts a request packet [psn, end_psn) that went out: a retransmission if below the PSNs
+  // already sent.
+  void CountRequestPacket(uint32_t psn, uint32_t end_psn);
   // Queues one datagram; false if the socket is full. `request`: a request packet (resent from
   // its PSN if the socket does not take it).
   bool Transmit(const wire::ib::Headers& h, const uint8_t* inline_data, const Sge* sge,
@@ -161,6 +164,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   bool rnr_waiting_ = false;
   Clock::time_point retransmit_at_{}, rnr_until_{};
   uint32_t rewound_for_ = UINT32_MAX;  // the PSN a skipped Read response already rewound to
+  uint32_t sent_end_psn_;        // one past the highest request PSN ever sent (retransmit count)
 
   // responder
   uint32_t epsn_;                // next PSN expected

@@ -1,0 +1,335 @@
+#include "dev/counters.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "base/log.h"
+#include "base/settings.h"
+#include "dev/address.h"
+#include "dev/engine.h"
+
+namespace ndwv::dev {
+
+namespace {
+
+enum Scope : uint8_t {
+  kIwarp = 1, kRoce = 2, kBoth = 3,
+  kConnection = 4,  // a connection's row has it too (else only the adapter's)
+};
+
+struct CounterInfo {
+  const char* name;
+  uint8_t scope;
+};
+
+constexpr CounterInfo kInfo[kCounters] = {
+    {"tx_packets", kBoth | kConnection},
+    {"tx_bytes", kBoth | kConnection},
+    {"rx_packets", kBoth | kConnection},
+    {"rx_bytes", kBoth | kConnection},
+    {"tx_sends", kBoth | kConnection},
+    {"tx_writes", kBoth | kConnection},
+    {"tx_reads", kBoth | kConnection},
+    {"rx_sends", kBoth | kConnection},
+    {"rx_writes", kBoth | kConnection},
+    {"rx_reads", kBoth | kConnection},
+    {"flushes", kBoth | kConnection},
+    {"flushed_requests", kBoth | kConnection},
+    {"retransmits", kRoce | kConnection},
+    {"ack_timeouts", kRoce | kConnection},
+    {"keepalives_sent", kRoce | kConnection},
+    {"rx_duplicates", kRoce | kConnection},
+    {"rx_out_of_sequence", kRoce | kConnection},
+    {"naks_sent_sequence", kRoce | kConnection},
+    {"naks_sent_rnr", kRoce | kConnection},
+    {"naks_sent_access", kRoce | kConnection},
+    {"naks_sent_invalid_request", kRoce | kConnection},
+    {"naks_sent_remote_op", kRoce | kConnection},
+    {"naks_received_sequence", kRoce | kConnection},
+    {"naks_received_rnr", kRoce | kConnection},
+    {"naks_received_access", kRoce | kConnection},
+    {"naks_received_invalid_request", kRoce | kConnection},
+    {"naks_received_remote_op", kRoce | kConnection},
+    {"retry_exceeded", kRoce | kConnection},
+    {"rnr_retry_exceeded", kRoce | kConnection},
+    {"tx_confirm_reads", kIwarp | kConnection},
+    {"rx_confirm_reads", kIwarp | kConnection},
+    {"terminates_sent_rdmap", kIwarp | kConnection},
+    {"terminates_sent_ddp", kIwarp | kConnection},
+    {"terminates_sent_llp", kIwarp | kConnection},
+    {"terminates_received_rdmap", kIwarp | kConnection},
+    {"terminates_received_ddp", kIwarp | kConnection},
+    {"terminates_received_llp", kIwarp | kConnection},
+    {"drops_bad_crc", kIwarp | kConnection},
+    {"drops_bad_ddp", kIwarp | kConnection},
+    {"mpa_requests_sent", kIwarp},
+    {"mpa_requests_received", kIwarp},
+    {"mpa_replies_sent", kIwarp},
+    {"mpa_replies_received", kIwarp},
+    {"mpa_rejects_sent", kIwarp},
+    {"mpa_rejects_received", kIwarp},
+    {"drops_bad_mpa", kIwarp},
+    {"port_datagrams_sent", kRoce},
+    {"port_datagrams_received", kRoce},
+    {"port_send_failed", kRoce},
+    {"drops_bad_packet", kRoce},
+    {"drops_bad_icrc", kRoce},
+    {"drops_unknown_qp", kRoce},
+    {"drops_wrong_source", kRoce},
+    {"drops_bad_mad", kRoce},
+    {"cm_req_sent", kRoce},
+    {"cm_mra_sent", kRoce},
+    {"cm_rej_sent", kRoce},
+    {"cm_rep_sent", kRoce},
+    {"cm_rtu_sent", kRoce},
+    {"cm_dreq_sent", kRoce},
+    {"cm_drep_sent", kRoce},
+    {"cm_req_received", kRoce},
+    {"cm_mra_received", kRoce},
+    {"cm_rej_received", kRoce},
+    {"cm_rep_received", kRoce},
+    {"cm_rtu_received", kRoce},
+    {"cm_dreq_received", kRoce},
+    {"cm_drep_received", kRoce},
+    {"cm_retransmits", kRoce},
+    {"cm_duplicate_answers", kRoce},
+    {"cm_req_timeouts", kRoce},
+    {"cm_rep_timeouts", kRoce},
+    {"cm_dreq_timeouts", kRoce},
+    {"cm_drops", kRoce},
+};
+
+const char* TransportName(Transport t) { return t == Transport::Roce ? "RoCEv2" : "iWARP"; }
+
+}  // namespace
+
+const char* CounterName(Counter c) { return size_t(c) < kCounters ? kInfo[size_t(c)].name : "?"; }
+bool CounterApplies(Counter c, Transport t) {
+  return size_t(c) < kCounters && (kInfo[size_t(c)].scope & (t == Transport::Roce ? kRoce : kIwarp));
+}
+bool CounterPerConnection(Counter c) { return size_t(c) < kCounters && (kInfo[size_t(c)].scope & kConnection); }
+
+// One per transport; never destroyed, so that connections (and the exit report) outlive static
+// teardown safely. Its mutex is a leaf: nothing else is locked while it is held.
+struct CounterRegistry {
+  std::mutex mutex;
+  std::vector<ConnectionCounters*> live;
+  CounterBlock totals;  // ended connections, and objects that count here directly
+  std::atomic<LiveCounterSource> source{nullptr};
+
+  static CounterRegistry& For(Transport t) {
+    static CounterRegistry* const registries = new CounterRegistry[2];
+    return registries[t == Transport::Roce ? 1 : 0];
+  }
+};
+
+ConnectionCounters::~ConnectionCounters() {
+  if (!registered_) return;
+  CounterRegistry& registry = CounterRegistry::For(transport_);
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  std::erase(registry.live, this);
+  for (size_t i = 0; i < kCounters; ++i) registry.totals.AddShared(Counter(i), Get(Counter(i)));
+}
+
+void ConnectionCounters::Register(Transport transport, uint32_t qpn, uint32_t peer_qpn,
+                                  const sockaddr_storage& local, const sockaddr_storage& peer) {
+  if (registered_) return;
+  transport_ = transport;
+  qpn_ = qpn;
+  peer_qpn_ = peer_qpn;
+  local_ = local;
+  peer_ = peer;
+  identity_ = std::string(transport == Transport::Roce ? "roce" : "iwarp") + " qp " + std::to_string(qpn) +
+              " [" + Describe(local) + " -> " + Describe(peer) +
+              (peer_qpn ? " qp " + std::to_string(peer_qpn) : std::string()) + "]";
+  CounterRegistry& registry = CounterRegistry::For(transport);
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  registry.live.push_back(this);
+  registered_ = true;
+}
+
+CounterBlock& AdapterCounters(Transport transport) { return CounterRegistry::For(transport).totals; }
+
+void SetLiveCounterSource(Transport transport, LiveCounterSource source) {
+  CounterRegistry::For(transport).source.store(source);
+}
+
+std::vector<CounterRow> CollectCounters(const std::vector<Transport>& transports) {
+  std::vector<CounterRow> adapters, connections;
+  for (Transport t : transports) {
+    CounterRow totals{t, true, 0, 0, {}, {}, {}};
+    CounterRegistry& registry = CounterRegistry::For(t);
+    {
+      std::lock_guard<std::mutex> lock(registry.mutex);
+      registry.totals.AddTo(totals.values);
+      for (const ConnectionCounters* c : registry.live) {
+        CounterRow row{t, false, c->qpn(), c->peer_qpn(), c->local(), c->peer(), {}};
+        c->AddTo(row.values);
+        for (size_t i = 0; i < kCounters; ++i) totals.values[i] += row.values[i];
+        connections.push_back(row);
+      }
+    }
+    // After the totals: an object that ends meanwhile adds itself to totals already read, so it
+    // is never counted twice (at worst missed by this one reading).
+    if (LiveCounterSource source = registry.source.load()) source(totals.values);
+    adapters.push_back(totals);
+  }
+  adapters.insert(adapters.end(), connections.begin(), connections.end());
+  return adapters;
+}
+
+namespace {
+
+// "  name=value name=value ...", wrapped: never a line of bare numbers (bench/run.sh reads the
+// tools' tables as rows of numbers).
+void WriteValues(FILE* out, const CounterRow& row) {
+  int column = 0;
+  for (size_t i = 0; i < kCounters; ++i) {
+    Counter c = Counter(i);
+    if (!CounterApplies(c, row.transport) || (!row.adapter && !CounterPerConnection(c))) continue;
+    char item[96];
+    int n = snprintf(item, sizeof item, " %s=%llu", CounterName(c), (unsigned long long)row.values[i]);
+    if (column == 0) {
+      fputc(' ', out);
+      column = 1;
+    } else if (column + n > 100) {
+      fputs("\n ", out);
+      column = 1;
+    }
+    fputs(item, out);
+    column += n;
+  }
+  if (column) fputc('\n', out);
+}
+
+void WriteJsonValues(FILE* out, const CounterRow& row) {
+  fputs("{", out);
+  bool first = true;
+  for (size_t i = 0; i < kCounters; ++i) {
+    Counter c = Counter(i);
+    if (!CounterApplies(c, row.transport) || (!row.adapter && !CounterPerConnection(c))) continue;
+    fprintf(out, "%s\"%s\": %llu", first ? "" : ", ", CounterName(c), (unsigned long long)row.values[i]);
+    first = false;
+  }
+  fputs("}", out);
+}
+
+}  // namespace
+
+bool WriteCounters(FILE* out, const char* format, const std::vector<Transport>& transports) {
+  std::string f = format ? format : "text";
+  if (f != "text" && f != "adapters" && f != "json") return false;
+  std::vector<CounterRow> rows = CollectCounters(transports);
+  if (f == "json") {
+    fputs("{\"adapters\": [", out);
+    bool first = true;
+    for (const CounterRow& row : rows) {
+      if (!row.adapter) continue;
+      fprintf(out, "%s\n  {\"transport\": \"%s\", \"counters\": ", first ? "" : ",", TransportName(row.transport));
+      WriteJsonValues(out, row);
+      fputs("}", out);
+      first = false;
+    }
+    fputs("],\n \"connections\": [", out);
+    first = true;
+    for (const CounterRow& row : rows) {
+      if (row.adapter) continue;
+      fprintf(out, "%s\n  {\"transport\": \"%s\", \"qpn\": %u, \"peer_qpn\": %u, \"local\": \"%s\", \"peer\": \"%s\", \"counters\": ",
+              first ? "" : ",", TransportName(row.transport), row.qpn, row.peer_qpn, Describe(row.local).c_str(),
+              Describe(row.peer).c_str());
+      WriteJsonValues(out, row);
+      fputs("}", out);
+      first = false;
+    }
+    fputs("]}\n", out);
+  } else {
+    for (const CounterRow& row : rows) {
+      if (f == "adapters" &&
+          (!row.adapter || std::all_of(row.values.begin(), row.values.end(), [](uint64_t v) { return v == 0; })))
+        continue;  // a short report: the adapters that saw traffic
+      if (row.adapter)
+        fprintf(out, "ndwv counters: %s adapter\n", TransportName(row.transport));
+      else
+        fprintf(out, "ndwv counters: %s qp %u [%s -> %s%s%s]\n", TransportName(row.transport), row.qpn,
+                Describe(row.local).c_str(), Describe(row.peer).c_str(), row.peer_qpn ? " qp " : "",
+                row.peer_qpn ? std::to_string(row.peer_qpn).c_str() : "");
+      WriteValues(out, row);
+    }
+  }
+  fflush(out);
+  return true;
+}
+
+// ------------------------------------------------------------------------------------ reports
+
+namespace {
+
+std::vector<Transport>* g_report_transports = nullptr;  // set once, before any report
+int g_signal_pipe[2] = {-1, -1};
+
+void WriteReport() {
+  std::string path = base::Config().counters_file;
+  for (size_t at; (at = path.find("%p")) != std::string::npos;) path.replace(at, 2, std::to_string(getpid()));
+  FILE* out = path.empty() ? stderr : fopen(path.c_str(), "a");
+  if (!out) {
+    NDWV_LOG(Error, "NDWV_COUNTERS_FILE %s: %s", path.c_str(), strerror(errno));
+    return;
+  }
+  WriteCounters(out, "text", *g_report_transports);
+  if (out != stderr) fclose(out);
+}
+
+// SIGUSR2: only a byte into a pipe (async-signal-safe); the engine writes the report.
+void OnReportSignal(int) {
+  int saved = errno;
+  char byte = 1;
+  (void)!write(g_signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+struct ReportOnSignal final : IoHandler {
+  void OnIo(uint32_t) override {
+    char drain[64];
+    bool asked = false;
+    while (read(g_signal_pipe[0], drain, sizeof drain) > 0) asked = true;
+    if (asked) WriteReport();
+  }
+};
+
+}  // namespace
+
+void StartCounterReports(const std::vector<Transport>& transports) {
+  const base::Settings& settings = base::Config();
+  if (settings.counters == base::Settings::Counters::Off) return;
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    g_report_transports = new std::vector<Transport>(transports);
+    for (Transport t : transports) CounterRegistry::For(t);  // exist before the exit handler
+    if (settings.counters == base::Settings::Counters::Exit) {
+      std::atexit(&WriteReport);
+      return;
+    }
+    if (pipe2(g_signal_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+      NDWV_LOG(Error, "NDWV_COUNTERS=signal: no pipe (%s)", strerror(errno));
+      return;
+    }
+    static auto* const handler = new std::shared_ptr<ReportOnSignal>(std::make_shared<ReportOnSignal>());
+    Engine::Get().Watch(g_signal_pipe[0], EPOLLIN, *handler);
+    struct sigaction action {};
+    action.sa_handler = &OnReportSignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGUSR2, &action, nullptr);
+  });
+}
+
+}  // namespace ndwv::dev

@@ -1,0 +1,140 @@
+// Counters of the device: per connection (one block owned by each QP's link) and per adapter (one
+// registry per transport). Every counter has a stable name (docs/counters.md); the public API is
+// ndwv_counters_* (include/ndwv/ndwv.h, src/wv/counters.cpp).
+//
+// Cost on the data path: one add. A block's counters are atomics read with relaxed loads, so a
+// reader on any thread never needs the owner's lock; a writer that already holds its object's lock
+// (the link's) increments with Add, a plain load and store, and writers with no common lock use
+// AddShared (an atomic add). Counting never takes a lock.
+//
+// A live connection's block is listed in its transport's registry (a row of its own) and summed
+// into the adapter totals when they are read; when the connection ends, its counts are added to
+// the totals once. Objects without a row (RoCE ports and their CM agent, iWARP connection setup)
+// count into the totals directly, or report through a live source when the totals are read.
+#pragma once
+#include <sys/socket.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace ndwv::dev {
+
+enum class Transport { Iwarp, Roce };
+
+// Every counter; the order is the order they are printed in. Names: CounterName.
+enum class Counter : uint16_t {
+  // Data path, both transports, per connection.
+  TxPackets, TxBytes, RxPackets, RxBytes,
+  TxSends, TxWrites, TxReads, RxSends, RxWrites, RxReads,
+  Flushes, FlushedRequests,
+  // RoCE RC transport, per connection.
+  Retransmits, AckTimeouts, KeepalivesSent, RxDuplicates, RxOutOfSequence,
+  NaksSentSequence, NaksSentRnr, NaksSentAccess, NaksSentInvalid, NaksSentRemoteOp,
+  NaksReceivedSequence, NaksReceivedRnr, NaksReceivedAccess, NaksReceivedInvalid, NaksReceivedRemoteOp,
+  RetryExceeded, RnrRetryExceeded,
+  // iWARP stream, per connection.
+  TxConfirmReads, RxConfirmReads,
+  TerminatesSentRdmap, TerminatesSentDdp, TerminatesSentLlp,
+  TerminatesReceivedRdmap, TerminatesReceivedDdp, TerminatesReceivedLlp,
+  DropsBadCrc, DropsBadDdp,
+  // iWARP connection setup, per adapter.
+  MpaRequestsSent, MpaRequestsReceived, MpaRepliesSent, MpaRepliesReceived,
+  MpaRejectsSent, MpaRejectsReceived, DropsBadMpa,
+  // RoCE ports (UDP sockets), per adapter.
+  PortDatagramsSent, PortDatagramsReceived, PortSendFailed,
+  DropsBadPacket, DropsBadIcrc, DropsUnknownQp, DropsWrongSource, DropsBadMad,
+  // RoCE IB CM, per adapter; the message counters in CmAttr order (REQ .. DREP).
+  CmReqSent, CmMraSent, CmRejSent, CmRepSent, CmRtuSent, CmDreqSent, CmDrepSent,
+  CmReqReceived, CmMraReceived, CmRejReceived, CmRepReceived, CmRtuReceived, CmDreqReceived,
+  CmDrepReceived,
+  CmRetransmits, CmDuplicateAnswers, CmReqTimeouts, CmRepTimeouts, CmDreqTimeouts, CmDrops,
+  Count
+};
+inline constexpr size_t kCounters = size_t(Counter::Count);
+
+const char* CounterName(Counter c);
+// Whether `c` applies to `transport`, and whether a connection (not only the adapter) has it.
+bool CounterApplies(Counter c, Transport transport);
+bool CounterPerConnection(Counter c);
+
+using CounterValues = std::array<uint64_t, kCounters>;
+
+class CounterBlock {
+ public:
+  // The owner's lock serializes every writer of `c`: a plain add, no locked instruction.
+  void Add(Counter c, uint64_t n = 1) {
+    std::atomic<uint64_t>& v = values_[size_t(c)];
+    v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  // Writers of `c` share no lock.
+  void AddShared(Counter c, uint64_t n = 1) { values_[size_t(c)].fetch_add(n, std::memory_order_relaxed); }
+  uint64_t Get(Counter c) const { return values_[size_t(c)].load(std::memory_order_relaxed); }
+  void AddTo(CounterValues& sum) const {
+    for (size_t i = 0; i < kCounters; ++i) sum[i] += values_[i].load(std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<uint64_t> values_[kCounters] = {};
+};
+
+// The counters of one connection (one QP's link), with the connection's identity: listed in its
+// transport's registry from Register until destruction, which adds its counts to the totals.
+class ConnectionCounters : public CounterBlock {
+ public:
+  ConnectionCounters() = default;
+  ConnectionCounters(const ConnectionCounters&) = delete;
+  ConnectionCounters& operator=(const ConnectionCounters&) = delete;
+  ~ConnectionCounters();
+
+  // Once, when the connection is set up (before its first packet). `peer_qpn`: 0 if unknown
+  // (iWARP puts no QPN on the wire).
+  void Register(Transport transport, uint32_t qpn, uint32_t peer_qpn, const sockaddr_storage& local,
+                const sockaddr_storage& peer);
+  // "roce qp 5 [127.0.0.1:49152 -> 127.0.0.1:4791 qp 7]": made once by Register, for log lines.
+  const char* identity() const { return identity_.c_str(); }
+  uint32_t qpn() const { return qpn_; }
+  uint32_t peer_qpn() const { return peer_qpn_; }
+  const sockaddr_storage& local() const { return local_; }
+  const sockaddr_storage& peer() const { return peer_; }
+
+ private:
+  friend struct CounterRegistry;
+  bool registered_ = false;
+  Transport transport_ = Transport::Iwarp;
+  uint32_t qpn_ = 0, peer_qpn_ = 0;
+  sockaddr_storage local_{}, peer_{};
+  std::string identity_;
+};
+
+// The adapter totals of `transport`, for objects that have no row: counted directly (AddShared).
+CounterBlock& AdapterCounters(Transport transport);
+
+// Adds the counts of a transport's live objects that have no row (RoCE ports) to `sum`; called
+// without any registry lock held, so it may take its objects' locks.
+using LiveCounterSource = void (*)(CounterValues& sum);
+void SetLiveCounterSource(Transport transport, LiveCounterSource source);
+
+struct CounterRow {
+  Transport transport;
+  bool adapter;  // the adapter's totals (no connection fields)
+  uint32_t qpn, peer_qpn;
+  sockaddr_storage local, peer;
+  CounterValues values;
+};
+
+// One totals row per transport in `transports`, then one row per live connection.
+std::vector<CounterRow> CollectCounters(const std::vector<Transport>& transports);
+
+// The report of NDWV_COUNTERS: `format` "text" (every row), "adapters" (totals only) or "json".
+// False for an unknown format.
+bool WriteCounters(FILE* out, const char* format, const std::vector<Transport>& transports);
+
+// NDWV_COUNTERS=exit|signal: arranges for the report at exit or on SIGUSR2 (once per process).
+void StartCounterReports(const std::vector<Transport>& transports);
+
+}  // namespace ndwv::dev
