@@ -34,6 +34,11 @@ const std::vector<SettingInfo>& SettingTable() {
      "Connection setup (TCP connect and MPA exchange) time limit, in milliseconds."},
     {"NDWV_DISCONNECT_TIMEOUT_MS", SettingType::Integer, "5000", 10, 600000, nullptr,
      "How long Disconnect waits for the peer's close before it flushes anyway (ND_TIMEOUT)."},
+    {"NDWV_IWARP_TIMEOUT_MS", SettingType::Integer, "5000", 0, 600000, nullptr,
+     "iWARP: data unacknowledged by the peer's TCP this long ends the connection (TCP_USER_TIMEOUT; "
+     "an idle connection is probed with TCP keepalives): the oldest unconfirmed request ends "
+     "ND_IO_TIMEOUT, the rest are flushed, NotifyDisconnect completes. 0: TCP's own default "
+     "(many minutes)."},
     {"NDWV_ROCE_PORT", SettingType::Integer, "0", 0, 65535, nullptr,
      "RoCE: UDP port every active connection of this process sends and receives on (4791 is the "
      "standard RoCEv2 port, for a process that owns the host's device); 0 gives each connector a "
@@ -147,6 +152,7 @@ bool Fill(Settings& settings, bool environment) {
       else if (n == "NDWV_MPA_MAX_ULPDU") settings.mpa_max_ulpdu = uint32_t(number);
       else if (n == "NDWV_CM_TIMEOUT_MS") settings.cm_timeout_ms = uint32_t(number);
       else if (n == "NDWV_DISCONNECT_TIMEOUT_MS") settings.disconnect_timeout_ms = uint32_t(number);
+      else if (n == "NDWV_IWARP_TIMEOUT_MS") settings.iwarp_timeout_ms = uint32_t(number);
       else if (n == "NDWV_ROCE_PORT") settings.roce_port = uint16_t(number);
       else if (n == "NDWV_ROCE_CM_TIMEOUT_MS") settings.roce_cm_timeout_ms = uint32_t(number);
       else if (n == "NDWV_ROCE_CM_RETRIES") settings.roce_cm_retries = uint32_t(number);

@@ -30,6 +30,7 @@ struct Settings {
   uint32_t work_threads;         // size of the shared work pool
   bool poll_progress;            // busy-polling CQ callers drive receive progress themselves
   std::string transports;        // offered transports, in order ("iwarp+roce")
+  uint32_t iwarp_timeout_ms;     // TCP_USER_TIMEOUT of iWARP connections; 0: the kernel's
   // RoCE
   uint16_t roce_port;            // shared UDP port of active connections; 0: one per connector
   uint32_t roce_cm_timeout_ms, roce_cm_retries, roce_timewait_ms;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "dev/async.h"
@@ -34,6 +35,16 @@ struct Sge {
   uint32_t length;
   uint32_t lkey;
 };
+
+// The piece of an SGE list at byte `offset`: its address and contiguous length (0 past the end).
+inline std::pair<uint8_t*, uint64_t> PieceAt(const Sge* sge, uint32_t num_sge, uint64_t offset) {
+  for (uint32_t i = 0; i < num_sge; ++i) {
+    if (offset < sge[i].length)
+      return {reinterpret_cast<uint8_t*>(sge[i].addr) + offset, sge[i].length - offset};
+    offset -= sge[i].length;
+  }
+  return {nullptr, 0};
+}
 
 // Laid out so that a small request touches few cache lines of the (large, cycling) queue ring:
 // the fixed fields first, then either the SGE list or the inline data, whichever it uses.

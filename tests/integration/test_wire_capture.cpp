@@ -20,6 +20,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/tshark.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,46 +43,8 @@ constexpr size_t kWriteBytes = 10000;  // several RoCE packets; one FPDU read in
 constexpr size_t kReadBytes = 10000;
 constexpr uint64_t kSendSeed = 71, kWriteSeed = 72, kReadSeed = 73;
 
-bool HaveTshark() {
-  const char* path = std::getenv("PATH");
-  std::stringstream ss(path ? path : "/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(ss, dir, ':'))
-    if (!dir.empty() && access((dir + "/tshark").c_str(), X_OK) == 0) return true;
-  return false;
-}
-
-// Runs a shell command and returns its standard output (stderr is dropped: tshark warns about
-// running as root there).
-std::string Shell(const std::string& cmd, int* status = nullptr) {
-  std::string out;
-  FILE* f = popen((cmd + " 2>/dev/null").c_str(), "r");
-  if (f == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  const int st = pclose(f);
-  if (status) *status = st;
-  return out;
-}
-
-std::vector<std::vector<std::string>> Rows(const std::string& text) {
-  std::vector<std::vector<std::string>> rows;
-  std::stringstream ss(text);
-  std::string line;
-  while (std::getline(ss, line)) {
-    std::vector<std::string> cols;
-    size_t start = 0;
-    for (;;) {
-      const size_t tab = line.find('\t', start);
-      cols.push_back(line.substr(start, tab == std::string::npos ? tab : tab - start));
-      if (tab == std::string::npos) break;
-      start = tab + 1;
-    }
-    rows.push_back(cols);
-  }
-  return rows;
-}
+using ndwv::test_support::HaveTshark;
+using ndwv::test_support::Rows;
 
 std::vector<std::string> Split(const std::string& text, char by) {
   std::vector<std::string> parts;
@@ -214,7 +178,7 @@ Decoded Decode(const std::string& path, const std::string& options,
   std::string fields = " -T fields -E separator=/t -E occurrence=a -E aggregator=,";
   for (const auto& n : names) fields += " -e " + n;
   int status = 0;
-  const std::string out = Shell(Tshark(path, options + fields), &status);
+  const std::string out = ndwv::test_support::ShellOutput(Tshark(path, options + fields), &status);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "tshark failed:\n" << out;
   d.rows = Rows(out);
   return d;
@@ -253,7 +217,7 @@ TEST(WireCapture, IwarpDecodesAsMpaDdpRdmap) {
   if (!CaptureScenario(path)) return;
 
   // The MPA dissector is a heuristic on TCP, on by default: no decode-as is needed.
-  const std::string summary = Shell(Tshark(path, ""));
+  const std::string summary = ndwv::test_support::ShellOutput(Tshark(path, ""));
   const Decoded d = Decode(path, "",
                            {"frame.protocols", "tcp.len", "tcp.reassembled_in",
                             "iwarp_mpa.key.req", "iwarp_mpa.key.rep", "iwarp_mpa.crc_check",
@@ -281,7 +245,7 @@ TEST(WireCapture, IwarpDecodesAsMpaDdpRdmap) {
     crcs += Split(d.at(i, "iwarp_mpa.crc_check"), ',').size();
   }
   // Every FPDU's CRC (MPA CRC is on by default) was checked, and found good.
-  const std::string verbose = Shell(Tshark(path, " -V"));
+  const std::string verbose = ndwv::test_support::ShellOutput(Tshark(path, " -V"));
   size_t good = 0;
   for (size_t at = 0; (at = verbose.find("(Good CRC32)", at)) != std::string::npos; ++at) good++;
   EXPECT_EQ(good, crcs) << verbose;
@@ -307,14 +271,14 @@ TEST(WireCapture, RoceDecodesAsInfiniBand) {
 
   // ndwv's UDP ports are not 4791: the InfiniBand dissector is applied to every port seen.
   std::set<std::string> ports;
-  for (const auto& row : Rows(Shell(Tshark(path, " -T fields -e udp.srcport -e udp.dstport"))))
+  for (const auto& row : Rows(ndwv::test_support::ShellOutput(Tshark(path, " -T fields -e udp.srcport -e udp.dstport"))))
     for (const auto& p : row)
       if (!p.empty()) ports.insert(p);
   ASSERT_FALSE(ports.empty()) << "no UDP datagram in the capture";
   std::string decodeAs;
   for (const auto& p : ports) decodeAs += " -d udp.port==" + p + ",infiniband";
 
-  const std::string summary = Shell(Tshark(path, decodeAs));
+  const std::string summary = ndwv::test_support::ShellOutput(Tshark(path, decodeAs));
   const Decoded d = Decode(path, decodeAs,
                            {"frame.protocols", "infiniband.bth.opcode", "infiniband.bth.destqp",
                             "infiniband.mad.attributeid", "_ws.malformed", "_ws.expert.severity",

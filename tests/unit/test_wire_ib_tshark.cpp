@@ -5,6 +5,8 @@
 // Set NDWV_KEEP_PCAP=1 to keep the capture (its path is printed) for a look in Wireshark.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
+#include "../common/tshark.h"
 #include <netinet/in.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,46 +39,8 @@ sockaddr_in V4(const char* ip, uint16_t port) {
 }
 const sockaddr* Sa(const sockaddr_in& a) { return reinterpret_cast<const sockaddr*>(&a); }
 
-bool HaveTshark() {
-  const char* path = std::getenv("PATH");
-  std::stringstream ss(path ? path : "/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(ss, dir, ':'))
-    if (!dir.empty() && access((dir + "/tshark").c_str(), X_OK) == 0) return true;
-  return false;
-}
-
-// Runs a shell command and returns its standard output (stderr is dropped: tshark warns about
-// running as root there).
-std::string Shell(const std::string& cmd, int* status = nullptr) {
-  std::string out;
-  FILE* f = popen((cmd + " 2>/dev/null").c_str(), "r");
-  if (f == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  const int st = pclose(f);
-  if (status) *status = st;
-  return out;
-}
-
-std::vector<std::vector<std::string>> Rows(const std::string& text) {
-  std::vector<std::vector<std::string>> rows;
-  std::stringstream ss(text);
-  std::string line;
-  while (std::getline(ss, line)) {
-    std::vector<std::string> cols;
-    size_t start = 0;
-    for (;;) {
-      const size_t tab = line.find('\t', start);
-      cols.push_back(line.substr(start, tab == std::string::npos ? tab : tab - start));
-      if (tab == std::string::npos) break;
-      start = tab + 1;
-    }
-    rows.push_back(cols);
-  }
-  return rows;
-}
+using ndwv::test_support::HaveTshark;
+using ndwv::test_support::Rows;
 
 // What tshark must report for a frame's fields, as text: numbers in any base tshark prints
 // them in (compared by value), anything else (addresses, byte strings) literally.
@@ -404,7 +368,7 @@ void CheckWithTshark(uint16_t port, const std::string& decode_as) {
   }
   const std::string common = " -n --disable-protocol rpcordma -r '" + path + "'" + decode_as;
   int status = 0;
-  const std::string out = Shell("tshark" + common + fields, &status);
+  const std::string out = ndwv::test_support::ShellOutput("tshark" + common + fields, &status);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
   const auto rows = Rows(out);
   ASSERT_EQ(rows.size(), frames.size()) << out;
@@ -438,7 +402,7 @@ void CheckWithTshark(uint16_t port, const std::string& decode_as) {
   }
 
   // The CM messages by the names Wireshark's dissector gives them, in order.
-  const std::string summary = Shell("tshark" + common);
+  const std::string summary = ndwv::test_support::ShellOutput("tshark" + common);
   size_t pos = 0;
   for (const char* want : {"CM: ConnectRequest", "CM: ConnectReply", "CM: ReadyToUse",
                            "CM: ConnectReject", "CM: MsgRcptAck", "CM: DisconnectRequest",
@@ -584,7 +548,7 @@ TEST(WireIbPcap, TsharkAgreesWithChecksums) {
     ASSERT_TRUE(w.WriteTcp(S6, D6, 77 + 64, 88, P::kFin | P::kAck, {}));
     EXPECT_FALSE(w.WriteUdp(Sa(a), Sa(b4), Bytes(65536)));  // does not fit
   }
-  const std::string out = Shell(
+  const std::string out = ndwv::test_support::ShellOutput(
       "tshark -n -r '" + path +
       "' -o ip.check_checksum:TRUE -o udp.check_checksum:TRUE -o tcp.check_checksum:TRUE"
       " -T fields -E separator=/t -e frame.protocols -e ip.checksum.status"

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -126,12 +127,31 @@ void Endpoint::HandleTimeout() {
 
 // ---------------------------------------------------------------------------- addresses
 
+namespace {
+
+// A connection's socket: no Nagle delay; and a dead peer or link is found within
+// NDWV_IWARP_TIMEOUT_MS, data outstanding or not (TCP_USER_TIMEOUT, and keepalives when idle).
+void TuneConnectionSocket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  unsigned timeout = Config().iwarp_timeout_ms;
+  if (timeout == 0) return;
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout);
+  int idle = std::max(1, int(timeout / 2000)), interval = 1, count = 3;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+}
+
+}  // namespace
+
 int32_t Endpoint::OpenSocket(int family) {
   fd_ = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return WV_INSUFFICIENT_RESOURCES;
   int one = 1;
   setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  TuneConnectionSocket(fd_);
   int32_t status = BindNdPort(fd_, local_);
   if (status != WV_SUCCESS) CloseSocket();
   return status;
@@ -190,8 +210,7 @@ void Endpoint::OnListenReady() {
       close(fd);  // backlog full: the peer's Connect is refused
       continue;
     }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    TuneConnectionSocket(fd);
     auto child = std::make_shared<Endpoint>();
     std::lock_guard<std::mutex> lock(child->mutex_);
     child->fd_ = fd;

@@ -56,16 +56,6 @@ WcStatus StatusForTerminate(TermCode code) {
   return WcStatus::RemoteOp;
 }
 
-// The piece of an SGE list at byte `offset`: address and contiguous length (0 past the end).
-std::pair<uint8_t*, uint64_t> PieceAt(const Sge* sge, uint32_t num_sge, uint64_t offset) {
-  for (uint32_t i = 0; i < num_sge; ++i) {
-    if (offset < sge[i].length)
-      return {reinterpret_cast<uint8_t*>(sge[i].addr) + offset, sge[i].length - offset};
-    offset -= sge[i].length;
-  }
-  return {nullptr, 0};
-}
-
 }  // namespace
 
 Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params,
@@ -161,8 +151,11 @@ void Stream::NotifyObserver(void (StreamObserver::*event)()) {
 void Stream::Broken() {
   phase_ = RxPhase::Dead;
   if (!error_reported_.exchange(true)) {
-    NDWV_LOG(Debug, "%s: iWARP stream lost", counters_.identity());
-    if (qp_) qp_->DeferError();
+    NDWV_LOG(Debug, "%s: iWARP stream lost%s", counters_.identity(),
+             timed_out_ ? " (the peer stopped acknowledging)" : "");
+    // A dead peer or link: the oldest request still waiting for the peer takes the timeout.
+    if (qp_ && timed_out_) qp_->FailOldest(WcStatus::TimeoutRetry);
+    else if (qp_) qp_->DeferError();
     NotifyObserver(&StreamObserver::OnStreamError);
   }
 }
@@ -274,6 +267,7 @@ bool Stream::FlushBatch() {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) broken_ = true;
+      if (errno == ETIMEDOUT) timed_out_ = true;
       tx_stalled_.store(true, std::memory_order_relaxed);
       return false;  // EPOLLOUT (edge), or a poller, kicks us again when there is room
     }
@@ -604,7 +598,8 @@ bool Stream::Fill(size_t need) {
       qp_->DeferError();  // the peer stopped: flush; the close that follows is our half
       return false;
     }
-    Broken();  // reset, or the stream ended inside an FPDU
+    if (n < 0 && errno == ETIMEDOUT) timed_out_ = true;
+    Broken();  // reset, timed out, or the stream ended inside an FPDU
     return false;
   }
   return true;
@@ -793,6 +788,7 @@ bool Stream::PlacePayload() {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
       if (n <= 0) {
+        if (n < 0 && errno == ETIMEDOUT) timed_out_ = true;
         Broken();
         return false;
       }

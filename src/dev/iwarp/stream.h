@@ -170,6 +170,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   std::mutex reads_mutex_;          // reads_outstanding_: transmit adds, receive retires
   bool close_send_ = false, send_closed_ = false;
   std::atomic<bool> broken_{false};
+  std::atomic<bool> timed_out_{false};   // the socket ended with ETIMEDOUT (NDWV_IWARP_TIMEOUT_MS)
   std::atomic<bool> tx_stalled_{false};  // the last sendmsg found the socket full
   std::atomic<bool> response_owed_{false};  // a Read Response waits for the poller's next kick
   bool rx_by_poller_ = false;             // rx_mutex_: the receive path runs on a poller

@@ -421,27 +421,26 @@ void Port::ReadErrors() {
   }
 }
 
-void Port::CloseAllAtExit() {
+namespace {
+// The ports open now (held, so that none closes while the caller works on it).
+std::vector<std::shared_ptr<Port>> OpenPorts() {
   std::vector<std::shared_ptr<Port>> ports;
-  {
-    std::lock_guard<std::mutex> lock(g_ports_mutex);
-    for (auto& [name, weak] : Ports())
-      if (auto port = weak.lock()) ports.push_back(std::move(port));
-  }
-  for (auto& port : ports) {
+  std::lock_guard<std::mutex> lock(g_ports_mutex);
+  for (auto& [name, weak] : Ports())
+    if (auto port = weak.lock()) ports.push_back(std::move(port));
+  return ports;
+}
+}  // namespace
+
+void Port::CloseAllAtExit() {
+  for (auto& port : OpenPorts()) {
     std::lock_guard<std::mutex> lock(port->cm_mutex_);
     for (auto& [id, user] : port->users_) port->agent_->Destroy(id);
   }
 }
 
 void Port::AddLiveCounters(CounterValues& sum) {
-  std::vector<std::shared_ptr<Port>> ports;
-  {
-    std::lock_guard<std::mutex> lock(g_ports_mutex);
-    for (auto& [name, weak] : Ports())
-      if (auto port = weak.lock()) ports.push_back(std::move(port));
-  }
-  for (auto& port : ports) {
+  for (auto& port : OpenPorts()) {
     std::lock_guard<std::mutex> lock(port->cm_mutex_);
     port->AddCountersLocked(sum);
   }

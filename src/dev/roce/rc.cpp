@@ -48,16 +48,6 @@ TxBatch& Tx() {
   return *t_tx_batch;
 }
 
-// The piece of an SGE list at byte `offset`: address and contiguous length (0 past the end).
-std::pair<uint8_t*, uint64_t> PieceAt(const Sge* sge, uint32_t num_sge, uint64_t offset) {
-  for (uint32_t i = 0; i < num_sge; ++i) {
-    if (offset < sge[i].length)
-      return {reinterpret_cast<uint8_t*>(sge[i].addr) + offset, sge[i].length - offset};
-    offset -= sge[i].length;
-  }
-  return {nullptr, 0};
-}
-
 // Copies `length` bytes into an SGE list at `offset`, each piece checked for local write access
 // under the placement lock (so the region cannot be deregistered mid-copy). False if refused.
 bool ScatterChecked(ProtectionDomain& pd, const Sge* sge, uint32_t num_sge, uint64_t offset,
