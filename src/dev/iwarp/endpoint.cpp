@@ -615,7 +615,7 @@ void Endpoint::OnPeerClosed() {
   }
 }
 
-void Endpoint::OnStreamError() {
+void Endpoint::OnStreamError(bool timed_out) {
   Finisher finish;
   std::lock_guard<std::mutex> lock(mutex_);
   switch (state_) {
@@ -623,8 +623,8 @@ void Endpoint::OnStreamError() {
       SetState(State::Disconnected);
       finish.AddList(notify_ops_, WV_SUCCESS);
       break;
-    case State::ActiveDisconnect:
-      FinishDisconnect(WV_SUCCESS);
+    case State::ActiveDisconnect:  // a reset ends the close; a dead peer never answered it
+      FinishDisconnect(timed_out ? WV_TIMEOUT : WV_SUCCESS);
       break;
     case State::PassiveAccepting:
       DisarmTimer();

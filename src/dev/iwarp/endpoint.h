@@ -50,7 +50,7 @@ class Endpoint final : public ConnectEndpoint,
 
   void OnRtr() override;
   void OnPeerClosed() override;
-  void OnStreamError() override;
+  void OnStreamError(bool timed_out) override;
   void OnIo(uint32_t events) override;
 
  private:

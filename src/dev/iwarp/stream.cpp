@@ -20,6 +20,10 @@ using namespace ndwv::wire;
 
 namespace {
 
+// How TCP ends a connection whose peer stopped answering (NDWV_IWARP_TIMEOUT_MS): ETIMEDOUT, or
+// the soft error it met meanwhile (no route, or no neighbour, while the link is down).
+bool NoAnswer(int error) { return error == ETIMEDOUT || error == EHOSTUNREACH || error == ENETUNREACH; }
+
 // The STag a Read Request names as its sink: our own tag for the request's send queue position,
 // so the response lands in the request's SGE list (which needs no remote rights) and MR keys
 // (top byte never 0xFF) cannot be confused with it.
@@ -156,7 +160,7 @@ void Stream::Broken() {
     // A dead peer or link: the oldest request still waiting for the peer takes the timeout.
     if (qp_ && timed_out_) qp_->FailOldest(WcStatus::TimeoutRetry);
     else if (qp_) qp_->DeferError();
-    NotifyObserver(&StreamObserver::OnStreamError);
+    if (auto observer = observer_.lock()) observer->OnStreamError(timed_out_);
   }
 }
 
@@ -267,7 +271,7 @@ bool Stream::FlushBatch() {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) broken_ = true;
-      if (errno == ETIMEDOUT) timed_out_ = true;
+      if (NoAnswer(errno)) timed_out_ = true;
       tx_stalled_.store(true, std::memory_order_relaxed);
       return false;  // EPOLLOUT (edge), or a poller, kicks us again when there is room
     }
@@ -598,7 +602,7 @@ bool Stream::Fill(size_t need) {
       qp_->DeferError();  // the peer stopped: flush; the close that follows is our half
       return false;
     }
-    if (n < 0 && errno == ETIMEDOUT) timed_out_ = true;
+    if (n < 0 && NoAnswer(errno)) timed_out_ = true;
     Broken();  // reset, timed out, or the stream ended inside an FPDU
     return false;
   }
@@ -788,7 +792,7 @@ bool Stream::PlacePayload() {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
       if (n <= 0) {
-        if (n < 0 && errno == ETIMEDOUT) timed_out_ = true;
+        if (n < 0 && NoAnswer(errno)) timed_out_ = true;
         Broken();
         return false;
       }

@@ -40,7 +40,9 @@ class StreamObserver {
  public:
   virtual void OnRtr() = 0;             // the RTR arrived (passive side)
   virtual void OnPeerClosed() = 0;      // the peer closed its half (graceful disconnect)
-  virtual void OnStreamError() = 0;     // reset, Terminate, protocol error: the QP goes to Error
+  // Reset, Terminate, protocol error, or (timed_out) the peer stopped acknowledging: the QP goes
+  // to Error.
+  virtual void OnStreamError(bool timed_out) = 0;
  protected:
   ~StreamObserver() = default;
 };

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -27,23 +28,34 @@ uint32_t RandomPsn() {
   return uint32_t(random()) & kPsnMask;
 }
 
-// The IB path MTU code for the route to `peer`: the largest whose packets (IP + UDP + BTH + RETH
-// + payload + ICRC) fit the route's IP MTU without fragmentation.
-uint8_t PathMtuCode(const sockaddr_storage& peer) {
+// The route to `peer`: 0 and the IB path MTU code (the largest whose packets, IP + UDP + BTH +
+// RETH + payload + ICRC, fit the route's IP MTU without fragmentation), or the errno of a host
+// with no route there (ENETUNREACH...).
+int ProbeRoute(const sockaddr_storage& peer, uint8_t* mtu_code) {
   int fd = socket(peer.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  int ip_mtu = 1500;
-  if (fd >= 0) {
-    socklen_t len = sizeof ip_mtu;
-    if (connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) != 0 ||
-        getsockopt(fd, peer.ss_family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6,
-                   peer.ss_family == AF_INET ? IP_MTU : IPV6_MTU, &ip_mtu, &len) != 0)
-      ip_mtu = 1500;
-    close(fd);
-  }
+  if (fd < 0) return errno;
+  int ip_mtu = 1500, error = 0;
+  socklen_t len = sizeof ip_mtu;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) != 0)
+    error = errno;
+  else if (getsockopt(fd, peer.ss_family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6,
+                      peer.ss_family == AF_INET ? IP_MTU : IPV6_MTU, &ip_mtu, &len) != 0)
+    ip_mtu = 1500;
+  close(fd);
   size_t overhead = (peer.ss_family == AF_INET ? 20 : 40) + 8 + kBthLen + kRethLen + kIcrcLen;
+  *mtu_code = 1;
   for (uint8_t code = 5; code > 1; --code)
-    if (MtuBytes(code) + overhead <= size_t(ip_mtu)) return code;
-  return 1;
+    if (MtuBytes(code) + overhead <= size_t(ip_mtu)) {
+      *mtu_code = code;
+      break;
+    }
+  return error;
+}
+
+// The largest IB MTU code for the route to `peer` (1024 bytes' worth when unknown).
+uint8_t PathMtuCode(const sockaddr_storage& peer) {
+  uint8_t code;
+  return ProbeRoute(peer, &code) == 0 ? code : 3;
 }
 
 // The local address the host would send to `peer` from (port 0).
@@ -255,11 +267,13 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   }
   if (local_.ss_family != to.ss_family) return WV_INVALID_ADDRESS;
   if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
+  uint8_t mtu_code;
+  if (int error = ProbeRoute(to, &mtu_code))  // no route: as a TCP connect would say at once
+    return error == ENETUNREACH ? WV_NETWORK_UNREACHABLE : WV_HOST_UNREACHABLE;
   peer_ = to;
   peer_port_ = to;  // until the REP says where the passive side's port is
   local_params_ = params;
   rq_psn_ = RandomPsn();
-  uint8_t mtu_code = PathMtuCode(to);
   mtu_ = MtuBytes(mtu_code);
 
   uint8_t private_data[kReqPrivateData] = {};
@@ -464,21 +478,26 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
   }
 }
 
-void Endpoint::OnUnreachable(const sockaddr_storage& to) {
-  // The peer's port is closed: its process is gone (ports are per process). Like a TCP reset.
+void Endpoint::OnUnreachable(const sockaddr_storage& to, int error) {
+  // ECONNREFUSED: the peer's port is closed, its process is gone (ports are per process), like a
+  // TCP reset. No way to the host: a Connect fails as a TCP connect would; an established
+  // connection leaves that to its retry budget (the route may come back).
   Finisher finish;
   std::shared_ptr<RcLink> link;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!SameAddress(to, peer_port_)) return;
+    if (error != ECONNREFUSED && state_ != State::Connecting) return;
     switch (state_) {
-      case State::Connecting:  // our REQ was refused
+      case State::Connecting:  // our REQ was refused, or cannot reach the host
         port_->Cm([&](CmAgent& agent) { agent.Destroy(comm_id_); });
         port_->RemoveUser(comm_id_);
         comm_id_ = 0;
         qp_.reset();
         SetState(State::Bound);
-        finish.Add(std::exchange(connect_op_, nullptr), WV_CONNECTION_REFUSED);
+        finish.Add(std::exchange(connect_op_, nullptr),
+                   error == ECONNREFUSED ? WV_CONNECTION_REFUSED
+                   : error == ENETUNREACH ? WV_NETWORK_UNREACHABLE : WV_HOST_UNREACHABLE);
         return;
       case State::Disconnecting:  // nobody will answer our DREQ: the connection is over
         FinishDisconnect(WV_SUCCESS);

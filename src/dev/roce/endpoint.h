@@ -49,7 +49,7 @@ class Endpoint final : public ConnectEndpoint,
   void Close() override;
 
   void OnCmEvent(const CmEvent& event) override;
-  void OnUnreachable(const sockaddr_storage& to) override;
+  void OnUnreachable(const sockaddr_storage& to, int error) override;
   void OnFirstPacket() override;
   void OnLinkFailed() override;
 

@@ -385,7 +385,7 @@ void Port::DriveReceive() {
 }
 
 void Port::ReadErrors() {
-  std::vector<sockaddr_storage> refused;
+  std::vector<std::pair<sockaddr_storage, int>> unreachable;
   for (;;) {
     sockaddr_storage to{};
     char control[512];
@@ -404,20 +404,21 @@ void Port::ReadErrors() {
             (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_RECVERR)))
         continue;
       const auto* error = reinterpret_cast<const sock_extended_err*>(CMSG_DATA(c));
-      if (error->ee_errno == ECONNREFUSED) refused.push_back(to);
+      if (error->ee_errno == ECONNREFUSED || error->ee_errno == EHOSTUNREACH || error->ee_errno == ENETUNREACH)
+        unreachable.emplace_back(to, int(error->ee_errno));
     }
   }
-  if (refused.empty()) return;
+  if (unreachable.empty()) return;
   std::vector<std::shared_ptr<CmUser>> users;
   {
     std::lock_guard<std::mutex> lock(cm_mutex_);
     for (auto& [id, weak] : users_)
       if (auto user = weak.lock()) users.push_back(std::move(user));
   }
-  for (const sockaddr_storage& to : refused) {
-    NDWV_LOG(Debug, "roce port %s: %s is unreachable (ICMP port unreachable)", Describe(local_).c_str(),
-             Describe(to).c_str());
-    for (auto& user : users) user->OnUnreachable(to);
+  for (const auto& [to, error] : unreachable) {
+    NDWV_LOG(Debug, "roce port %s: %s is unreachable (%s)", Describe(local_).c_str(), Describe(to).c_str(),
+             strerror(error));
+    for (auto& user : users) user->OnUnreachable(to, error);
   }
 }
 

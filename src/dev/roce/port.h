@@ -43,8 +43,9 @@ class PacketSink {
 class CmUser {
  public:
   virtual void OnCmEvent(const CmEvent& event) = 0;
-  // Nothing listens on `to`: the host answered a datagram to it with ICMP port unreachable.
-  virtual void OnUnreachable(const sockaddr_storage& to) = 0;
+  // A datagram to `to` met `error`: ECONNREFUSED (ICMP port unreachable: nothing listens
+  // there), EHOSTUNREACH or ENETUNREACH (no way to that host).
+  virtual void OnUnreachable(const sockaddr_storage& to, int error) = 0;
  protected:
   ~CmUser() = default;
 };
