@@ -53,7 +53,8 @@ bounded 120 cmake --install "$build" --prefix "$prefix" > "$tmp/install.log" || 
 for header in ndspi.h ndsupport.h ndstatus.h win32.h winverbs.h wvstatus.h ndwv.h; do
   [ -f "$prefix/include/ndwv/$header" ] || fail "not installed: include/ndwv/$header"
 done
-for tool in ndinfo ndpingpong ndrpingpong ndrping; do
+for tool in ndinfo ndpingpong ndrpingpong ndrping ndping ndmrlat ndmrrate ndcat ndadapterinfo \
+            ndconn; do
   [ -x "$prefix/bin/$tool" ] || fail "not installed: bin/$tool"
 done
 pc=$(find "$prefix" -name ndwv.pc -path '*/pkgconfig/*' | head -n 1)

@@ -18,9 +18,10 @@ Overlapped::~Overlapped() {
   if (event_) CloseHandle(event_);
 }
 
-OVERLAPPED* Overlapped::Prepare() {
+OVERLAPPED* Overlapped::Prepare(bool portPacket) {
   ov_ = OVERLAPPED{};
-  ov_.hEvent = event_;
+  ov_.hEvent = portPacket ? event_
+                          : reinterpret_cast<HANDLE>(reinterpret_cast<ULONG_PTR>(event_) | 1);
   return &ov_;
 }
 
@@ -130,6 +131,43 @@ NdRef<IND2Listener> Adapter::CreateListener() {
   return listener;
 }
 
+// ---- completion port -------------------------------------------------------------------------
+
+CompletionPort::CompletionPort(Adapter& adapter, ULONG_PTR key, DWORD concurrentThreads) {
+  port_ = CreateIoCompletionPort(adapter.file(), nullptr, key, concurrentThreads);
+  if (!port_) Fail("CreateIoCompletionPort", HRESULT(GetLastError()), __LINE__);
+}
+
+CompletionPort::~CompletionPort() {
+  if (port_) CloseHandle(port_);
+}
+
+OVERLAPPED* CompletionPort::Next(const char* what, std::uint32_t timeoutMs) {
+  const std::uint64_t deadline = NowMicros() + std::uint64_t(timeoutMs) * 1000;
+  for (;;) {
+    NoteProgress();
+    // In slices, so that the watchdog sees a waiting tool as alive.
+    std::uint64_t now = NowMicros();
+    std::uint64_t leftMs = now < deadline ? (deadline - now + 999) / 1000 : 0;
+    DWORD bytes = 0;
+    ULONG_PTR key = 0;
+    OVERLAPPED* ov = nullptr;
+    GetQueuedCompletionStatus(port_, &bytes, &key, &ov, DWORD(leftMs < 100 ? leftMs : 100));
+    if (ov) return ov;  // TRUE, or FALSE for a failed request (status in Internal)
+    DWORD error = GetLastError();
+    if (error != WAIT_TIMEOUT) Fail("GetQueuedCompletionStatus", HRESULT(error), __LINE__);
+    if (NowMicros() >= deadline) FailTimeout(what, timeoutMs, __LINE__);
+  }
+}
+
+OVERLAPPED* CompletionPort::TryNext() {
+  DWORD bytes = 0;
+  ULONG_PTR key = 0;
+  OVERLAPPED* ov = nullptr;
+  GetQueuedCompletionStatus(port_, &bytes, &key, &ov, 0);
+  return ov;
+}
+
 // ---- completion queue ------------------------------------------------------------------------
 
 CompletionQueue::CompletionQueue(Adapter& adapter, ULONG depth, bool blocking)
@@ -221,6 +259,17 @@ void CompleteConnect(IND2Connector* connector) {
   if (hr != ND_SUCCESS) Fail("IND2Connector::CompleteConnect", hr, __LINE__);
 }
 
+std::vector<char> GetPrivateData(IND2Connector* connector) {
+  ULONG size = 0;
+  HRESULT hr = connector->GetPrivateData(nullptr, &size);
+  if (hr == ND_SUCCESS) return {};
+  if (hr != ND_BUFFER_OVERFLOW) Fail("IND2Connector::GetPrivateData (size probe)", hr, __LINE__);
+  std::vector<char> data(size);
+  ND_CHECK(connector->GetPrivateData(data.data(), &size), "IND2Connector::GetPrivateData");
+  data.resize(size);
+  return data;
+}
+
 NdRef<IND2Listener> Listen(Adapter& adapter, const sockaddr* address, ULONG length) {
   NdRef<IND2Listener> listener = adapter.CreateListener();
   ND_CHECK(listener->Bind(address, length), "IND2Listener::Bind");
@@ -251,6 +300,13 @@ void Disconnect(IND2Connector* connector) {
   HRESULT hr = connector->Disconnect(ov.Prepare());
   // ND_TIMEOUT (the peer never answered the disconnect request) is a success.
   ND_CHECK(ov.Complete(connector, hr, "IND2Connector::Disconnect"), "IND2Connector::Disconnect");
+}
+
+void WaitForPeerDisconnect(IND2Connector* connector) {
+  Overlapped ov;
+  HRESULT hr = connector->NotifyDisconnect(ov.Prepare());
+  ND_CHECK(ov.Complete(connector, hr, "IND2Connector::NotifyDisconnect"),
+           "IND2Connector::NotifyDisconnect");
 }
 
 void FailCompletion(const char* what, const ND2_RESULT& result, int line) {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "tool.h"
 
@@ -67,8 +68,9 @@ class Overlapped {
   Overlapped(const Overlapped&) = delete;
   Overlapped& operator=(const Overlapped&) = delete;
 
-  // A cleared OVERLAPPED to pass to the next overlapped call.
-  OVERLAPPED* Prepare();
+  // A cleared OVERLAPPED to pass to the next overlapped call. Without `portPacket` the event
+  // handle carries bit 0, so that a completion port on the object's file gets no packet for it.
+  OVERLAPPED* Prepare(bool portPacket = true);
   // Final status of the request just issued with Prepare(); `issued` is what the call returned.
   // After ND_PENDING waits for the event (bounded; on timeout the object's requests are
   // canceled and the tool fails) and then takes the result from GetOverlappedResult.
@@ -95,6 +97,8 @@ class Adapter {
   void OpenForPeer(const sockaddr* server, ULONG length, sockaddr_storage* local, ULONG* localLength);
 
   IND2Adapter* get() const { return adapter_.get(); }
+  // The overlapped file every object of this adapter uses (to associate a completion port).
+  HANDLE file() const { return file_; }
   const ND2_ADAPTER_INFO& info() const { return info_; }
   // Fails with "Adapter does not support in-order RDMA." unless IN_ORDER_DMA is advertised.
   void RequireInOrderDma() const;
@@ -130,6 +134,27 @@ class CompletionQueue {
   bool blocking_;
 };
 
+// A completion port associated with an adapter's overlapped file: every request of that
+// adapter's objects then completes to it, except those whose event has bit 0 set. Declare it
+// after the Adapter (it is closed first).
+class CompletionPort {
+ public:
+  CompletionPort(Adapter& adapter, ULONG_PTR key, DWORD concurrentThreads);
+  ~CompletionPort();
+  CompletionPort(const CompletionPort&) = delete;
+  CompletionPort& operator=(const CompletionPort&) = delete;
+
+  HANDLE get() const { return port_; }
+  // Dequeues the next packet and returns its OVERLAPPED; a failed request's packet is returned
+  // too (its status is in Internal). The tool fails if none comes within timeoutMs.
+  OVERLAPPED* Next(const char* what, std::uint32_t timeoutMs = WaitTimeoutMs());
+  // A packet already queued, or nullptr: no wait.
+  OVERLAPPED* TryNext();
+
+ private:
+  HANDLE port_ = nullptr;
+};
+
 // One registration held by one MR object.
 class MemoryRegion {
  public:
@@ -156,6 +181,10 @@ NdRef<IND2Connector> Connect(Adapter& adapter, IND2QueuePair* qp, const sockaddr
                              const void* privateData = nullptr, ULONG privateDataLength = 0);
 void CompleteConnect(IND2Connector* connector);
 
+// The private data the peer gave its Connect or Accept (possibly padded by the transport),
+// sized with the probe GetPrivateData(NULL, &0) -> ND_BUFFER_OVERFLOW. Empty if it sent none.
+std::vector<char> GetPrivateData(IND2Connector* connector);
+
 // Server side.
 NdRef<IND2Listener> Listen(Adapter& adapter, const sockaddr* address, ULONG length);
 NdRef<IND2Connector> GetConnectionRequest(Adapter& adapter, IND2Listener* listener);
@@ -164,6 +193,8 @@ void Accept(IND2Connector* connector, IND2QueuePair* qp, ULONG inboundReadLimit,
 
 // Tears the connection down and waits for it (flushes the QP).
 void Disconnect(IND2Connector* connector);
+// Waits until the peer disconnects (NotifyDisconnect), within the wait bound.
+void WaitForPeerDisconnect(IND2Connector* connector);
 
 // "<what>: unexpected completion (type t, status s, context c)" and exit.
 [[noreturn]] void FailCompletion(const char* what, const ND2_RESULT& result, int line);

@@ -123,6 +123,8 @@ Options ParseOptions(int argc, char* argv[], const ToolSpec& spec) {
   Options o;
   bool client = false, polling = false, write = false, read = false;
   const char* usage = spec.usage;
+  const bool countsCycles = spec.defaultCycles != 0;
+  o.cycles = spec.defaultCycles;
   // -h anywhere (also as the only argument) wins, as a user typing it expects.
   for (int i = 1; i < argc; ++i)
     if (Is(argv[i], "-h", "--help")) ExitWithUsage(usage, 0);
@@ -140,13 +142,13 @@ Options ParseOptions(int argc, char* argv[], const ToolSpec& spec) {
       o.server = true;
     } else if (Is(arg, "-c", "-C")) {
       client = true;
-    } else if (Is(arg, "-b", "-B")) {
+    } else if (!countsCycles && Is(arg, "-b", "-B")) {
       o.blocking = true;
-    } else if (Is(arg, "-p", "-P")) {
+    } else if (!countsCycles && Is(arg, "-p", "-P")) {
       polling = true;
     } else if (Is(arg, "-n", "-N")) {
-      o.nSge = ULONG(std::strtoul(value(), nullptr, 10));
-    } else if (Is(arg, "-q", "-Q")) {
+      (countsCycles ? o.cycles : o.nSge) = ULONG(std::strtoul(value(), nullptr, 10));
+    } else if (!countsCycles && Is(arg, "-q", "-Q")) {
       o.queueDepth = ULONG(std::strtoul(value(), nullptr, 10));
     } else if (Is(arg, "-l", "-L", "--logFile")) {
       const char* path = value();
@@ -170,10 +172,48 @@ Options ParseOptions(int argc, char* argv[], const ToolSpec& spec) {
     Invalid("Bad address.", usage);
   if (o.blocking && polling) Invalid("Exactly one of blocking (b or polling (p) must be specified.", usage);
   if (o.nSge == 0) Invalid("Invalid or missing SGE length", usage);
+  if (countsCycles && o.cycles == 0) Invalid("Invalid or missing cycle count", usage);
   if (write && read) Invalid("At most one of write (w or read (r may be specified.", usage);
   o.op = read ? RdmaOp::Read : RdmaOp::Write;
   WaitTimeoutMs();  // a bad bound in the environment is refused now, not in the middle of a run
   RunTimeoutMs();
+  StartWatchdog(spec.name);
+  return o;
+}
+
+LocalOptions ParseLocalOptions(int argc, char* argv[], const LocalToolSpec& spec) {
+  LocalOptions o;
+  const char* usage = spec.usage;
+  for (int i = 1; i < argc; ++i)
+    if (Is(argv[i], "-h", "--help")) ExitWithUsage(usage, 0);
+  if (argc < 2) ExitWithUsage(usage, kExitNoArguments);
+
+  int last = argc - 1;
+  for (int i = 1; i < last; ++i) {
+    const char* arg = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= last) ExitWithUsage(usage, kExitMissingValue);  // would swallow the address
+      return argv[++i];
+    };
+    if (spec.takesThreads && Is(arg, "-t", "-T", "--threads")) {
+      o.threads = ULONG(std::strtoul(value(), nullptr, 10));
+    } else if (Is(arg, "-l", "-L", "--logFile")) {
+      const char* path = value();
+      if (!RedirectOutput(path)) {
+        std::fprintf(stderr, "Cannot open log file %s: %s\n", path, std::strerror(errno));
+        std::exit(kExitUsage);
+      }
+    } else {
+      std::printf("Unknown option: %s\n\n", arg);
+      ExitWithUsage(usage, kExitUsage);
+    }
+  }
+
+  if (!ParseAddress(argv[last], 0, &o.address, &o.addressLength) ||
+      IsZeroAddress(reinterpret_cast<sockaddr*>(&o.address)))
+    Invalid("Bad address.", usage);
+  if (o.threads == 0) Invalid("Invalid or missing thread count", usage);
+  WaitTimeoutMs();  // a bad bound in the environment is refused now
   StartWatchdog(spec.name);
   return o;
 }
@@ -196,9 +236,14 @@ void PrintEnd(const char* tool) {
   std::fflush(stdout);
 }
 
-void PrintTableHeader() {
+void PrintProcessors() {
   std::printf("Using %u processors. Sender Frequency is %llu\n\n", ProcessorCount(),
               (unsigned long long)kTimerFrequency);
+  std::fflush(stdout);
+}
+
+void PrintTableHeader() {
+  PrintProcessors();
   std::printf("%9s%9s%9s%7s%11s\n", "Size", "Iter", "Latency", "CPU", "Bytes/Sec");
   std::fflush(stdout);
 }
@@ -369,7 +414,7 @@ std::size_t ParseSize(const std::string& token) {
 
 }  // namespace
 
-std::vector<Round> TestSchedule(std::uint64_t maxIterations) {
+std::vector<std::size_t> TestSizes() {
   std::vector<std::size_t> sizes;
   if (const char* env = std::getenv("NDWV_BENCH_SIZES"); env && *env) {
     std::string list = env;
@@ -386,7 +431,10 @@ std::vector<Round> TestSchedule(std::uint64_t maxIterations) {
   } else {
     for (std::size_t size = 1; size <= kMaxTransfer; size *= 2) sizes.push_back(size);
   }
+  return sizes;
+}
 
+std::uint64_t IterationCap(std::uint64_t maxIterations) {
   std::uint64_t cap = maxIterations;
   if (const char* env = std::getenv("NDWV_BENCH_ITERS"); env && *env) {
     char* end = nullptr;
@@ -395,7 +443,12 @@ std::vector<Round> TestSchedule(std::uint64_t maxIterations) {
     if (errno || *end || v == 0) BadEnv("NDWV_BENCH_ITERS", env, "expected a positive iteration count");
     if (v < cap) cap = v;
   }
+  return cap;
+}
 
+std::vector<Round> TestSchedule(std::uint64_t maxIterations) {
+  std::vector<std::size_t> sizes = TestSizes();
+  std::uint64_t cap = IterationCap(maxIterations);
   std::vector<Round> rounds;
   for (std::size_t size : sizes) {
     std::uint64_t iterations = kIterBudget / size;

@@ -13,10 +13,12 @@
 namespace ndtool {
 
 // Exit codes. The original tools exit with a source line number on validation errors; a fixed
-// code is easier to test. A value missing after -n/-q/-l exits -1 as in the original.
+// code is easier to test. A value missing after -n/-q/-t/-l exits -1 as in the original, and so
+// does a tool that needs an address and was given no argument at all (ndadapterinfo).
 constexpr int kExitUsage = 1;          // bad option or address (after the usage text)
 constexpr int kExitFailure = 2;        // an ND call or a completion failed, or a wait timed out
-constexpr int kExitMissingValue = -1;  // -n/-q/-l would take the address as its value
+constexpr int kExitMissingValue = -1;  // -n/-q/-t/-l would take the address as its value
+constexpr int kExitNoArguments = -1;   // a tool of ParseLocalOptions called without arguments
 
 constexpr std::size_t kMaxTransfer = 4u << 20;        // largest size of the table: 4 MiB
 constexpr std::uint64_t kIterBudget = 2097152000ull;  // iterations = min(MaxIter, budget / size)
@@ -32,6 +34,9 @@ struct ToolSpec {
   std::uint16_t defaultPort;
   const char* usage;          // complete usage text, printed by -h and after validation errors
   bool takesRdmaOp;           // accepts -w/--write and -r/--read (ndrping)
+  // Nonzero for a tool that counts connection cycles (ndconn): -n is the number of cycles, with
+  // this default, instead of nSge; -b, -p and -q are not accepted.
+  ULONG defaultCycles = 0;
 };
 
 struct Options {
@@ -40,6 +45,7 @@ struct Options {
   ULONG nSge = 1;
   ULONG queueDepth = 128;  // -q: parsed, used only by tools that pipeline
   RdmaOp op = RdmaOp::Write;
+  ULONG cycles = 0;  // -n of a tool with ToolSpec::defaultCycles
   sockaddr_storage address{};  // the peer (client) or the address to listen on (server)
   ULONG addressLength = 0;
 };
@@ -47,6 +53,24 @@ struct Options {
 // Parses argv per nd-tools.md §7 (exact tokens, address last). On -h prints usage and exits 0;
 // on a validation error prints the message and usage and exits; -l redirects stdout/stderr.
 Options ParseOptions(int argc, char* argv[], const ToolSpec& spec);
+
+// The command line of the tools that work on one local adapter and have no peer (ndmrlat,
+// ndmrrate, ndcat, ndadapterinfo): `[-t|--threads N] [-l file] [-h] <ip>`, the address last.
+// No argument at all prints the usage and exits kExitNoArguments; a bad address prints
+// "Bad address." and the usage.
+struct LocalToolSpec {
+  const char* name;   // "ndmrlat", for the watchdog's message
+  const char* usage;  // complete usage text
+  bool takesThreads;  // accepts -t/--threads N (ndmrrate)
+};
+
+struct LocalOptions {
+  ULONG threads = 1;
+  sockaddr_storage address{};  // a local address of the adapter to use (its port is ignored)
+  ULONG addressLength = 0;
+};
+
+LocalOptions ParseLocalOptions(int argc, char* argv[], const LocalToolSpec& spec);
 
 // "a.b.c.d[:port]", "[v6addr]:port" or a bare IPv6 address; a missing port means defaultPort.
 // False for anything else (the caller reports "Bad address.").
@@ -67,7 +91,8 @@ void PrintEnd(const char* tool);    // "End of test: <tool>.exe"
 // The adapter counters of this process (ndwv_counters_write "adapters"), after a blank line:
 // lines of name=value, which never read as table rows.
 void PrintCounters();
-void PrintTableHeader();            // processors/frequency line, blank line, column titles
+void PrintProcessors();             // "Using <n> processors. Sender Frequency is <f>", blank line
+void PrintTableHeader();            // PrintProcessors(), then the column titles
 void PrintTableRow(std::size_t size, std::uint64_t iterations, double latencyUs, double cpu,
                    double bytesPerSecond);
 
@@ -171,6 +196,10 @@ struct Round {
 // NDWV_BENCH_SIZES (comma list, K/M suffixes allowed) and NDWV_BENCH_ITERS (cap). A bad value
 // ends the tool with a message (exit kExitUsage).
 std::vector<Round> TestSchedule(std::uint64_t maxIterations);
+// The parts of that schedule, for tools whose iteration counts follow other rules (ndmrlat,
+// ndmrrate): the sizes (NDWV_BENCH_SIZES or 1 B .. 4 MiB) and min(maxIterations, NDWV_BENCH_ITERS).
+std::vector<std::size_t> TestSizes();
+std::uint64_t IterationCap(std::uint64_t maxIterations);
 
 // Usage text lines shared by the benchmark tools (environment variables).
 #define NDTOOL_ENV_USAGE                                                                      \

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The example tools end to end: each local tool (ndcat, ndadapterinfo, ndmrlat, ndmrrate) once
+# per transport, and each server/client pair (ndping, ndconn) as two processes on 127.0.0.1 on a
+# random free port in 20000-40000, on iWARP and on RoCE (NDWV_TRANSPORTS). Exit statuses and the
+# lines each tool must print are checked; sizes and iterations are kept small.
+#
+#   run_tools.sh <directory with the built tools>
+#
+# Every process runs under `timeout`; whatever is still running when the script exits is killed.
+set -euo pipefail
+
+if [ $# -ne 1 ]; then
+  echo "usage: $0 <tools dir>" >&2
+  exit 2
+fi
+tools=$(cd "$1" && pwd)
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ndwv-tools.XXXXXX")
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+export NDWV_BENCH_SIZES=1,4K,64K
+export NDWV_BENCH_ITERS=200
+export NDWV_TOOL_TIMEOUT_MS=10000
+bounded() { timeout -k 5 "$@"; }  # bounded <seconds> command...
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+show_fail() {  # show_fail <output file>... -- <message>
+  local files=()
+  while [ "$1" != -- ]; do files+=("$1"); shift; done
+  shift
+  for f in "${files[@]}"; do echo "---- $f"; cat "$f"; done
+  fail "$*"
+}
+expect() {  # expect <file> <extended regex>...: every pattern must match a line
+  local file=$1
+  shift
+  for pattern in "$@"; do
+    grep -Eq -- "$pattern" "$file" || show_fail "$file" -- "no line matching '$pattern' in $(basename "$file")"
+  done
+}
+
+# A port in 20000-40000 nothing listens on (TCP or UDP).
+free_port() {
+  local port
+  for _ in $(seq 1 100); do
+    port=$((20000 + RANDOM % 20001))
+    if ! ss -Htanu 2>/dev/null | awk '{print $5}' | grep -Eq "[:.]$port\$"; then
+      echo "$port"
+      return
+    fi
+  done
+  fail "no free port in 20000-40000"
+}
+
+# A table row of the ping tools: size and iterations with the trailing 'l', then three numbers.
+row() { echo "^ +$1l +$2l +[0-9.]+ +[0-9.]+ +[0-9]+\$"; }
+
+run_local() {  # run_local <transport>
+  local t=$1 out
+  out="$tmp/ndcat-$t"
+  bounded 30 "$tools/ndcat" 127.0.0.1 > "$out" 2>&1 || show_fail "$out" -- "ndcat ($t)"
+  expect "$out" '^Retrieving the full Addresslist$' '^Validation of full Addresslist passed$'
+
+  out="$tmp/ndadapterinfo-$t"
+  bounded 30 "$tools/ndadapterinfo" 127.0.0.1 > "$out" 2>&1 || show_fail "$out" -- "ndadapterinfo ($t)"
+  expect "$out" '^InfoVersion: 131072$' '^AdapterId: 0x[0-9a-f]{8,}$' '^MaxCompletionQueueDepth: [0-9]+$' \
+    '^AdapterFlags:$' $'^\t\tND_ADAPTER_FLAG_IN_ORDER_DMA_SUPPORTED$'
+  # With no argument: the usage and -1.
+  local rc=0
+  bounded 30 "$tools/ndadapterinfo" > "$out.noargs" 2>&1 || rc=$?
+  [ "$rc" -eq 255 ] || show_fail "$out.noargs" -- "ndadapterinfo without arguments exited $rc, not -1"
+
+  out="$tmp/ndmrlat-$t"
+  bounded 60 "$tools/ndmrlat" 127.0.0.1 > "$out" 2>&1 || show_fail "$out" -- "ndmrlat ($t)"
+  expect "$out" '^Beginning test: ndmrlat.exe$' '^Using [0-9]+ processors. Sender Frequency is [0-9]+$' \
+    '^ Event Driven:$' '^ IOCP:$' 'Register \(usec\) +Deregister \(usec\) +CPU$' \
+    '^ +Size +call +total +call +total$' '^ +65536( +[0-9]+\.[0-9]{2}){5}$' '^End of test: ndmrlat.exe$'
+  [ "$(grep -Ec '^ +(1|4096|65536)( +[0-9]+\.[0-9]{2}){5}$' "$out")" -eq 6 ] ||
+    show_fail "$out" -- "ndmrlat ($t): expected 3 rows per pass"
+
+  out="$tmp/ndmrrate-$t"
+  bounded 60 "$tools/ndmrrate" -t 2 127.0.0.1 > "$out" 2>&1 || show_fail "$out" -- "ndmrrate ($t)"
+  expect "$out" '^Beginning test: ndmrrate.exe$' '^Running test with 2 threads$' \
+    'Register +Deregister$' '^ +Size +Iter +usec +CPU +usec +CPU$' \
+    '^ +65536l +200l( +[0-9]+\.[0-9]{2}){4}$' '^End of test: ndmrrate.exe$'
+  echo "local tools on $t: ok"
+}
+
+# Starts `<tool> -s` on a free port, runs `<tool> -c` against it; both must succeed.
+run_pair() {  # run_pair <tool> <transport> <client options...>
+  local tool=$1 t=$2
+  shift 2
+  local port
+  port=$(free_port)
+  local out="$tmp/$tool-$t"
+  NDWV_TRANSPORTS=$t bounded 60 "$tools/$tool" -s "127.0.0.1:$port" > "$out.server" 2>&1 &
+  local server=$!
+  pids+=("$server")
+  # The client retries a refused connection while the server comes up.
+  if ! NDWV_TRANSPORTS=$t bounded 60 "$tools/$tool" -c "$@" "127.0.0.1:$port" > "$out.client" 2>&1; then
+    show_fail "$out.client" "$out.server" -- "$tool client ($t)"
+  fi
+  wait "$server" || show_fail "$out.server" "$out.client" -- "$tool server ($t)"
+}
+
+for t in iwarp roce; do
+  NDWV_TRANSPORTS=$t run_local "$t"
+
+  run_pair ndping "$t"
+  out="$tmp/ndping-$t"
+  expect "$out.client" '^Beginning test: ndping.exe$' '^Using [0-9]+ processors. Sender Frequency is [0-9]+$' \
+    '^ +Size +Iter +Latency +CPU +Bytes/Sec$' "$(row 1 200)" "$(row 4096 200)" "$(row 65536 200)" \
+    '^End of test: ndping.exe$'
+  expect "$out.server" '^Beginning test: ndping.exe$' '^End of test: ndping.exe$'
+  echo "ndping on $t: ok ($(grep -E "$(row 65536 200)" "$out.client" | tr -s ' '))"
+
+  run_pair ndping "$t" -b -n 2 -q 4
+  expect "$tmp/ndping-$t.client" "$(row 65536 200)" '^End of test: ndping.exe$'
+  echo "ndping -b -n 2 -q 4 on $t: ok"
+
+  run_pair ndconn "$t" -n 100
+  out="$tmp/ndconn-$t"
+  expect "$out.client" '^ +Cycles +Seconds +Cycles/s +usec/cycle$' '^ +100 +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2}$'
+  expect "$out.server" '^Accepted 101 connections\.$'
+  if grep -q 'Beginning test' "$out.client" "$out.server"; then fail "ndconn printed a banner"; fi
+  echo "ndconn on $t: ok ($(grep -E '^ +100 ' "$out.client" | tr -s ' '))"
+done
+echo "all tools: ok"
