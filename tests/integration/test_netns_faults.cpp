@@ -90,6 +90,19 @@ bool CanRun() { return geteuid() == 0 && Shell("ip netns list"); }
 
 // ---- the peer: a server in namespace B ----------------------------------------------------------
 
+// A listener on kAddressB (a port the host chooses), its port told to this side.
+Ref<IND2Listener> ListenOnB(Adapter& adapter, Channel& parent) {
+  Ref<IND2Listener> listener = adapter.CreateListener();
+  sockaddr_in here = Address(kAddressB, 0);
+  IT_OK(listener->Bind(reinterpret_cast<sockaddr*>(&here), sizeof here));
+  IT_OK(listener->Listen(0));
+  sockaddr_in bound{};
+  ULONG length = sizeof bound;
+  IT_OK(listener->GetLocalAddress(reinterpret_cast<sockaddr*>(&bound), &length));
+  parent.SendValue("port", PortOf(bound));
+  return listener;
+}
+
 // Accepts one connection on kAddressB, receives messages until the connection ends, then reports
 // what it saw: "received N", and how the connection ended.
 IT_PEER(netns_server) {
@@ -101,14 +114,7 @@ IT_PEER(netns_server) {
     ND2_SGE sge = {inbox.data() + i * kMessage, kMessage, mr.token()};
     IT_OK(e.qp->Receive(Ctx(0x100 + i), &sge, 1));
   }
-  e.listener = adapter.CreateListener();
-  sockaddr_in here = Address(kAddressB, 0);
-  IT_OK(e.listener->Bind(reinterpret_cast<sockaddr*>(&here), sizeof here));
-  IT_OK(e.listener->Listen(0));
-  sockaddr_in bound{};
-  ULONG length = sizeof bound;
-  IT_OK(e.listener->GetLocalAddress(reinterpret_cast<sockaddr*>(&bound), &length));
-  parent.SendValue("port", PortOf(bound));
+  e.listener = ListenOnB(adapter, parent);
   e.connector = GetConnectionRequest(adapter, e.listener.get());
   IT_OK(Accept(e.connector.get(), e.qp.get(), 4, 4));
   parent.Send("accepted");
@@ -146,14 +152,7 @@ IT_PEER(netns_sink) {
     ND2_SGE sge = {inbox.data() + size_t(i) * kMessage, kMessage, mr.token()};
     IT_OK(e.qp->Receive(Ctx(0x100 + i), &sge, 1));
   }
-  e.listener = adapter.CreateListener();
-  sockaddr_in here = Address(kAddressB, 0);
-  IT_OK(e.listener->Bind(reinterpret_cast<sockaddr*>(&here), sizeof here));
-  IT_OK(e.listener->Listen(0));
-  sockaddr_in bound{};
-  ULONG length = sizeof bound;
-  IT_OK(e.listener->GetLocalAddress(reinterpret_cast<sockaddr*>(&bound), &length));
-  parent.SendValue("port", PortOf(bound));
+  e.listener = ListenOnB(adapter, parent);
   e.connector = GetConnectionRequest(adapter, e.listener.get());
   IT_OK(Accept(e.connector.get(), e.qp.get(), 4, 4));
   parent.Send("accepted");
@@ -171,28 +170,14 @@ IT_PEER(netns_sink) {
 // Listens on kAddressB and reports its port; leaves when told (a connection never arrives).
 IT_PEER(netns_listener) {
   Adapter adapter;
-  Ref<IND2Listener> listener = adapter.CreateListener();
-  sockaddr_in here = Address(kAddressB, 0);
-  IT_OK(listener->Bind(reinterpret_cast<sockaddr*>(&here), sizeof here));
-  IT_OK(listener->Listen(0));
-  sockaddr_in bound{};
-  ULONG length = sizeof bound;
-  IT_OK(listener->GetLocalAddress(reinterpret_cast<sockaddr*>(&bound), &length));
-  parent.SendValue("port", PortOf(bound));
+  Ref<IND2Listener> listener = ListenOnB(adapter, parent);
   parent.Expect("done", 60000);
 }
 
 // Listens, takes one connection request, says so, and waits to be killed (never accepts).
 IT_PEER(netns_request_then_die) {
   Adapter adapter;
-  Ref<IND2Listener> listener = adapter.CreateListener();
-  sockaddr_in here = Address(kAddressB, 0);
-  IT_OK(listener->Bind(reinterpret_cast<sockaddr*>(&here), sizeof here));
-  IT_OK(listener->Listen(0));
-  sockaddr_in bound{};
-  ULONG length = sizeof bound;
-  IT_OK(listener->GetLocalAddress(reinterpret_cast<sockaddr*>(&bound), &length));
-  parent.SendValue("port", PortOf(bound));
+  Ref<IND2Listener> listener = ListenOnB(adapter, parent);
   Ref<IND2Connector> request = GetConnectionRequest(adapter, listener.get());
   parent.Send("requested");
   parent.Expect("never", 60000);
@@ -209,16 +194,20 @@ struct Client {
   Endpoint e{adapter, kClientQp, {.depth = 8, .separateCqs = true}};
   int sent = 0;
 
+  // Issues Connect from kAddressA to the peer's port; the caller finishes it.
+  HRESULT StartConnect(uint16_t port, Ov& ov) {
+    e.connector = adapter.CreateConnector();
+    sockaddr_in local = Address(kAddressA, 0), server = Address(kAddressB, port);
+    IT_OK(e.connector->Bind(reinterpret_cast<sockaddr*>(&local), sizeof local));
+    return e.connector->Connect(e.qp.get(), reinterpret_cast<sockaddr*>(&server), sizeof server, 4, 4,
+                                nullptr, 0, ov.Prepare(e.connector.get()));
+  }
   void Connect(Channel& peer) {
     ND2_SGE sge = {inbox.data(), kMessage, inboxMr.token()};
     IT_OK(e.qp->Receive(Ctx(0x900), &sge, 1));  // never filled: flushed when the connection ends
     uint16_t port = uint16_t(peer.ReceiveValue("port"));
-    e.connector = adapter.CreateConnector();
-    sockaddr_in local = Address(kAddressA, 0), server = Address(kAddressB, port);
-    IT_OK(e.connector->Bind(reinterpret_cast<sockaddr*>(&local), sizeof local));
     Ov ov;
-    HRESULT hr = e.connector->Connect(e.qp.get(), reinterpret_cast<sockaddr*>(&server), sizeof server, 4, 4,
-                                      nullptr, 0, ov.Prepare(e.connector.get()));
+    HRESULT hr = StartConnect(port, ov);
     IT_OK(ov.Finish(hr, "Connect across the veth"));
     CompleteConnect(e.connector.get());
     peer.Expect("accepted");
@@ -330,12 +319,8 @@ TEST(IntegrationNetns, LinkDownBeforeConnectIsNetworkUnreachable) {
     Client c;
     uint16_t port = uint16_t(peer.ReceiveValue("port"));
     hosts.CutLink();
-    c.e.connector = c.adapter.CreateConnector();
-    sockaddr_in local = Address(kAddressA, 0), server = Address(kAddressB, port);
-    IT_OK(c.e.connector->Bind(reinterpret_cast<sockaddr*>(&local), sizeof local));
     Ov ov;
-    HRESULT hr = c.e.connector->Connect(c.e.qp.get(), reinterpret_cast<sockaddr*>(&server), sizeof server, 4,
-                                        4, nullptr, 0, ov.Prepare(c.e.connector.get()));
+    HRESULT hr = c.StartConnect(port, ov);
     IT_CHECK_HR(ND_NETWORK_UNREACHABLE, ov.Finish(hr, "Connect over a link that is down", 60000));
     ExpectNoCompletion(c.e.cq.get(), "client CQ", 50);
     peer.Send("done");
@@ -355,12 +340,8 @@ TEST(IntegrationNetns, FarLinkDownDuringConnectIsHostUnreachable) {
     Client c;
     uint16_t port = uint16_t(peer.ReceiveValue("port"));
     hosts.CutPeerLink();
-    c.e.connector = c.adapter.CreateConnector();
-    sockaddr_in local = Address(kAddressA, 0), server = Address(kAddressB, port);
-    IT_OK(c.e.connector->Bind(reinterpret_cast<sockaddr*>(&local), sizeof local));
     Ov ov;
-    HRESULT hr = c.e.connector->Connect(c.e.qp.get(), reinterpret_cast<sockaddr*>(&server), sizeof server, 4,
-                                        4, nullptr, 0, ov.Prepare(c.e.connector.get()));
+    HRESULT hr = c.StartConnect(port, ov);
     IT_CHECK_HR(ND_HOST_UNREACHABLE, ov.Finish(hr, "Connect while the far link is down", 60000));
     ExpectNoCompletion(c.e.cq.get(), "client CQ", 50);
     peer.Send("done");
@@ -378,12 +359,8 @@ TEST(IntegrationNetns, PeerKilledBeforeAcceptRefusesConnect) {
     InNamespace inside(hosts.a());
     Client c;
     uint16_t port = uint16_t(peer.ReceiveValue("port"));
-    c.e.connector = c.adapter.CreateConnector();
-    sockaddr_in local = Address(kAddressA, 0), server = Address(kAddressB, port);
-    IT_OK(c.e.connector->Bind(reinterpret_cast<sockaddr*>(&local), sizeof local));
     Ov ov;
-    HRESULT hr = c.e.connector->Connect(c.e.qp.get(), reinterpret_cast<sockaddr*>(&server), sizeof server, 4,
-                                        4, nullptr, 0, ov.Prepare(c.e.connector.get()));
+    HRESULT hr = c.StartConnect(port, ov);
     peer.Expect("requested");
     KillPeer();
     IT_CHECK_HR(ND_CONNECTION_REFUSED, ov.Finish(hr, "Connect to a peer killed before Accept", 60000));

@@ -77,7 +77,7 @@ TEST_F(QpTest, SendsCompleteInOrderAndUnsignaledSuccessIsSilent) {
   qp->Modify(QpState::Init);
   qp->Modify(QpState::Rtr);
   qp->Modify(QpState::Rts);
-  for (uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(qp->PostSend(Send(id, id == 2 ? 0 : kSignaled)), WV_SUCCESS);
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(qp->PostSend(Send(id, id == 2 ? 0u : uint32_t(kSignaled))), WV_SUCCESS);
   qp->FinishSend(2, WcStatus::Success);  // the third finishes first: nothing may complete yet
   EXPECT_TRUE(Drain().empty());
   qp->FinishSend(0, WcStatus::Success);
