@@ -307,10 +307,10 @@ TEST(IntegrationNetns, LinkCutDuringDisconnectEndsItWithTimeoutAfterTheFlush) {
   });
 }
 
-// The link is down when Connect starts: with the interface down the host has no route to the
-// peer, and Connect fails at once with ND_NETWORK_UNREACHABLE (as a TCP connect does), leaving
-// the QP as it was; nothing else completes.
-TEST(IntegrationNetns, LinkDownBeforeConnectIsNetworkUnreachable) {
+// Connect while a link is down: ours (the host has no route to the peer), or the far one (the
+// peer's address cannot be resolved). Connect fails with `expected`, as a TCP connect does,
+// leaving the QP as it was; nothing else completes.
+void ConnectWhileLinkDown(bool far, HRESULT expected) {
   if (!CanRun()) GTEST_SKIP() << "needs root and ip netns";
   Hosts hosts;
   ASSERT_TRUE(hosts.ok()) << "could not create the namespaces";
@@ -318,34 +318,24 @@ TEST(IntegrationNetns, LinkDownBeforeConnectIsNetworkUnreachable) {
     InNamespace inside(hosts.a());
     Client c;
     uint16_t port = uint16_t(peer.ReceiveValue("port"));
-    hosts.CutLink();
+    if (far) hosts.CutPeerLink();
+    else hosts.CutLink();
     Ov ov;
     HRESULT hr = c.StartConnect(port, ov);
-    IT_CHECK_HR(ND_NETWORK_UNREACHABLE, ov.Finish(hr, "Connect over a link that is down", 60000));
+    IT_CHECK_HR(expected, ov.Finish(hr, "Connect while a link is down", 60000));
     ExpectNoCompletion(c.e.cq.get(), "client CQ", 50);
     peer.Send("done");
   });
 }
 
-// The far side's link is down when Connect starts: our host still routes there, but the peer's
-// address cannot be resolved; after the host's neighbour discovery gives up (a few seconds)
-// Connect fails ND_HOST_UNREACHABLE, as a TCP connect does, leaving the QP as it was; nothing
-// else completes.
+// Our link down: no route, ND_NETWORK_UNREACHABLE at once.
+TEST(IntegrationNetns, LinkDownBeforeConnectIsNetworkUnreachable) {
+  ConnectWhileLinkDown(false, ND_NETWORK_UNREACHABLE);
+}
+
+// The far link down: ND_HOST_UNREACHABLE once the host's neighbour discovery gives up (seconds).
 TEST(IntegrationNetns, FarLinkDownDuringConnectIsHostUnreachable) {
-  if (!CanRun()) GTEST_SKIP() << "needs root and ip netns";
-  Hosts hosts;
-  ASSERT_TRUE(hosts.ok()) << "could not create the namespaces";
-  RunWithPeer("netns_listener", {{"netns", hosts.b()}}, [&](Channel& peer) {
-    InNamespace inside(hosts.a());
-    Client c;
-    uint16_t port = uint16_t(peer.ReceiveValue("port"));
-    hosts.CutPeerLink();
-    Ov ov;
-    HRESULT hr = c.StartConnect(port, ov);
-    IT_CHECK_HR(ND_HOST_UNREACHABLE, ov.Finish(hr, "Connect while the far link is down", 60000));
-    ExpectNoCompletion(c.e.cq.get(), "client CQ", 50);
-    peer.Send("done");
-  });
+  ConnectWhileLinkDown(true, ND_HOST_UNREACHABLE);
 }
 
 // The peer process is killed after it took the connection request and before it accepted:
