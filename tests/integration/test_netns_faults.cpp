@@ -379,6 +379,53 @@ TEST(IntegrationNetns, PeerKilledDuringDisconnect) {
   });
 }
 
+// The peer process is killed at a random point of a stream of sends (the point is printed, so
+// that a failure can be replayed with NDWV_TEST_KILL_AFTER): every send posted completes exactly
+// once, in order, successes first; the receive is flushed; NotifyDisconnect completes; nothing
+// hangs.
+TEST(IntegrationNetns, PeerKilledAtARandomPointOfAStream) {
+  if (!CanRun()) GTEST_SKIP() << "needs root and ip netns";
+  const char* fixed = std::getenv("NDWV_TEST_KILL_AFTER");
+  const int killAfter = fixed ? std::atoi(fixed) : int(NowMs() % 40);
+  std::printf("killing the peer after %d completed sends (NDWV_TEST_KILL_AFTER=%d replays it)\n", killAfter,
+              killAfter);
+  Hosts hosts;
+  ASSERT_TRUE(hosts.ok()) << "could not create the namespaces";
+  RunWithPeer("netns_sink", {{"netns", hosts.b()}, {"count", "1000"}}, [&](Channel& peer) {
+    InNamespace inside(hosts.a());
+    Client c;
+    c.Connect(peer);
+    Ov notify;
+    HRESULT hr = c.e.connector->NotifyDisconnect(notify.Prepare(c.e.connector.get()));
+    IT_CHECK_HR(ND_PENDING, hr);
+    int completed = 0, posted = 0;
+    bool failed = false;
+    for (; posted < 4; ++posted) c.PostSend();
+    while (completed < posted) {
+      if (completed == killAfter && !failed) KillPeer();
+      ND2_RESULT r = NextCompletion(c.e.cq.get(), "a send of the stream", 30000);
+      IT_CHECK(r.RequestType == Nd2RequestTypeSend && r.RequestContext == Ctx(0x200 + completed));
+      if (r.Status != ND_SUCCESS) {
+        IT_CHECK(r.Status == ND_IO_TIMEOUT || r.Status == ND_CANCELED);
+        failed = true;
+      } else {
+        IT_CHECK(!failed);  // no success after the first failure: the rest are flushed
+      }
+      completed++;
+      if (!failed && posted < killAfter + 8) {
+        c.PostSend();
+        posted++;
+      }
+    }
+    ExpectCompletion(c.e.receiveCq, {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x900), kClientQp, -1},
+                     "the client's receive after the kill", 30000);
+    IT_OK(notify.Finish(hr, "NotifyDisconnect after the kill", 30000));
+    hr = Disconnect(c.e.connector.get());
+    IT_CHECK(hr == ND_SUCCESS || hr == ND_TIMEOUT);
+    ExpectNoCompletion(c.e.cq.get(), "client CQ after every send completed", 50);
+  });
+}
+
 // Random loss on the link, both ways (nft in this side's namespace): every message arrives
 // intact and no request fails: loss stays within the retry budget (RoCE: sequence NAKs, ACK
 // timeouts and CM retries; iWARP: TCP).
