@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "dev/async.h"
+#include "dev/engine.h"
 #include "dev/qp.h"
 
 namespace ndwv::dev {
@@ -35,6 +36,21 @@ struct DisconnectRequest : WorkItem {
   std::shared_ptr<QueuePair> qp;
   AsyncOp* op = nullptr;
   int32_t cm_status = 0;  // result of the CM phase
+
+  DisconnectRequest() { run = &QpPhase; }
+  // The CM phase is over with `status`: the QP phase (the flush) runs on the work pool, then the
+  // request completes with that status.
+  void EndCmPhase(int32_t status) {
+    cm_status = status;
+    Engine::Get().Defer(this);
+  }
+
+ private:
+  static void QpPhase(WorkItem* item) {
+    auto* request = static_cast<DisconnectRequest*>(item);
+    if (request->qp) request->qp->Modify(QpState::Error);
+    request->op->Complete(request->cm_status);
+  }
 };
 
 class ConnectEndpoint {

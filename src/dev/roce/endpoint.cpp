@@ -542,12 +542,6 @@ int32_t Endpoint::Disconnect(DisconnectRequest* request) {
   Finisher finish;
   std::lock_guard<std::mutex> lock(mutex_);
   if (disconnect_called_) return WV_CONNECTION_INVALID;  // a connector disconnects once
-  request->run = [](WorkItem* item) {
-    // QP phase: the flush; the request completes after it.
-    auto* r = static_cast<DisconnectRequest*>(item);
-    if (r->qp) r->qp->Modify(QpState::Error);
-    r->op->Complete(r->cm_status);
-  };
   switch (state_) {
     case State::Connected:
     case State::Accepting:
@@ -564,8 +558,7 @@ int32_t Endpoint::Disconnect(DisconnectRequest* request) {
     case State::Disconnected:
       // The peer closed already (or the connection failed): only the flush is left.
       SetState(State::Disconnected);
-      request->cm_status = WV_SUCCESS;
-      Engine::Get().Defer(request);
+      request->EndCmPhase(WV_SUCCESS);
       disconnect_called_ = true;
       return WV_PENDING;
     default:
@@ -576,8 +569,7 @@ int32_t Endpoint::Disconnect(DisconnectRequest* request) {
 void Endpoint::FinishDisconnect(int32_t status) {
   SetState(State::Disconnected);
   if (DisconnectRequest* request = std::exchange(disconnect_, nullptr)) {
-    request->cm_status = status;
-    Engine::Get().Defer(request);
+    request->EndCmPhase(status);
   }
 }
 
