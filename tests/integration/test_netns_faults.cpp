@@ -156,14 +156,18 @@ IT_PEER(netns_sink) {
   e.connector = GetConnectionRequest(adapter, e.listener.get());
   IT_OK(Accept(e.connector.get(), e.qp.get(), 4, 4));
   parent.Send("accepted");
-  for (int i = 0; i < count; ++i) {
+  // In order and byte-exact, until all came or the connection ended (the receives are flushed).
+  int received = 0;
+  for (; received < count; ++received) {
     ND2_RESULT r = NextCompletion(e.receiveCq, "a message across the lossy veth", 30000);
-    if (r.Status != ND_SUCCESS || r.RequestType != Nd2RequestTypeReceive || r.BytesTransferred != kMessage)
+    IT_CHECK(r.RequestType == Nd2RequestTypeReceive && r.RequestContext == Ctx(0x100 + received));
+    if (r.Status == ND_CANCELED) break;
+    if (r.Status != ND_SUCCESS || r.BytesTransferred != kMessage)
       IT_FAIL("a message across the lossy veth: completion " + Describe(r));
-    IT_CHECK(r.RequestContext == Ctx(0x100 + i));  // in order
-    CheckPattern(inbox.data() + size_t(i) * kMessage, kMessage, 77 + uint64_t(i), "a message across the lossy veth");
+    CheckPattern(inbox.data() + size_t(received) * kMessage, kMessage, 77 + uint64_t(received),
+                 "a message across the lossy veth");
   }
-  parent.SendValue("received", uint64_t(count));
+  parent.SendValue("received", uint64_t(received));
   ServerTeardown(parent, e);
 }
 
@@ -443,22 +447,36 @@ TEST_P(IntegrationNetnsLoss, EveryMessageArrivesIntact) {
               Shell(ns + "'add rule inet loss in iifname va numgen random mod 100 < " + percent + " drop'") &&
               Shell(ns + "'add rule inet loss out oifname va numgen random mod 100 < " + percent + " drop'"))
       << "could not install the nft rules";  // removed with the namespace
-  // Fewer messages at 20 %: a message fails only when one packet and its answer miss 1 + 7
-  // retries in a row (p = 0.36^8 at 20 %), and the test must not fail by chance.
-  const int kCount = GetParam() >= 20 ? 10 : 40;
+  // At 20 % a packet and its answer can miss 1 + 7 tries in a row now and then (more than the
+  // retry budget): then, and only then, may a send end ND_IO_TIMEOUT; everything before it arrived
+  // intact, and the rest is flushed. Below that, every send succeeds.
+  const bool budgetMayRunOut = GetParam() >= 20;
+  const int kCount = budgetMayRunOut ? 10 : 40;
   RunWithPeer("netns_sink", {{"netns", hosts.b()}, {"count", std::to_string(kCount)}}, [&](Channel& peer) {
     InNamespace inside(hosts.a());
     Client c;
     c.Connect(peer);
-    for (int i = 0; i < kCount; ++i) {
+    int succeeded = 0;
+    bool ranOut = false;
+    for (int i = 0; i < kCount && !ranOut; ++i) {
       c.PostSend();
-      ExpectCompletion(c.e.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x200 + i), kClientQp, -1},
-                       "a send across the lossy veth", 30000);
+      ND2_RESULT r = NextCompletion(c.e.cq.get(), "a send across the lossy veth", 30000);
+      IT_CHECK(r.RequestType == Nd2RequestTypeSend && r.RequestContext == Ctx(0x200 + i));
+      if (r.Status == ND_SUCCESS) {
+        succeeded++;
+      } else {
+        IT_CHECK_MSG(budgetMayRunOut && r.Status == ND_IO_TIMEOUT,
+                     "a send across the lossy veth ended " + StatusName(r.Status));
+        ranOut = true;
+      }
     }
-    IT_CHECK_EQ(uint64_t(kCount), peer.ReceiveValue("received", 60000));
     ClientTeardown(peer, c.e);
     ExpectCompletion(c.e.receiveCq, {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x900), kClientQp, -1},
                      "the client's receive after Disconnect");
+    // A send whose every acknowledgement was lost may still have arrived.
+    uint64_t received = peer.ReceiveValue("received", 60000);
+    if (ranOut) IT_CHECK(received == uint64_t(succeeded) || received == uint64_t(succeeded) + 1);
+    else IT_CHECK_EQ(uint64_t(kCount), received);
   });
 }
 
