@@ -115,6 +115,14 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   ProtectionDomain& pd() const { return *pd_; }
   QpState state() const { return state_.load(std::memory_order_acquire); }
 
+  // One connection endpoint at a time may use the QP to connect: Claim is true for the first
+  // owner (and again for it), false for another until the owner lets go (Unclaim).
+  bool Claim(const void* owner) {
+    const void* none = nullptr;
+    return claimant_.compare_exchange_strong(none, owner) || none == owner;
+  }
+  void Unclaim(const void* owner) { claimant_.compare_exchange_strong(owner, nullptr); }
+
   // Verbs Modify of the state. To Error: stops the link and flushes every outstanding request.
   int32_t Modify(QpState to);
   // Moves to Error from a thread that must not do it itself (engine): on the work pool.
@@ -150,6 +158,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   std::shared_ptr<SharedReceiveQueue> srq_;
 
   std::atomic<QpState> state_{QpState::Reset};
+  std::atomic<const void*> claimant_{nullptr};  // the connection endpoint using it
   mutable std::mutex state_mutex_;  // guards state_ changes and link_
   std::mutex error_mutex_;          // held through a move to Error, so a second one waits for the flush
   std::shared_ptr<Link> link_;

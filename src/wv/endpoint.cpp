@@ -34,7 +34,19 @@ class DisconnectOp final : public OverlappedOp {
 ConnectEndpoint::ConnectEndpoint(base::HandleRef file, std::shared_ptr<dev::ConnectEndpoint> endpoint)
     : file_(std::move(file)), endpoint_(std::move(endpoint)) {}
 
-ConnectEndpoint::~ConnectEndpoint() { endpoint_->Close(); }
+ConnectEndpoint::~ConnectEndpoint() {
+  endpoint_->Close();
+  if (qp_) qp_->Unclaim(this);
+}
+
+bool ConnectEndpoint::UseQueuePair(const std::shared_ptr<dev::QueuePair>& qp) {
+  // A QP connects through one endpoint at a time (another's Connect or Accept with it is refused).
+  if (!qp->Claim(this)) return false;
+  std::lock_guard<std::mutex> lock(qp_mutex_);
+  if (qp_ && qp_ != qp) qp_->Unclaim(this);  // a retry with another QP frees the first
+  qp_ = qp;
+  return true;
+}
 
 HRESULT ConnectEndpoint::CancelOverlappedRequests() {
   endpoint_->CancelRequests();
@@ -69,10 +81,7 @@ HRESULT ConnectEndpoint::Connect(IWVConnectQueuePair* qp, const sockaddr* addres
   auto* pair = dynamic_cast<ConnectQueuePair*>(qp);
   if (!pair || !address || !overlapped) return WV_INVALID_PARAMETER;
   socklen_t length = address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-  {
-    std::lock_guard<std::mutex> lock(qp_mutex_);
-    qp_ = pair->qp();
-  }
+  if (!UseQueuePair(pair->qp())) return WV_CONNECTION_ACTIVE;
   return StartOverlapped(new OverlappedOp(file_, overlapped), [&](OverlappedOp* op) {
     return endpoint_->Connect(pair->qp(), address, length, ToDevice(param), op);
   });
@@ -85,8 +94,7 @@ HRESULT ConnectEndpoint::Accept(IWVConnectQueuePair* qp, WV_CONNECT_PARAM* param
     auto* pair = dynamic_cast<ConnectQueuePair*>(qp);
     if (!pair) return WV_INVALID_PARAMETER;
     device_qp = pair->qp();
-    std::lock_guard<std::mutex> lock(qp_mutex_);
-    qp_ = device_qp;
+    if (!UseQueuePair(device_qp)) return WV_CONNECTION_ACTIVE;
   }
   return StartOverlapped(new OverlappedOp(file_, overlapped),
                          [&](OverlappedOp* op) { return endpoint_->Accept(device_qp, ToDevice(param), op); });

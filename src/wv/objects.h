@@ -188,6 +188,8 @@ class ConnectEndpoint final
   const std::shared_ptr<dev::ConnectEndpoint>& endpoint() const { return endpoint_; }
 
  private:
+  bool UseQueuePair(const std::shared_ptr<dev::QueuePair>& qp);  // false: another endpoint has it
+
   base::HandleRef file_;
   std::shared_ptr<dev::ConnectEndpoint> endpoint_;
   std::shared_ptr<dev::QueuePair> qp_;  // given to Connect/Accept; Disconnect carries it down

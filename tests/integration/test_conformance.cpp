@@ -1104,9 +1104,8 @@ TEST(ConformanceConnector, ConnectWhileConnectingIsActive) {
 }
 
 // §14.1: Connect with a QP that is already connecting through another connector →
-// ND_CONNECTION_ACTIVE. DISABLED: ndwv accepts the second Connect (ND_PENDING) and starts it with
-// the same QP (nd2-spi.md §14.1 Connect, "QP or connector already connected/connecting").
-TEST(ConformanceConnector, DISABLED_ConnectWithAQpAlreadyConnectingIsActive) {
+// ND_CONNECTION_ACTIVE (nd2-spi.md §14.1 Connect, "QP or connector already connected/connecting").
+TEST(ConformanceConnector, ConnectWithAQpAlreadyConnectingIsActive) {
   RunLocal([] {
     Adapter adapter;
     Ref<IND2Listener> silent;
