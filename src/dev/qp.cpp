@@ -169,6 +169,11 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
     wqe.sent = 0;
     wqe.done = false;
     wqe.status = WcStatus::Success;
+    if (request.opcode == WrOpcode::Invalidate && (!request.window || request.window->rkey == 0)) {
+      // Nothing bound to invalidate: a malformed request, completed in its turn with LocalOp.
+      wqe.done = true;
+      wqe.status = WcStatus::LocalOp;
+    }
     if (is_inline) {
       // Copied now: the caller may reuse its buffers as soon as the post returns.
       size_t offset = 0;

@@ -33,7 +33,8 @@ HRESULT CompletionStatus(WV_WC_STATUS status) {
     case WvWcTimeoutRetryError: return ND_IO_TIMEOUT;
     case WvWcRemoteInvalidRequest: return STATUS_DATA_ERROR;  // the peer's receive was too small
     case WvWcRemoteOpError: return ND_REMOTE_ERROR;
-    default: return ND_INTERNAL_ERROR;  // LocalOpError, BadResponse, Error
+    case WvWcLocalOpError: return ND_INVALID_DEVICE_REQUEST;  // e.g. Invalidate of an unbound window
+    default: return ND_INTERNAL_ERROR;  // BadResponse, Error
   }
 }
 

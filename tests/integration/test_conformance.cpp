@@ -690,8 +690,8 @@ TEST(ConformanceMw, BindAndInvalidateErrors) {
 }
 
 // §12 Invalidate / §3: Invalidate of a window that is not bound completes
-// ND_INVALID_DEVICE_REQUEST. DISABLED: ndwv completes it ND_SUCCESS (nd2-spi.md §12 Invalidate).
-TEST(ConformanceMw, DISABLED_InvalidateOfAnUnboundWindow) {
+// ND_INVALID_DEVICE_REQUEST (nd2-spi.md §12 Invalidate).
+TEST(ConformanceMw, InvalidateOfAnUnboundWindow) {
   RunLocal([] {
     LocalPair p;
     p.Connect();

@@ -37,7 +37,7 @@ TEST_F(NdTest, GetResultsMapsEveryWorkCompletionStatus) {
       {WvWcTimeoutRetryError, ND_IO_TIMEOUT},
       {WvWcRemoteInvalidRequest, STATUS_DATA_ERROR},
       {WvWcRemoteOpError, ND_REMOTE_ERROR},
-      {WvWcLocalOpError, ND_INTERNAL_ERROR},
+      {WvWcLocalOpError, ND_INVALID_DEVICE_REQUEST},  // e.g. Invalidate of an unbound window
       {WvWcBadResponse, ND_INTERNAL_ERROR},
       {WvWcError, ND_INTERNAL_ERROR},
   };
