@@ -147,6 +147,7 @@ void TcpCapture::Sent(const iovec* iov, size_t count, ssize_t n) {
 
 void TcpCapture::Received(const void* data, ssize_t n) {
   if (n < 0) return;
+  std::lock_guard<std::mutex> order(order_);  // after a send whose call is still recording
   std::lock_guard<std::mutex> lock(mu_);
   if (n == 0) {  // the peer's FIN, once (a closed socket reads 0 again and again)
     if (fin_[1]) return;

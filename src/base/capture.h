@@ -76,6 +76,17 @@ class TcpCapture {
   static std::unique_ptr<TcpCapture> Start(int fd);
   TcpCapture(const sockaddr_storage& local, const sockaddr_storage& peer);
 
+  // Runs a send call (returning what send/sendmsg returns) and records what it sent, as one
+  // step against Received: loopback can deliver the peer's answer, and another thread record
+  // it, before the send call even returns; the file must still show our bytes first.
+  template <class SendCall, class Record>
+  ssize_t SendAndRecord(SendCall&& send_call, Record&& record) {
+    std::lock_guard<std::mutex> order(order_);
+    ssize_t n = send_call();
+    record(n);
+    return n;
+  }
+
   // What a send call returned: `n` bytes of `data` (nothing if n <= 0).
   void Sent(const void* data, ssize_t n);
   // What sendmsg returned: the first `n` bytes of the `count` buffers of `iov`.
@@ -99,6 +110,7 @@ class TcpCapture {
   const sockaddr_storage local_, peer_;
   PcapWriter* const writer_;
   mutable std::mutex mu_;
+  std::mutex order_;  // a send call and its record against a receive's record (SendAndRecord)
   uint32_t next_[2];  // [0] local -> peer, [1] peer -> local
   bool fin_[2] = {false, false};
 };

@@ -290,8 +290,9 @@ bool Endpoint::SendMpaFrame(const MpaFrame& frame) {
   size_t length = EncodeMpaFrame(frame, buffer);
   // A fresh socket's buffer always has room for one small frame.
   if (!length) return false;
-  ssize_t n = send(fd_, buffer, length, MSG_NOSIGNAL | MSG_DONTWAIT);
-  if (capture_) [[unlikely]] capture_->Sent(buffer, n);
+  auto send_call = [&] { return send(fd_, buffer, length, MSG_NOSIGNAL | MSG_DONTWAIT); };
+  ssize_t n = capture_ ? capture_->SendAndRecord(send_call, [&](ssize_t sent) { capture_->Sent(buffer, sent); })
+                       : send_call();
   return n == ssize_t(length);
 }
 

@@ -266,8 +266,11 @@ bool Stream::FlushBatch() {
     msghdr msg{};
     msg.msg_iov = batch_.iov + batch_.iov_done;
     msg.msg_iovlen = std::min(batch_.iov_count - batch_.iov_done, IOV_MAX);
-    ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (capture_) [[unlikely]] capture_->Sent(msg.msg_iov, msg.msg_iovlen, n);
+    auto send_call = [&] { return sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT); };
+    ssize_t n = capture_ ? capture_->SendAndRecord(send_call, [&](ssize_t sent) {
+                             capture_->Sent(msg.msg_iov, msg.msg_iovlen, sent);
+                           })
+                         : send_call();
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) broken_ = true;

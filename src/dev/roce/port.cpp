@@ -343,6 +343,15 @@ struct RxBuffer {
 __attribute__((tls_model("initial-exec"))) thread_local std::unique_ptr<RxBuffer> t_rx;
 }  // namespace
 
+namespace {
+// An RC packet that answers a request (by its BTH opcode): ACK/NAK or Read Response.
+bool IsAnswer(std::span<const uint8_t> datagram) {
+  if (datagram.empty()) return false;
+  auto op = Opcode(datagram[0]);
+  return op == Opcode::Acknowledge || (op >= Opcode::ReadResponseFirst && op <= Opcode::ReadResponseOnly);
+}
+}  // namespace
+
 void Port::DriveReceive() {
   if (!rx_mutex_.try_lock()) return;  // the receiver in charge reads until the socket is empty
   std::lock_guard<std::mutex> lock(rx_mutex_, std::adopt_lock);
@@ -379,8 +388,15 @@ void Port::DriveReceive() {
       Dispatch(t_rx->from, {t_rx->data, 0}, cache);
       continue;
     }
-    for (size_t at = 0; at < length; at += segment)
-      Dispatch(t_rx->from, {t_rx->data + at, std::min(segment, length - at)}, cache);
+    // Answers first (ACK, NAK, Read Response): a peer sends its ACK after the request it travels
+    // with (sharing one GSO buffer), yet it was due first; seen first, our request completes
+    // before the peer's next message does, as when each crosses the wire alone. The two
+    // directions are independent in the protocol, so the order between them is ours to choose.
+    for (int answers = 1; answers >= 0; --answers)
+      for (size_t at = 0; at < length; at += segment) {
+        std::span<const uint8_t> datagram{t_rx->data + at, std::min(segment, length - at)};
+        if (IsAnswer(datagram) == bool(answers)) Dispatch(t_rx->from, datagram, cache);
+      }
   }
 }
 

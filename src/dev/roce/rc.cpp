@@ -242,6 +242,18 @@ bool RcLink::Transmit(const Headers& h, const uint8_t* inline_data, const Sge* s
 
 bool RcLink::FlushTx() {
   TxBatch& t_tx = Tx();
+  int last = t_tx.count - 1;
+  if (last >= 1 && t_tx.data[t_tx.used - t_tx.length[last]] == uint8_t(Opcode::Acknowledge) &&
+      t_tx.length[last] > t_tx.length[last - 1]) {
+    // The ACK went last to share the reply's GSO buffer, but it is longer than the datagram
+    // before it, so it cannot: it goes first, where it was due (the peer's request completes
+    // before our next message is received).
+    size_t ack = t_tx.length[last];
+    std::rotate(t_tx.data, t_tx.data + t_tx.used - ack, t_tx.data + t_tx.used);
+    std::rotate(t_tx.length, t_tx.length + last, t_tx.length + last + 1);
+    std::rotate(t_tx.request, t_tx.request + last, t_tx.request + last + 1);
+    std::rotate(t_tx.psn, t_tx.psn + last, t_tx.psn + last + 1);
+  }
   int count = std::exchange(t_tx.count, 0);
   t_tx.used = 0;
   if (!count) return true;
