@@ -49,6 +49,7 @@
 
 #include "base/settings.h"
 #include "dev/cq.h"
+#include "qp_watch.h"
 #include "dev/endpoint.h"
 #include "dev/memory.h"
 #include "dev/qp.h"
@@ -364,8 +365,8 @@ struct Buffer {
   return ::testing::AssertionSuccess();
 }
 
-struct Conn {
-  explicit Conn(uintptr_t tag, uint32_t comm_id) : context(reinterpret_cast<void*>(tag)), comm_id(comm_id) {}
+struct Conn : QpWatch {
+  explicit Conn(uintptr_t tag, uint32_t comm_id) : QpWatch(reinterpret_cast<void*>(tag)), comm_id(comm_id) {}
   ~Conn() {
     // The endpoint first: it completes what it holds of ours (canceled); then the flush.
     if (ep) ep->Close();
@@ -389,53 +390,6 @@ struct Conn {
       Sge sge{recv.addr() + i * kRecvSize, uint32_t(kRecvSize), recv.key};
       ASSERT_EQ(qp->PostReceive(kFirstRecvId + i, &sge, 1), WV_SUCCESS);
     }
-  }
-
-  // Everything the CQ holds now (an empty poll also lends the thread to receive progress).
-  void Drain() {
-    Completion batch[32];
-    while (size_t n = cq->Poll(batch, 32)) completions.insert(completions.end(), batch, batch + n);
-  }
-
-  // Polls until `done` holds, at most kBound.
-  template <class Pred>
-  bool PollUntil(Pred done) {
-    auto deadline = Deadline();
-    for (;;) {
-      Drain();
-      if (done()) return true;
-      if (Clock::now() > deadline) return false;
-      std::this_thread::sleep_for(1ms);
-    }
-  }
-
-  // Waits for the library to move the QP to Error, then for that move's flush to finish (a second
-  // move to Error returns only after the first one's flush), and collects every completion.
-  void WaitForError() {
-    ASSERT_TRUE(PollUntil([&] { return qp->state() == QpState::Error; }))
-        << "the QP is still " << ToString(qp->state());
-    ASSERT_EQ(qp->Modify(QpState::Error), WV_SUCCESS);
-    Drain();
-  }
-
-  // Each of the wr_ids completed exactly once with its status; nothing else completed.
-  void ExpectCompletions(const std::map<uint64_t, WcStatus>& expected) {
-    std::map<uint64_t, std::vector<WcStatus>> seen;
-    for (const Completion& c : completions) {
-      EXPECT_EQ(c.qp_context, context);
-      seen[c.wr_id].push_back(c.status);
-    }
-    for (const auto& [id, statuses] : seen) {
-      auto it = expected.find(id);
-      if (it == expected.end()) {
-        ADD_FAILURE() << "unexpected completion of wr_id " << id << " (status " << int(statuses[0]) << ")";
-        continue;
-      }
-      EXPECT_EQ(statuses.size(), 1u) << "wr_id " << id << " completed " << statuses.size() << " times";
-      EXPECT_EQ(int(statuses[0]), int(it->second)) << "wr_id " << id;
-    }
-    for (const auto& [id, status] : expected)
-      EXPECT_TRUE(seen.count(id)) << "wr_id " << id << " never completed";
   }
 
   std::map<uint64_t, WcStatus> AllReceivesFlushed(uint32_t count = kRecvs, uint32_t first = 0) const {
@@ -473,14 +427,10 @@ struct Conn {
     return peer.Build(h, {});
   }
 
-  void* const context;
   const uint32_t comm_id;  // the raw peer's communication ID
   std::shared_ptr<ProtectionDomain> pd = std::make_shared<ProtectionDomain>();
-  std::shared_ptr<CompletionQueue> cq = std::make_shared<CompletionQueue>(256);
-  std::shared_ptr<QueuePair> qp;
   std::shared_ptr<ConnectEndpoint> ep;
   Buffer writable{kRegion, 1}, locked{kRegion, 2}, readable{kRegion, 3}, recv{kRecvSize * kRecvs, 4};
-  std::vector<Completion> completions;
   RawPeer peer;
   Op get_request, accept, notify;
   uint64_t tid = 0;              // of our REQ (the REP and RTU reuse it)

@@ -6,6 +6,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -188,13 +189,14 @@ int Port::SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* siz
   // One message per run of datagrams: equal sizes (the last may be shorter), sent as one GSO
   // buffer that the kernel cuts into datagrams (a loopback receiver with UDP_GRO gets it whole).
   constexpr size_t kGsoMaxBytes = 65000;
-  mmsghdr messages[count];
-  iovec iov[count];
-  int first[count + 1];  // datagram index each message starts at
+  count = std::min(count, kMaxBatch);  // callers batch at most this many
+  mmsghdr messages[kMaxBatch];
+  iovec iov[kMaxBatch];
+  int first[kMaxBatch + 1];  // datagram index each message starts at
   union Control {
     cmsghdr header;
     char space[CMSG_SPACE(sizeof(uint16_t))];
-  } control[count];
+  } control[kMaxBatch];
   int nmsg = 0;
   bool gso = gso_.load(std::memory_order_relaxed);
   socklen_t name_length;

@@ -79,8 +79,10 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // Sends one datagram: `datagram` holds BTH .. pad and 4 bytes more, where the ICRC is stored.
   // False if the socket is full: then WaitWritable, and OnWritable follows when it has room.
   bool Send(const sockaddr_storage& to, uint8_t* datagram, size_t size);
-  // The same for `count` datagrams laid end to end in `data`; returns how many the socket took
-  // (the first ones). Runs of equal-size datagrams go as one UDP GSO send where the kernel can.
+  // The same for `count` (at most kMaxBatch) datagrams laid end to end in `data`; returns how
+  // many the socket took (the first ones). Runs of equal-size datagrams go as one UDP GSO send
+  // where the kernel can.
+  static constexpr int kMaxBatch = 16;
   int SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* sizes, int count);
   void WaitWritable(std::weak_ptr<PacketSink> sink);
   // Reads and dispatches what has arrived (the engine, or a CQ poller lending its thread).

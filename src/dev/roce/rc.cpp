@@ -33,7 +33,7 @@ Clock::time_point CoarseNow() {
 // packets of a Write or Read Response goes out as one UDP GSO send (see Port::SendBatch).
 // Per thread, so that a QP costs no buffer of its own.
 struct TxBatch {
-  static constexpr int kMax = 16;
+  static constexpr int kMax = Port::kMaxBatch;
   static constexpr size_t kMaxDatagram = kBthLen + kRethLen + 4096 + 4 + kIcrcLen;
   int count = 0;
   size_t used = 0;
@@ -155,8 +155,9 @@ void RcLink::Kick() {
 }
 
 void RcLink::PollProgress() {
-  {
-    // ACKs made due by the previous poll go out now, after their messages were consumed.
+  // ACKs made due by the previous poll go out now, after their messages were consumed (the lock
+  // only when there is one: an empty poll is the hot path).
+  if (ack_due_.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (ack_due_) Pump();
   }

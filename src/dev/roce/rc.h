@@ -170,7 +170,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   uint32_t epsn_;                // next PSN expected
   uint32_t msn_ = 0;
   bool nak_sent_ = false;        // a sequence NAK is out for epsn_
-  bool ack_due_ = false;
+  std::atomic<bool> ack_due_{false};  // written under mutex_; PollProgress peeks without it
   Clock::time_point ack_by_{};
   bool have_recv_ = false;
   RecvWqe recv_;
