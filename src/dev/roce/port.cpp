@@ -342,7 +342,7 @@ struct RxBuffer {
     message.msg_controllen = sizeof control;
   }
 };
-__attribute__((tls_model("initial-exec"))) thread_local std::unique_ptr<RxBuffer> t_rx;
+thread_local std::unique_ptr<RxBuffer> t_rx;
 }  // namespace
 
 namespace {

@@ -17,8 +17,7 @@ namespace {
 constexpr std::chrono::milliseconds kAckDelay{5};  // longest a coalesced ACK waits
 // Set while a CQ poller drives receive: the ACKs it makes due wait for its next poll (or the next
 // transmission), so the poller returns with its completion without paying for them first.
-// (initial-exec: a plain load, no __tls_get_addr call, on paths run per message)
-__attribute__((tls_model("initial-exec"))) thread_local bool t_polling = false;
+thread_local bool t_polling = false;
 
 // Bookkeeping times (ACK timeout, keepalive, coalesced ACK deadline) need no more than the
 // scheduler tick's resolution, which the coarse clock reads cheaper; same epoch as Clock.
@@ -42,7 +41,7 @@ struct TxBatch {
   uint32_t psn[kMax];
   alignas(64) uint8_t data[kMax * kMaxDatagram];
 };
-__attribute__((tls_model("initial-exec"))) thread_local std::unique_ptr<TxBatch> t_tx_batch;
+thread_local std::unique_ptr<TxBatch> t_tx_batch;
 TxBatch& Tx() {
   if (!t_tx_batch) t_tx_batch = std::make_unique<TxBatch>();  // one per thread that transmits
   return *t_tx_batch;
