@@ -846,9 +846,14 @@ void RcLink::HandleTimer() {
   }
   if (shut_) return;
   if (params_.keepalive_ms && flights_.empty() && !failed_) {
-    // Idle: has the peer been heard from lately? If not, ask it for an acknowledgement.
+    // Idle: has the peer been heard from lately? If not, ask it for an acknowledgement. Not
+    // before the connection is established (the passive QP waits in RTR for the RTU): the
+    // active QP may not exist yet, and the CM's own timers watch the peer until then.
     auto due = last_rx_ + std::chrono::milliseconds(params_.keepalive_ms);
-    if (now >= due) {
+    if (now >= due && qp_->state() != QpState::Rts) {
+      last_rx_ = now;
+      EnsureTimer(now + std::chrono::milliseconds(params_.keepalive_ms));
+    } else if (now >= due) {
       flights_.push_back({kKeepalive, WrOpcode::Write, next_psn_, 1, 0, 0, 0});
       counters_.Add(Counter::KeepalivesSent);
       next_psn_ = PsnAdd(next_psn_, 1);
