@@ -43,24 +43,61 @@ std::string Describe(const sockaddr_storage& a) {
   return std::string(host) + ":" + std::to_string(PortOf(a));
 }
 
-int32_t BindNdPort(int fd, sockaddr_storage& local) {
-  constexpr uint16_t kFirst = 49152;
-  constexpr uint32_t kCount = 65536 - kFirst;
-  socklen_t length = AddressLength(local);
+namespace {
+
+constexpr uint16_t kFirstEphemeral = 49152;
+constexpr uint32_t kEphemeralCount = 65536 - kFirstEphemeral;
+
+void SetReuseAddress(int fd, int on) { setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on); }
+
+// bind(); with `take_time_wait`, when the port is taken, once more with SO_REUSEADDR. Linux grants
+// that only if every other socket on the port has SO_REUSEADDR too and none listens: connections
+// in TIME_WAIT that ReleaseTcpPort marked, never a live connector of ours (the flag is cleared
+// again once bound; a listener sets it, but listening holds the port anyway).
+bool TryBind(int fd, sockaddr_storage& local, bool take_time_wait) {
+  const sockaddr* address = reinterpret_cast<const sockaddr*>(&local);
+  if (bind(fd, address, AddressLength(local)) == 0) return true;
+  if (!take_time_wait || errno != EADDRINUSE) return false;
+  SetReuseAddress(fd, 1);
+  bool bound = bind(fd, address, AddressLength(local)) == 0;
+  int error = errno;
+  SetReuseAddress(fd, 0);
+  errno = error;
+  return bound;
+}
+
+// One sweep of the ephemeral range from `start`: the first port that binds.
+bool BindEphemeral(int fd, sockaddr_storage& local, uint32_t start, bool take_time_wait) {
+  for (uint32_t i = 0; i < kEphemeralCount; ++i) {
+    SetPort(local, uint16_t(kFirstEphemeral + (start + i) % kEphemeralCount));
+    if (TryBind(fd, local, take_time_wait)) return true;
+    if (errno != EADDRINUSE) return false;
+  }
+  return false;
+}
+
+int32_t Bind(int fd, sockaddr_storage& local, bool tcp) {
   if (PortOf(local) != 0) {
-    if (bind(fd, reinterpret_cast<sockaddr*>(&local), length) == 0) return WV_SUCCESS;
+    if (TryBind(fd, local, tcp)) return WV_SUCCESS;
     return errno == EADDRINUSE ? WV_SHARING_VIOLATION : WV_INVALID_ADDRESS;
   }
   static thread_local std::minstd_rand random{std::random_device{}()};
-  uint32_t start = random() % kCount;
-  for (uint32_t i = 0; i < kCount; ++i) {
-    SetPort(local, uint16_t(kFirst + (start + i) % kCount));
-    if (bind(fd, reinterpret_cast<sockaddr*>(&local), length) == 0) return WV_SUCCESS;
-    if (errno != EADDRINUSE) break;
-  }
+  uint32_t start = random() % kEphemeralCount;
+  // A free port first: on a port in TIME_WAIT, a connection to the same peer may be refused
+  // (the address pair lingers).
+  if (BindEphemeral(fd, local, start, false)) return WV_SUCCESS;
+  if (tcp && errno == EADDRINUSE && BindEphemeral(fd, local, start, true)) return WV_SUCCESS;
   int32_t status = errno == EADDRINUSE ? WV_TOO_MANY_ADDRESSES : WV_INVALID_ADDRESS;
   SetPort(local, 0);
   return status;
 }
+
+}  // namespace
+
+int32_t BindNdPort(int fd, sockaddr_storage& local) { return Bind(fd, local, false); }
+
+int32_t BindNdTcpPort(int fd, sockaddr_storage& local) { return Bind(fd, local, true); }
+
+void ReleaseTcpPort(int fd) { SetReuseAddress(fd, 1); }
 
 }  // namespace ndwv::dev

@@ -351,5 +351,41 @@ TEST(IntegrationReject, ActiveRejectOrReleaseRefusesAccept) {
   });
 }
 
+// One connection; the client disconnects first, so on iWARP its port is left in TIME_WAIT.
+IT_PEER(one_connection_server) {
+  Adapter adapter;
+  Endpoint server(adapter, Ctx(0x5E));
+  Serve(parent, server);
+  ServerTeardown(parent, server);
+}
+
+// A port held only by a closed connection is free for the next Bind (ndconn-style reconnects
+// from a fixed port), and the connector bound to it holds it again: a third Bind is refused.
+TEST(IntegrationConnect, PortOfAClosedConnectionCanBeBoundAgain) {
+  RunWithPeer("one_connection_server", [](Channel& peer) {
+    Adapter adapter;
+    sockaddr_in local{};
+    {
+      Endpoint client(adapter, Ctx(0xC1));
+      ConnectTo(peer, client);
+      ULONG size = sizeof local;
+      IT_OK(client.connector->GetLocalAddress(reinterpret_cast<sockaddr*>(&local), &size));
+      ClientTeardown(peer, client);
+    }
+    // iWARP: at once (TCP's TIME_WAIT does not count). RoCE: once the IB CM time-wait
+    // (NDWV_ROCE_TIMEWAIT_MS) let go of the port.
+    Ref<IND2Connector> again = adapter.CreateConnector();
+    Deadline deadline;
+    unsigned spins = 0;
+    HRESULT hr;
+    while ((hr = again->Bind(reinterpret_cast<sockaddr*>(&local), sizeof local)) == ND_SHARING_VIOLATION &&
+           TransportIsRoce() && !deadline.Expired())
+      Pause(spins);
+    IT_OK(hr);
+    Ref<IND2Connector> third = adapter.CreateConnector();
+    IT_CHECK_HR(ND_SHARING_VIOLATION, third->Bind(reinterpret_cast<sockaddr*>(&local), sizeof local));
+  });
+}
+
 }  // namespace
 }  // namespace ndit

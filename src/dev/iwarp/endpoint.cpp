@@ -69,6 +69,7 @@ void Endpoint::CloseSocket() {
   if (fd_ < 0) return;
   if (watching_) Engine::Get().Unwatch(fd_);
   watching_ = false;
+  ReleaseTcpPort(fd_);
   close(fd_);
   fd_ = -1;
   capture_.reset();
@@ -149,10 +150,8 @@ void TuneConnectionSocket(int fd) {
 int32_t Endpoint::OpenSocket(int family) {
   fd_ = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return WV_INSUFFICIENT_RESOURCES;
-  int one = 1;
-  setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   TuneConnectionSocket(fd_);
-  int32_t status = BindNdPort(fd_, local_);
+  int32_t status = BindNdTcpPort(fd_, local_);
   if (status != WV_SUCCESS) CloseSocket();
   return status;
 }
@@ -188,6 +187,11 @@ int32_t Endpoint::Listen(int backlog) {
   if (state_ == State::Listening) return WV_INVALID_DEVICE_STATE;
   if (state_ != State::Bound) return WV_INVALID_DEVICE_STATE;
   backlog_ = backlog > 0 ? backlog : SOMAXCONN;
+  // Linux checks the port again at listen(): connections in TIME_WAIT that Bind took it over from
+  // are accepted only with SO_REUSEADDR. Accepted connections inherit it, so that theirs never
+  // keep a later listener off the port (the server killed and restarted, say).
+  int one = 1;
+  setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (listen(fd_, backlog_) != 0) return WV_INSUFFICIENT_RESOURCES;
   SetState(State::Listening);
   watching_ = true;
@@ -508,6 +512,7 @@ int32_t Endpoint::Reject(const void* data, size_t length) {
     reply.crc = false;
     reply.private_data = {static_cast<const uint8_t*>(data), length};
     if (SendMpaFrame(reply)) AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRejectsSent);
+    ReleaseTcpPort(fd_);
     shutdown(fd_, SHUT_WR);
     if (capture_) capture_->SentFin();
     CloseSocket();

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "base/log.h"
+#include "dev/address.h"
 #include "wire/bytes.h"
 #include "wire/mpa.h"
 
@@ -190,6 +191,7 @@ void Stream::Shutdown() {
   }
   Engine::Get().Unwatch(fd_);
   if (capture_) [[unlikely]] capture_->SentFin();  // close() sends it, if shutdown() did not
+  ReleaseTcpPort(fd_);
   close(fd_);
 }
 
@@ -234,6 +236,7 @@ void Stream::ProcessTx() {
     if (send_closed_ || broken_) return;
     if (!FillBatch()) {
       if (close_send_) {
+        ReleaseTcpPort(fd_);     // the FIN may leave a TIME_WAIT behind
         shutdown(fd_, SHUT_WR);  // FIN after the last queued byte
         if (capture_) [[unlikely]] capture_->SentFin();
         send_closed_ = true;
