@@ -297,6 +297,9 @@ struct IWVDevice : IWVOverlapped {
   virtual HRESULT QueryPort(UINT8 PortNumber, WV_PORT_ATTRIBUTES* pAttributes) = 0;
   virtual HRESULT CreateCompletionQueue(HANDLE hFile, SIZE_T* pEntries, IWVCompletionQueue** ppCq) = 0;
   virtual HRESULT AllocateProtectionDomain(IWVProtectionDomain** ppPd) = 0;
+  // ndwv: where the device completes requests and notifications (the CPUs of its progress engine
+  // thread), as a processor group of 64 CPUs and a mask of CPUs in that group.
+  virtual HRESULT QueryNotifyAffinity(USHORT* pGroup, KAFFINITY* pAffinity) = 0;
 };
 
 #define WV_EP_OPTION_ROUTE 0x00000001

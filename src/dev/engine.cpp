@@ -31,6 +31,7 @@ Engine::Engine() {
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
   engine_thread_ = std::thread([this] { Loop(); });
   engine_thread_id_ = engine_thread_.get_id();
+  engine_thread_handle_ = engine_thread_.native_handle();
   const base::Settings* settings = base::LoadSettings();
   unsigned n = settings ? settings->work_threads : 2;
   for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -39,6 +40,10 @@ Engine::Engine() {
 }
 
 Engine::~Engine() = default;
+
+bool Engine::EngineAffinity(cpu_set_t* cpus) const {
+  return pthread_getaffinity_np(engine_thread_handle_, sizeof(cpu_set_t), cpus) == 0;
+}
 
 void Engine::Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
   {

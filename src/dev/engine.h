@@ -4,6 +4,9 @@
 // and listener, plus the device's timers. Handlers run on it and must never block; anything that
 // changes a QP's state is handed to the work pool as a pre-allocated WorkItem.
 #pragma once
+#include <pthread.h>
+#include <sched.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -57,6 +60,9 @@ class Engine {
 
   bool OnEngineThread() const { return std::this_thread::get_id() == engine_thread_id_; }
 
+  // The CPUs the engine thread may run on: where the device completes requests and notifies.
+  bool EngineAffinity(cpu_set_t* cpus) const;
+
  private:
   Engine();
   ~Engine();
@@ -69,6 +75,7 @@ class Engine {
   int wake_fd_ = -1;
   std::thread engine_thread_;
   std::thread::id engine_thread_id_;
+  pthread_t engine_thread_handle_{};  // kept: a detached std::thread no longer has it
   std::mutex handlers_mutex_;
   std::unordered_map<int, std::weak_ptr<IoHandler>> handlers_;
 

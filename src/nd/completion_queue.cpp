@@ -1,7 +1,5 @@
 #include "nd/completion_queue.h"
 
-#include <sched.h>
-
 #include "nd/adapter.h"
 
 namespace ndwv::nd {
@@ -50,17 +48,9 @@ ND2_RESULT ToNdResult(const WV_COMPLETION& completion) {
   return result;
 }
 
-HRESULT ReportNotifyAffinity(USHORT* pGroup, KAFFINITY* pAffinity) {
+HRESULT ReportNotifyAffinity(const Adapter& adapter, USHORT* pGroup, KAFFINITY* pAffinity) {
   if (pGroup == nullptr || pAffinity == nullptr) return ND_INVALID_PARAMETER;
-  KAFFINITY mask = 0;
-  cpu_set_t cpus;
-  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) {
-    for (unsigned cpu = 0; cpu < 8 * sizeof(KAFFINITY); ++cpu)
-      if (CPU_ISSET(cpu, &cpus)) mask |= KAFFINITY(1) << cpu;
-  }
-  *pGroup = 0;
-  *pAffinity = mask != 0 ? mask : ~KAFFINITY(0);  // only CPUs beyond the mask's reach: any
-  return ND_SUCCESS;
+  return NdStatus(adapter.device()->QueryNotifyAffinity(pGroup, pAffinity));
 }
 
 CompletionQueue::CompletionQueue(Adapter& adapter, base::HandleRef file,
@@ -68,7 +58,7 @@ CompletionQueue::CompletionQueue(Adapter& adapter, base::HandleRef file,
     : adapter_(&adapter), file_(std::move(file)), cq_(std::move(cq)) {}
 
 HRESULT CompletionQueue::GetNotifyAffinity(USHORT* pGroup, KAFFINITY* pAffinity) {
-  return ReportNotifyAffinity(pGroup, pAffinity);
+  return ReportNotifyAffinity(*adapter_, pGroup, pAffinity);
 }
 
 HRESULT CompletionQueue::Resize(ULONG queueDepth) {

@@ -31,8 +31,8 @@ class CompletionQueue final
 // What an ND consumer sees of a WV work completion.
 ND2_RESULT ToNdResult(const WV_COMPLETION& completion);
 
-// Where CQ and SRQ notifications are processed: group 0 and the CPUs this process may run on
-// (the progress engine's threads inherit the process's affinity).
-HRESULT ReportNotifyAffinity(USHORT* pGroup, KAFFINITY* pAffinity);
+// Where CQ and SRQ notifications are processed: the CPUs of the thread that completes them
+// (the device's progress engine), as the device reports them.
+HRESULT ReportNotifyAffinity(const Adapter& adapter, USHORT* pGroup, KAFFINITY* pAffinity);
 
 }  // namespace ndwv::nd

@@ -11,7 +11,7 @@ SharedReceiveQueue::SharedReceiveQueue(Adapter& adapter, base::HandleRef file,
     : adapter_(&adapter), file_(std::move(file)), srq_(std::move(srq)) {}
 
 HRESULT SharedReceiveQueue::GetNotifyAffinity(USHORT* pGroup, KAFFINITY* pAffinity) {
-  return ReportNotifyAffinity(pGroup, pAffinity);
+  return ReportNotifyAffinity(*adapter_, pGroup, pAffinity);
 }
 
 HRESULT SharedReceiveQueue::Modify(ULONG queueDepth, ULONG notifyThreshold) {

@@ -160,6 +160,7 @@ class Device final : public Unknown<IWVDevice, IID_IWVOverlapped, IID_IWVDevice>
   HRESULT QueryPort(UINT8 port, WV_PORT_ATTRIBUTES* attributes) override;
   HRESULT CreateCompletionQueue(HANDLE file, SIZE_T* entries, IWVCompletionQueue** cq) override;
   HRESULT AllocateProtectionDomain(IWVProtectionDomain** pd) override;
+  HRESULT QueryNotifyAffinity(USHORT* group, KAFFINITY* affinity) override;
   dev::Device* device() const { return device_; }
   static HRESULT Describe(dev::Device* device, WV_DEVICE_ATTRIBUTES* attributes);
 

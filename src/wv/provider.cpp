@@ -1,7 +1,10 @@
 // IWVProvider and IWVDevice, and the helpers every verbs object shares.
+#include <sched.h>
+
 #include <cstring>
 
 #include "base/settings.h"
+#include "dev/engine.h"
 #include "wv/objects.h"
 
 namespace ndwv::wv {
@@ -111,6 +114,24 @@ HRESULT Device::Describe(dev::Device* device_, WV_DEVICE_ATTRIBUTES* attributes)
   attributes->MaxPrivateData = a.max_private_data;
   attributes->DeviceType = device_->transport() == dev::Transport::Iwarp ? WvDeviceIwarp : WvDeviceInfiniband;
   attributes->PhysPortCount = 1;
+  return WV_SUCCESS;
+}
+
+HRESULT Device::QueryNotifyAffinity(USHORT* group, KAFFINITY* affinity) {
+  if (!group || !affinity) return WV_INVALID_PARAMETER;
+  cpu_set_t cpus;
+  if (!dev::Engine::Get().EngineAffinity(&cpus)) return WV_NOT_SUPPORTED;
+  constexpr int kGroupSize = 8 * sizeof(KAFFINITY);
+  int first = 0;
+  while (first < CPU_SETSIZE && !CPU_ISSET(first, &cpus)) ++first;
+  if (first == CPU_SETSIZE) return WV_NOT_SUPPORTED;
+  // The group of the engine's lowest CPU (group 0 on hosts of up to 64 CPUs).
+  int base = first - first % kGroupSize;
+  KAFFINITY mask = 0;
+  for (int cpu = base; cpu < base + kGroupSize && cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &cpus)) mask |= KAFFINITY(1) << (cpu - base);
+  *group = USHORT(base / kGroupSize);
+  *affinity = mask;
   return WV_SUCCESS;
 }
 

@@ -285,8 +285,15 @@ class FakeDevice : public FakeOverlapped<IWVDevice> {
     *out = pd;
     return WV_SUCCESS;
   }
+  HRESULT STDMETHODCALLTYPE QueryNotifyAffinity(USHORT* group, KAFFINITY* affinity) override {
+    *group = notifyGroup;
+    *affinity = notifyAffinity;
+    return WV_SUCCESS;
+  }
 
   WV_DEVICE_ATTRIBUTES attributes{};
+  USHORT notifyGroup = 1;
+  KAFFINITY notifyAffinity = 0x50;
   FakePd* pd = new FakePd;
   FakeCq* lastCq = nullptr;
   HANDLE cqFile = nullptr;
