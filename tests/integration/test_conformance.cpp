@@ -10,11 +10,14 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -59,9 +62,13 @@ HRESULT PollOv(IND2Overlapped* object, OVERLAPPED* ov, const char* what, int ms 
 // passive side (with its listener). Connect() establishes the connection.
 struct LocalPair {
   explicit LocalPair(const Shape& shape = {}) : a(adapterA, kA, shape), b(adapterB, kB, shape) {}
+  LocalPair(const Shape& active, const Shape& passive)
+      : a(adapterA, kA, active), b(adapterB, kB, passive) {}
 
   // Listens on b, connects a to it and returns once both Connect and Accept completed.
-  void Connect(ULONG ird = 4, ULONG ord = 4) {
+  void Connect(ULONG ird = 4, ULONG ord = 4) { Connect(ird, ord, ird, ord); }
+  // The same with each side's own read limits (Connect's, then Accept's).
+  void Connect(ULONG activeIrd, ULONG activeOrd, ULONG passiveIrd, ULONG passiveOrd) {
     uint16_t port = StartListening(adapterB, b.listener);
     b.connector = adapterB.CreateConnector();
     Ov request;
@@ -71,12 +78,12 @@ struct LocalPair {
     sockaddr_in local = Loopback(0), server = Loopback(port);
     IT_OK(a.connector->Bind(Sa(&local), sizeof local));
     Ov connect;
-    HRESULT hrConnect = a.connector->Connect(a.qp.get(), Sa(&server), sizeof server, ird, ord,
-                                             nullptr, 0, connect.Prepare(a.connector.get()));
+    HRESULT hrConnect = a.connector->Connect(a.qp.get(), Sa(&server), sizeof server, activeIrd,
+                                             activeOrd, nullptr, 0, connect.Prepare(a.connector.get()));
     IT_OK(request.Finish(hrRequest, "GetConnectionRequest"));
     Ov accept;
-    HRESULT hrAccept =
-        b.connector->Accept(b.qp.get(), ird, ord, nullptr, 0, accept.Prepare(b.connector.get()));
+    HRESULT hrAccept = b.connector->Accept(b.qp.get(), passiveIrd, passiveOrd, nullptr, 0,
+                                           accept.Prepare(b.connector.get()));
     IT_OK(connect.Finish(hrConnect, "Connect"));
     CompleteConnect(a.connector.get());
     IT_OK(accept.Finish(hrAccept, "Accept"));
@@ -1194,9 +1201,9 @@ TEST(ConformanceConnector, BindPortsAndAddressGetters) {
 }
 
 // §14.1 Bind / §14.2: the local port of a connector that is connecting is in use: another
-// connector's Bind to it → ND_SHARING_VIOLATION. DISABLED: on iWARP ndwv lets the Bind succeed
-// (RoCE refuses it) (nd2-spi.md §14.1 Bind "ND_SHARING_VIOLATION (in use)", §14.2).
-TEST(ConformanceConnector, DISABLED_BindToTheLocalPortOfAConnectingConnector) {
+// connector's Bind to it → ND_SHARING_VIOLATION, on both transports (nd2-spi.md §14.1 Bind
+// "ND_SHARING_VIOLATION (in use)", §14.2).
+TEST(ConformanceConnector, BindToTheLocalPortOfAConnectingConnector) {
   RunLocal([] {
     Adapter adapter;
     Ref<IND2Listener> listener;
@@ -1213,6 +1220,585 @@ TEST(ConformanceConnector, DISABLED_BindToTheLocalPortOfAConnectingConnector) {
     IT_CHECK_HR(ND_SHARING_VIOLATION, other->Bind(Sa(&address), sizeof address));
     IT_OK(connecting->CancelOverlappedRequests());
     IT_CHECK_HR(ND_CANCELED, PollOv(connecting.get(), &ov, "canceled Connect"));
+  });
+}
+
+// =================================================================================================
+// What the SDK test programs and the example tools rely on (nd-tools.md §8, §9; §6, §7, §14)
+// =================================================================================================
+
+// nd-tools.md §9: the limits the example tools and SDK test programs need: registrations and
+// transfers of 64 MiB (ndmw), at least 2 SGEs (ndmemorytest, ndmw), equal receive and initiator
+// depths of at least 64 (ndmval and ndping size both queues from one of them), an inline
+// threshold within the inline size (the tools create QPs with inline = threshold), read limits
+// of at least 1, MaxCallerData >= 40 (ndmpic), MaxCalleeData >= 36 (ndmw), IN_ORDER_DMA (ndrping,
+// ndrpingpong refuse to run without it) and LOOPBACK. §15.9: Query takes InfoVersion 1 as well.
+TEST(ConformanceAdapter, InfoMeetsTheToolProfile) {
+  RunLocal([] {
+    Adapter adapter;
+    const ND2_ADAPTER_INFO& info = adapter.info();
+    auto atLeast = [](uint64_t value, uint64_t floor, const char* name) {
+      IT_CHECK_MSG(value >= floor, std::string(name) + " is " + std::to_string(value) + ", below " +
+                                       std::to_string(floor));
+    };
+    atLeast(info.MaxRegistrationSize, 64ull << 20, "MaxRegistrationSize");
+    atLeast(info.MaxTransferLength, 64ull << 20, "MaxTransferLength");
+    atLeast(info.MaxInitiatorSge, 2, "MaxInitiatorSge");
+    atLeast(info.MaxReceiveSge, 2, "MaxReceiveSge");
+    atLeast(info.MaxReadSge, 1, "MaxReadSge");
+    IT_CHECK(info.MaxReadSge <= info.MaxInitiatorSge);
+    IT_CHECK_EQ(info.MaxReceiveQueueDepth, info.MaxInitiatorQueueDepth);
+    atLeast(info.MaxReceiveQueueDepth, 64, "MaxReceiveQueueDepth");
+    atLeast(info.MaxCompletionQueueDepth, 4, "MaxCompletionQueueDepth");
+    IT_CHECK(info.InlineRequestThreshold <= info.MaxInlineDataSize);
+    atLeast(info.MaxInboundReadLimit, 1, "MaxInboundReadLimit");
+    atLeast(info.MaxOutboundReadLimit, 1, "MaxOutboundReadLimit");
+    atLeast(info.MaxCallerData, 40, "MaxCallerData");
+    atLeast(info.MaxCalleeData, 36, "MaxCalleeData");
+    IT_CHECK(info.AdapterFlags & ND_ADAPTER_FLAG_IN_ORDER_DMA_SUPPORTED);
+    IT_CHECK(info.AdapterFlags & ND_ADAPTER_FLAG_LOOPBACK_CONNECTIONS_SUPPORTED);
+    ND2_ADAPTER_INFO v1{};
+    v1.InfoVersion = ND_VERSION_1;
+    ULONG size = sizeof v1;
+    IT_OK(adapter->Query(&v1, &size));
+    IT_CHECK_EQ(ULONG(sizeof(ND2_ADAPTER_INFO)), size);
+    IT_CHECK_EQ(info.MaxCompletionQueueDepth, v1.MaxCompletionQueueDepth);
+  });
+}
+
+// §9 CreateCompletionQueue, nd-tools.md §9: CQ and QP depths are independent: a CQ of 2 serves
+// QPs of depth 64 and of the adapter's maximum (the SDK tests attach both), and two CQs of
+// exactly MaxCompletionQueueDepth can exist at once (ndcq creates two).
+TEST(ConformanceCq, DepthsAreIndependentOfTheQueuePairs) {
+  RunLocal([] {
+    Adapter adapter;
+    const ND2_ADAPTER_INFO& info = adapter.info();
+    Ref<IND2CompletionQueue> full1 = adapter.CreateCq(info.MaxCompletionQueueDepth);
+    Ref<IND2CompletionQueue> full2 = adapter.CreateCq(info.MaxCompletionQueueDepth);
+    Ref<IND2CompletionQueue> two = adapter.CreateCq(2);
+    Ref<IND2QueuePair> deep = adapter.CreateQp(two.get(), kA, 64, 64);
+    Ref<IND2QueuePair> deepest =
+        adapter.CreateQp(two.get(), kB, info.MaxReceiveQueueDepth, info.MaxInitiatorQueueDepth);
+    std::vector<uint8_t> buffer(64);
+    Mr mr(adapter, buffer.data(), buffer.size(), kSinkFlags);
+    PostReceives(deep.get(), buffer.data(), mr.token(), 2, 0x10);
+    IT_OK(deep->Flush());
+    ExpectCompletion(two.get(), {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x10), kA}, "depth 64, receive 1");
+    ExpectCompletion(two.get(), {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x11), kA}, "depth 64, receive 2");
+    PostReceives(deepest.get(), buffer.data(), mr.token(), 2, 0x20);
+    IT_OK(deepest->Flush());
+    ExpectCompletion(two.get(), {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x20), kB}, "maximum depth, receive 1");
+    ExpectCompletion(two.get(), {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x21), kB}, "maximum depth, receive 2");
+  });
+}
+
+// §7 [tests] (ndcq): cancel of a connector aborts its pending NotifyDisconnect, of an SRQ its
+// Notify: ND_CANCELED, the failure packets already on the completion port when the call returns.
+// The connection itself is untouched: a later NotifyDisconnect completes ND_SUCCESS when the peer
+// disconnects.
+TEST(ConformanceOverlapped, CancelOfNotifyDisconnectAndSrqNotify) {
+  RunLocal([] {
+    LocalPair p;
+    p.Connect();
+    std::vector<uint8_t> buffer(16 * 4);
+    Mr mr(p.adapterA, buffer.data(), buffer.size(), kSinkFlags);
+    Ref<IND2SharedReceiveQueue> srq;
+    IT_OK(p.adapterA->CreateSharedReceiveQueue(IID_IND2SharedReceiveQueue, p.adapterA.file(), 8, 1, 2,
+                                               0, 0, srq.Out()));
+    for (int i = 0; i < 4; ++i) {
+      ND2_SGE sge = {buffer.data() + 16 * i, 16, mr.token()};
+      IT_OK(srq->Receive(Ctx(0x10 + i), &sge, 1));
+    }
+    Port port(p.adapterA);
+    OVERLAPPED notify{}, srqNotify{};
+    IT_CHECK_HR(ND_PENDING, p.a.connector->NotifyDisconnect(&notify));
+    IT_CHECK_HR(ND_PENDING, srq->Notify(&srqNotify));
+    IT_OK(p.a.connector->CancelOverlappedRequests());
+    port.ExpectFailurePacket(&notify, "NotifyDisconnect");
+    IT_OK(srq->CancelOverlappedRequests());
+    port.ExpectFailurePacket(&srqNotify, "SRQ Notify");
+    port.ExpectEmpty("after the cancels");
+    IT_CHECK_HR(ND_CANCELED, p.a.connector->GetOverlappedResult(&notify, FALSE));
+    IT_CHECK_HR(ND_CANCELED, srq->GetOverlappedResult(&srqNotify, FALSE));
+
+    OVERLAPPED again{};
+    IT_CHECK_HR(ND_PENDING, p.a.connector->NotifyDisconnect(&again));
+    IT_OK(Disconnect(p.b.connector.get()));
+    IT_OK(PollOv(p.a.connector.get(), &again, "NotifyDisconnect after the cancel"));
+    IT_OK(Disconnect(p.a.connector.get()));
+  });
+}
+
+// §6 [tests]: the SDK test harness releases MR, MW, CQ, QP and connector, closes the overlapped
+// file and releases the adapter right after a Disconnect and a Deregister it did not wait for.
+// Every Release returns 0 (client references only), nothing hangs or crashes, the peer sees the
+// connection end (NotifyDisconnect completes, its receives are flushed, its own Disconnect
+// succeeds), and the process goes on making connections.
+TEST(ConformanceAdapter, ReleaseEverythingRightAfterAnUnawaitedDisconnect) {
+  RunLocal([] {
+    Adapter adapterB;
+    Endpoint b(adapterB, kB);
+    std::vector<uint8_t> inbox(64), region(4096);
+    Mr inboxMr(adapterB, inbox.data(), inbox.size(), kSinkFlags);
+    PostReceives(b.qp.get(), inbox.data(), inboxMr.token(), 2, 0x10);
+    uint16_t port = StartListening(adapterB, b.listener);
+    b.connector = adapterB.CreateConnector();
+    // Outlive every object: the provider may finish these requests after the releases.
+    OVERLAPPED disconnect{}, deregister{};
+    {
+      sockaddr_in loopback = Loopback(0);
+      Ref<IND2Adapter> adapter;
+      IT_OK(NdOpenAdapter(IID_IND2Adapter, Sa(&loopback), sizeof loopback, adapter.Out()));
+      HANDLE file = nullptr;
+      IT_OK(adapter->CreateOverlappedFile(&file));
+      Ref<IND2CompletionQueue> cq;
+      IT_OK(adapter->CreateCompletionQueue(IID_IND2CompletionQueue, file, 16, 0, 0, cq.Out()));
+      Ref<IND2QueuePair> qp;
+      IT_OK(adapter->CreateQueuePair(IID_IND2QueuePair, cq.get(), cq.get(), kA, 4, 4, 1, 1, 0, qp.Out()));
+      Ref<IND2MemoryRegion> mr;
+      IT_OK(adapter->CreateMemoryRegion(IID_IND2MemoryRegion, file, mr.Out()));
+      Register(mr.get(), region.data(), region.size(), kTargetFlags);
+      Ref<IND2MemoryWindow> mw;
+      IT_OK(adapter->CreateMemoryWindow(IID_IND2MemoryWindow, mw.Out()));
+      PostReceives(qp.get(), region.data(), mr->GetLocalToken(), 2, 0x30);
+      Ref<IND2Connector> connector;
+      IT_OK(adapter->CreateConnector(IID_IND2Connector, file, connector.Out()));
+
+      Ov request, connect, accept;
+      HRESULT hrRequest =
+          b.listener->GetConnectionRequest(b.connector.get(), request.Prepare(b.listener.get()));
+      HRESULT hrConnect = StartConnect(connector.get(), qp.get(), port, connect.Prepare(connector.get()));
+      IT_OK(request.Finish(hrRequest, "GetConnectionRequest"));
+      HRESULT hrAccept =
+          b.connector->Accept(b.qp.get(), 0, 0, nullptr, 0, accept.Prepare(b.connector.get()));
+      IT_OK(connect.Finish(hrConnect, "Connect"));
+      CompleteConnect(connector.get());
+      IT_OK(accept.Finish(hrAccept, "Accept"));
+
+      HRESULT hr = connector->Disconnect(&disconnect);
+      IT_CHECK_MSG(hr == ND_PENDING || hr == ND_SUCCESS, "Disconnect returned " + StatusName(hr));
+      hr = mr->Deregister(&deregister);
+      IT_CHECK_MSG(hr == ND_PENDING || hr == ND_SUCCESS, "Deregister returned " + StatusName(hr));
+      IT_CHECK_EQ(0u, mr.Reset());
+      IT_CHECK_EQ(0u, mw.Reset());
+      IT_CHECK_EQ(0u, cq.Reset());
+      IT_CHECK_EQ(0u, qp.Reset());
+      IT_CHECK_EQ(0u, connector.Reset());
+      IT_CHECK(CloseHandle(file));
+      IT_CHECK_EQ(0u, adapter.Reset());
+    }
+    Ov notify;
+    HRESULT hr = b.connector->NotifyDisconnect(notify.Prepare(b.connector.get()));
+    IT_OK(notify.Finish(hr, "the peer's NotifyDisconnect"));
+    ExpectCompletion(b.cq.get(), {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x10), kB}, "the peer's receive 1");
+    ExpectCompletion(b.cq.get(), {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x11), kB}, "the peer's receive 2");
+    IT_OK(Disconnect(b.connector.get()));
+
+    LocalPair next;
+    next.Connect();
+  });
+}
+
+// nd-tools.md §9 (NdDualConnection), §14.1 Accept: an Accept stays pending for 10 s without the
+// active side's CompleteConnect, then completes ND_SUCCESS once it comes, and the connection
+// carries a message. DISABLED: on RoCE the passive side's keepalive (NDWV_ROCE_KEEPALIVE_MS,
+// 2 s) probes the active QP before the RTU, its retries run out and the Accept ends
+// ND_CONNECTION_ABORTED after about 3.6 s (passes with NDWV_ROCE_KEEPALIVE_MS=0, and on iWARP).
+TEST(ConformanceConnector, AcceptWaitsTenSecondsForCompleteConnect) {
+  RunLocal([] {
+    LocalPair p;
+    std::vector<uint8_t> out(16), in(16);
+    Mr outMr(p.adapterA, out.data(), out.size(), kSourceFlags);
+    Mr inMr(p.adapterB, in.data(), in.size(), kSinkFlags);
+    PostReceives(p.b.qp.get(), in.data(), inMr.token(), 1, 0x10);
+    uint16_t port = StartListening(p.adapterB, p.b.listener);
+    p.b.connector = p.adapterB.CreateConnector();
+    p.a.connector = p.adapterA.CreateConnector();
+    Ov request, connect, accept;
+    HRESULT hr = p.b.listener->GetConnectionRequest(p.b.connector.get(), request.Prepare(p.b.listener.get()));
+    HRESULT hrConnect = StartConnect(p.a.connector.get(), p.a.qp.get(), port, connect.Prepare(p.a.connector.get()));
+    IT_OK(request.Finish(hr, "GetConnectionRequest"));
+    OVERLAPPED* acceptOv = accept.Prepare(p.b.connector.get());
+    HRESULT hrAccept = p.b.connector->Accept(p.b.qp.get(), 0, 0, nullptr, 0, acceptOv);
+    IT_OK(connect.Finish(hrConnect, "Connect"));
+    IT_CHECK_HR(ND_PENDING, hrAccept);
+
+    Deadline hold(10500);  // the hold NdDualConnection needs, not a bound on anything
+    while (!hold.Expired()) {
+      IT_CHECK_HR(ND_PENDING, p.b.connector->GetOverlappedResult(acceptOv, FALSE));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    CompleteConnect(p.a.connector.get());
+    IT_OK(accept.Finish(hrAccept, "Accept completed after 10 s"));
+
+    ND2_SGE sge = {out.data(), 16, outMr.token()};
+    IT_OK(p.a.qp->Send(Ctx(0x20), &sge, 1, 0));
+    ExpectCompletion(p.a.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x20), kA}, "send");
+    ExpectCompletion(p.b.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x10), kB, 16}, "receive");
+  });
+}
+
+// The sizes a tool round uses here: a few from 1 B up, around the inline threshold, increasing.
+std::vector<size_t> ToolSizes(ULONG threshold, size_t largest) {
+  std::vector<size_t> sizes = {1, 40, threshold > 1 ? threshold - 1 : 1, threshold, 4096, 65536 + 3,
+                               1 << 20, 4 << 20};
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](size_t s) { return s == 0 || s > largest; }),
+              sizes.end());
+  return sizes;
+}
+
+// nd-tools.md §8 ndpingpong: both sides post `depth` receives (one flag as their context, all into
+// the one buffer) before connecting with read limits 0 and no private data, on QPs with inline
+// size = InlineRequestThreshold. Ping: the client sends (INLINE below the threshold), waits for
+// its send completion, then for the pong, and reposts; pong: the server waits for the receive,
+// reposts, sends back and waits for its send. After the client's Disconnect the server's next
+// completion is ND_CANCELED, which ends its loop, and its Disconnect succeeds.
+TEST(ConformanceTools, NdpingpongRoundTrips) {
+  RunLocal([] {
+    Adapter probe;
+    const ND2_ADAPTER_INFO& info = probe.info();
+    const ULONG depth = std::min(info.MaxCompletionQueueDepth, info.MaxReceiveQueueDepth);
+    const ULONG threshold = info.InlineRequestThreshold;
+    const Shape shape{.depth = depth, .sge = 1, .inlineSize = threshold, .cqDepth = depth};
+    LocalPair p(shape);
+    constexpr size_t kBuffer = 65536 + 40;
+    std::vector<uint8_t> bufA(kBuffer), bufB(kBuffer);
+    Mr mrA(p.adapterA, bufA.data(), kBuffer, kSinkFlags), mrB(p.adapterB, bufB.data(), kBuffer, kSinkFlags);
+    void* const kFlag = Ctx(0x1);
+    auto post = [&](Endpoint& e, std::vector<uint8_t>& buffer, UINT32 token) {
+      ND2_SGE sge = {buffer.data(), ULONG(buffer.size()), token};
+      IT_OK(e.qp->Receive(kFlag, &sge, 1));
+    };
+    for (ULONG i = 0; i < depth; ++i) {
+      post(p.a, bufA, mrA.token());
+      post(p.b, bufB, mrB.token());
+    }
+    p.Connect(0, 0);
+    uint64_t seed = 1;
+    for (size_t size : ToolSizes(threshold, 65536 + 3)) {
+      for (int i = 0; i < 3; ++i, ++seed) {
+        const ULONG flags = size < threshold ? ND_OP_FLAG_INLINE : 0;
+        const int64_t bytes = int64_t(size);
+        FillPattern(bufA.data(), size, seed);
+        ND2_SGE ping = {bufA.data(), ULONG(size), mrA.token()};
+        IT_OK(p.a.qp->Send(Ctx(0x20), &ping, 1, flags));
+        ExpectCompletion(p.a.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x20), kA}, "ping send");
+        ExpectCompletion(p.b.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, kFlag, kB, bytes}, "ping receive");
+        CheckPattern(bufB.data(), size, seed, "ping");
+        post(p.b, bufB, mrB.token());
+        FillPattern(bufB.data(), size, seed + 1000);
+        ND2_SGE pong = {bufB.data(), ULONG(size), mrB.token()};
+        IT_OK(p.b.qp->Send(Ctx(0x30), &pong, 1, flags));
+        ExpectCompletion(p.b.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x30), kB}, "pong send");
+        ExpectCompletion(p.a.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, kFlag, kA, bytes}, "pong receive");
+        CheckPattern(bufA.data(), size, seed + 1000, "pong");
+        post(p.a, bufA, mrA.token());
+      }
+    }
+    IT_OK(Disconnect(p.a.connector.get()));
+    ExpectCompletion(p.b.cq.get(), {ND_CANCELED, Nd2RequestTypeReceive, kFlag, kB},
+                     "the server's wait, ended by the client's Disconnect");
+    IT_OK(Disconnect(p.b.connector.get()));
+  });
+}
+
+// What ndrping's server sends its client.
+struct RpingRecord {
+  UINT32 token;
+  ULONG inboundReadLimit;
+  UINT64 address;
+};
+static_assert(sizeof(RpingRecord) == 16);
+
+// nd-tools.md §8 ndrping, with §11 (windows), §12 (ordering, Reads up to the read limit) and
+// §14.3: the server registers its buffer with LOCAL_WRITE plus REMOTE_READ or REMOTE_WRITE,
+// posts one receive over all of it, Accepts with (MaxInboundReadLimit, 0), binds a window over
+// the whole buffer with ALLOW_READ or ALLOW_WRITE and sends the record {token, read limit,
+// address}; the client (MR with LOCAL_WRITE, + RDMA_READ_SINK for reads) Connects with (0, depth
+// for reads else 0), keeps up to `credits` Reads or Writes (INLINE below the threshold) in
+// flight through the window, each completing ND_SUCCESS with its context, then sends a zero-byte
+// terminate that the server's receive takes. After both Disconnects the server releases the
+// window and its Deregister succeeds.
+void RunNdrpingPattern(bool read) {
+  Adapter probe;
+  const ND2_ADAPTER_INFO& info = probe.info();
+  const ULONG threshold = info.InlineRequestThreshold;
+  const ULONG serverDepth = std::min(info.MaxCompletionQueueDepth, info.MaxReceiveQueueDepth);
+  ULONG depth = std::min(info.MaxCompletionQueueDepth, info.MaxInitiatorQueueDepth);
+  if (read) depth = std::min(depth, info.MaxOutboundReadLimit);
+  LocalPair p({.depth = depth, .sge = 1, .inlineSize = threshold, .cqDepth = depth},
+              {.depth = serverDepth, .sge = 1, .cqDepth = info.MaxCompletionQueueDepth});
+  constexpr size_t kBuffer = (4 << 20) + 40;
+  std::vector<uint8_t> server(kBuffer), client(kBuffer);
+  FillPattern(server.data(), kBuffer, 31);
+  Ref<IND2MemoryRegion> serverMr = p.adapterB.CreateMr(), clientMr = p.adapterA.CreateMr();
+  Register(serverMr.get(), server.data(), kBuffer,
+           ND_MR_FLAG_ALLOW_LOCAL_WRITE | (read ? ND_MR_FLAG_ALLOW_REMOTE_READ : ND_MR_FLAG_ALLOW_REMOTE_WRITE));
+  Register(clientMr.get(), client.data(), kBuffer,
+           ND_MR_FLAG_ALLOW_LOCAL_WRITE | (read ? ND_MR_FLAG_RDMA_READ_SINK : 0));
+  void* const kReceive = Ctx(0x1000);
+  void* const kSend = Ctx(0x2000);
+  void* const kOp = read ? Ctx(0x3000) : Ctx(0x4000);
+  ND2_SGE serverAll = {server.data(), ULONG(kBuffer), serverMr->GetLocalToken()};
+  IT_OK(p.b.qp->Receive(kReceive, &serverAll, 1));  // the terminate
+  ND2_SGE clientAll = {client.data(), ULONG(kBuffer), clientMr->GetLocalToken()};
+  IT_OK(p.a.qp->Receive(kReceive, &clientAll, 1));  // the record
+  p.Connect(0, read ? depth : 0, info.MaxInboundReadLimit, 0);
+
+  Ref<IND2MemoryWindow> mw;
+  IT_OK(p.adapterB->CreateMemoryWindow(IID_IND2MemoryWindow, mw.Out()));
+  IT_OK(p.b.qp->Bind(Ctx(0x5000), serverMr.get(), mw.get(), server.data(), kBuffer,
+                     read ? ND_OP_FLAG_ALLOW_READ : ND_OP_FLAG_ALLOW_WRITE));
+  ExpectCompletion(p.b.cq.get(), {ND_SUCCESS, Nd2RequestTypeBind, Ctx(0x5000), kB}, "window bind");
+  const RpingRecord record = {mw->GetRemoteToken(), info.MaxInboundReadLimit, Va(server.data())};
+  std::memcpy(server.data(), &record, sizeof record);
+  ND2_SGE recordSge = {server.data(), sizeof record, serverMr->GetLocalToken()};
+  IT_OK(p.b.qp->Send(kSend, &recordSge, 1, 0));
+  ExpectCompletion(p.b.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, kSend, kB}, "sending the record");
+  ExpectCompletion(p.a.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, kReceive, kA, sizeof record},
+                   "receiving the record");
+  RpingRecord peer;
+  std::memcpy(&peer, client.data(), sizeof peer);
+  IT_CHECK_EQ(record.token, peer.token);
+  IT_CHECK_EQ(record.address, peer.address);
+  const ULONG credits = read ? std::min(depth, peer.inboundReadLimit) : depth;
+  IT_CHECK(credits >= 1);
+
+  size_t last = 0;
+  for (size_t size : ToolSizes(threshold, 1 << 20)) {
+    const ULONG flags = !read && size < threshold ? ND_OP_FLAG_INLINE : 0;
+    if (!read) FillPattern(client.data(), size, size);
+    ND2_SGE sge = {client.data(), ULONG(size), clientMr->GetLocalToken()};
+    const ULONG iterations = size >= (1 << 20) ? 4 : 40;  // more than the read credits
+    ULONG issued = 0, completed = 0, inFlight = 0;
+    while (completed < iterations) {
+      for (; inFlight < credits && issued < iterations; ++inFlight, ++issued)
+        IT_OK(read ? p.a.qp->Read(kOp, &sge, 1, peer.address, peer.token, flags)
+                   : p.a.qp->Write(kOp, &sge, 1, peer.address, peer.token, flags));
+      ExpectStatus(NextCompletion(p.a.cq.get(), "an RDMA operation"), ND_SUCCESS,
+                   read ? Nd2RequestTypeRead : Nd2RequestTypeWrite, kOp, "an RDMA operation");
+      --inFlight;
+      ++completed;
+    }
+    if (read) IT_CHECK_MSG(std::memcmp(client.data(), server.data(), size) == 0, "what the Reads brought");
+    last = size;
+  }
+
+  IT_OK(p.a.qp->Send(kSend, nullptr, 0, 0));  // the terminate
+  ExpectCompletion(p.a.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, kSend, kA}, "sending the terminate");
+  ExpectCompletion(p.b.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, kReceive, kB, 0}, "the terminate");
+  // Writes posted before the Send are in place once its receive completed (§12 ordering).
+  if (!read) CheckPattern(server.data(), last, last, "what the Writes placed");
+  IT_OK(Disconnect(p.a.connector.get()));
+  IT_OK(Disconnect(p.b.connector.get()));
+  IT_CHECK_EQ(0u, mw.Reset());
+  IT_OK(Deregister(serverMr.get()));
+  IT_OK(Deregister(clientMr.get()));
+}
+
+TEST(ConformanceTools, NdrpingWritesThroughAWindow) {
+  RunLocal([] { RunNdrpingPattern(false); });
+}
+
+TEST(ConformanceTools, NdrpingReadsThroughAWindowUpToThePeersReadLimit) {
+  RunLocal([] { RunNdrpingPattern(true); });
+}
+
+// A byte another agent (here the adapter) writes: read it fresh, then see what it wrote before.
+uint8_t LoadByte(const uint8_t* at) {
+  uint8_t value = *reinterpret_cast<const volatile uint8_t*>(at);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return value;
+}
+
+// nd-tools.md §8 ndrpingpong, §4 IN_ORDER_DMA, §12 ordering: both sides register their buffer
+// with LOCAL_WRITE | REMOTE_WRITE and bind a window over all of it with ALLOW_WRITE; the server
+// posts two receives before Accept(0, 0), the client one before Connect(0, 0); the client binds
+// and sends its record {token, address} first, the server then binds and sends its own. A ping
+// writes `size` bytes (INLINE below the threshold) whose last byte is the mark; the other side
+// polls that last byte, and when it shows the mark every byte before it is already in place
+// (the bytes of one Write land in address order). The client's zero-byte terminate completes
+// ND_SUCCESS or ND_CANCELED; the server's second receive takes it.
+TEST(ConformanceTools, NdrpingpongLastBytePolling) {
+  RunLocal([] {
+    Adapter probe;
+    const ND2_ADAPTER_INFO& info = probe.info();
+    IT_CHECK(info.AdapterFlags & ND_ADAPTER_FLAG_IN_ORDER_DMA_SUPPORTED);
+    const ULONG threshold = info.InlineRequestThreshold;
+    const ULONG serverDepth = std::min(info.MaxCompletionQueueDepth, info.MaxReceiveQueueDepth);
+    const ULONG clientDepth = std::min(info.MaxCompletionQueueDepth, info.MaxInitiatorQueueDepth);
+    LocalPair p({.depth = clientDepth, .sge = 1, .inlineSize = threshold, .cqDepth = clientDepth},
+                {.depth = serverDepth, .sge = 1, .inlineSize = threshold, .cqDepth = serverDepth});
+    constexpr size_t kBuffer = (4 << 20) + 40 + 32;
+    constexpr size_t kLocalRecord = kBuffer - 32, kPeerRecord = kBuffer - 16;
+    struct Record {
+      UINT32 token;
+      UINT64 address;
+    };
+    static_assert(sizeof(Record) == 16);
+    struct Side {
+      explicit Side(Endpoint& endpoint) : e(endpoint) {}
+      Endpoint& e;
+      std::vector<uint8_t> buffer = std::vector<uint8_t>(kBuffer, 0);
+      Ref<IND2MemoryRegion> mr;
+      Ref<IND2MemoryWindow> mw;
+      Record peer{};
+    };
+    Side client(p.a), server(p.b);
+    for (Side* s : {&client, &server}) {
+      s->mr = s->e.adapter.CreateMr();
+      Register(s->mr.get(), s->buffer.data(), kBuffer, ND_MR_FLAG_ALLOW_LOCAL_WRITE | ND_MR_FLAG_ALLOW_REMOTE_WRITE);
+      IT_OK(s->e.adapter->CreateMemoryWindow(IID_IND2MemoryWindow, s->mw.Out()));
+    }
+    auto postRecordReceive = [](Side& s, uintptr_t context) {
+      ND2_SGE sge = {s.buffer.data() + kPeerRecord, sizeof(Record), s.mr->GetLocalToken()};
+      IT_OK(s.e.qp->Receive(Ctx(context), &sge, 1));
+    };
+    auto bindAndSendRecord = [](Side& s) {
+      IT_OK(s.e.qp->Bind(Ctx(0x3000), s.mr.get(), s.mw.get(), s.buffer.data(), kBuffer, ND_OP_FLAG_ALLOW_WRITE));
+      ExpectCompletion(s.e.cq.get(), {ND_SUCCESS, Nd2RequestTypeBind, Ctx(0x3000), s.e.qpContext}, "window bind");
+      Record record = {s.mw->GetRemoteToken(), Va(s.buffer.data())};
+      std::memcpy(s.buffer.data() + kLocalRecord, &record, sizeof record);
+      ND2_SGE sge = {s.buffer.data() + kLocalRecord, sizeof record, s.mr->GetLocalToken()};
+      IT_OK(s.e.qp->Send(Ctx(0x2000), &sge, 1, 0));
+      ExpectCompletion(s.e.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x2000), s.e.qpContext}, "the record");
+    };
+    auto takeRecord = [](Side& s) {
+      ExpectCompletion(s.e.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x1000), s.e.qpContext, sizeof(Record)},
+                       "the peer's record");
+      std::memcpy(&s.peer, s.buffer.data() + kPeerRecord, sizeof s.peer);
+    };
+    postRecordReceive(server, 0x1000);
+    postRecordReceive(server, 0x1001);  // the terminate
+    postRecordReceive(client, 0x1000);
+    p.Connect(0, 0);
+    bindAndSendRecord(client);
+    takeRecord(server);
+    bindAndSendRecord(server);
+    takeRecord(client);
+
+    // `from` writes [0, size) with `mark` as the last byte; `to` polls that byte, then checks
+    // the whole Write is there; the writer reaps its Write completion.
+    auto write = [&](Side& from, Side& to, size_t size, uint64_t seed, uint8_t mark) {
+      FillPattern(from.buffer.data(), size - 1, seed);
+      from.buffer[size - 1] = mark;
+      ND2_SGE sge = {from.buffer.data(), ULONG(size), from.mr->GetLocalToken()};
+      IT_OK(from.e.qp->Write(Ctx(0x4000), &sge, 1, from.peer.address, from.peer.token,
+                             size < threshold ? ND_OP_FLAG_INLINE : 0));
+      Deadline deadline;
+      unsigned spins = 0;
+      while (LoadByte(to.buffer.data() + size - 1) != mark) {
+        if (deadline.Expired()) IT_FAIL("the last byte of a " + std::to_string(size) + "-byte Write never came");
+        Pause(spins);
+      }
+      CheckPattern(to.buffer.data(), size - 1, seed, "the bytes before the last one");
+      ExpectCompletion(from.e.cq.get(), {ND_SUCCESS, Nd2RequestTypeWrite, Ctx(0x4000), from.e.qpContext}, "the Write");
+    };
+    uint64_t seed = 700;
+    for (size_t size : ToolSizes(threshold, 4 << 20)) {
+      for (int i = 0; i < 2; ++i, seed += 2) {
+        write(client, server, size, seed, 'X');      // ping
+        write(server, client, size, seed + 1, 'Y');  // pong
+      }
+    }
+
+    IT_OK(client.e.qp->Send(Ctx(0x2001), nullptr, 0, 0));  // the terminate
+    ND2_RESULT r = NextCompletion(client.e.cq.get(), "sending the terminate");
+    IT_CHECK_MSG(r.RequestType == Nd2RequestTypeSend && r.RequestContext == Ctx(0x2001) &&
+                     (r.Status == ND_SUCCESS || r.Status == ND_CANCELED),
+                 Describe(r));
+    ExpectCompletion(server.e.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x1001), kB, 0}, "the terminate");
+    IT_OK(Disconnect(client.e.connector.get()));
+    IT_OK(Disconnect(server.e.connector.get()));
+    for (Side* s : {&client, &server}) {
+      s->mw.Reset();
+      IT_OK(Deregister(s->mr.get()));
+    }
+  });
+}
+
+// nd-tools.md §9 (ndmw): a 64 MiB receive takes a 64 MiB message, and a 32 MiB Read completes,
+// each as one request of one SGE, within MaxRegistrationSize and MaxTransferLength.
+TEST(ConformanceTools, NdmwLargeReceiveAndRead) {
+  RunLocal([] {
+    constexpr size_t kMessage = 64 << 20, kRead = 32 << 20;
+    std::vector<uint8_t> out(kMessage), in(kMessage, 0);
+    FillPattern(out.data(), kMessage, 64);
+    LocalPair p;
+    Mr outMr(p.adapterA, out.data(), kMessage, kReadSinkFlags);
+    Mr inMr(p.adapterB, in.data(), kMessage, kSinkFlags | kTargetFlags);
+    ND2_SGE receive = {in.data(), ULONG(kMessage), inMr.token()};
+    IT_OK(p.b.qp->Receive(Ctx(0x10), &receive, 1));
+    p.Connect();
+    ND2_SGE send = {out.data(), ULONG(kMessage), outMr.token()};
+    IT_OK(p.a.qp->Send(Ctx(0x20), &send, 1, 0));
+    ExpectCompletion(p.b.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x10), kB, int64_t(kMessage)},
+                     "the 64 MiB receive", 60000);
+    ExpectCompletion(p.a.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x20), kA}, "the 64 MiB send", 60000);
+    IT_CHECK_MSG(in == out, "the 64 MiB message");
+    FillPattern(in.data(), kRead, 32);
+    ND2_SGE sink = {out.data(), ULONG(kRead), outMr.token()};
+    IT_OK(p.a.qp->Read(Ctx(0x21), &sink, 1, Va(in.data()), inMr.remoteToken(), 0));
+    ExpectCompletion(p.a.cq.get(), {ND_SUCCESS, Nd2RequestTypeRead, Ctx(0x21), kA}, "the 32 MiB read", 60000);
+    IT_CHECK_MSG(std::memcmp(out.data(), in.data(), kRead) == 0, "the 32 MiB read");
+  });
+}
+
+// nd-tools.md §9 and §14 (ndconn): connection cycles on one CQ of depth 2 per side: each cycle a
+// new QP and connector; Connect with read limits (IPPROTO_TCP, 0), the v1 leftover, and private
+// data carrying the cycle number; the server reads the data and the limits (inbound 0, outbound
+// 6), Accepts (0, 0), waits for the client's Disconnect with NotifyDisconnect and disconnects
+// too; both release the connector, then the QP, each to 0. No QP ever completes anything.
+TEST(ConformanceTools, NdconnConnectDisconnectCycles) {
+  RunLocal([] {
+    Adapter adapterA, adapterB;
+    Ref<IND2CompletionQueue> cqA = adapterA.CreateCq(2), cqB = adapterB.CreateCq(2);
+    Ref<IND2Listener> listener;
+    uint16_t port = StartListening(adapterB, listener);
+    constexpr uint32_t kCycles = 20;
+    for (uint32_t cycle = 0; cycle < kCycles; ++cycle) {
+      Ref<IND2QueuePair> qpA = adapterA.CreateQp(cqA.get(), kA, 4, 4);
+      Ref<IND2Connector> server = adapterB.CreateConnector();
+      Ov request;
+      HRESULT hr = listener->GetConnectionRequest(server.get(), request.Prepare(listener.get()));
+      Ref<IND2Connector> client = adapterA.CreateConnector();
+      sockaddr_in local = Loopback(0), destination = Loopback(port);
+      IT_OK(client->Bind(Sa(&local), sizeof local));
+      const uint32_t data[2] = {cycle, kCycles};
+      Ov connect;
+      HRESULT hrConnect = client->Connect(qpA.get(), Sa(&destination), sizeof destination, IPPROTO_TCP,
+                                          0, data, sizeof data, connect.Prepare(client.get()));
+      IT_OK(request.Finish(hr, "GetConnectionRequest"));
+      uint8_t got[256] = {};
+      ULONG size = sizeof got;
+      IT_OK(server->GetPrivateData(got, &size));
+      IT_CHECK(size >= sizeof data);  // RoCE reports it padded (TransportIsRoce)
+      IT_CHECK(std::memcmp(got, data, sizeof data) == 0);
+      ULONG in = 0xDEAD, out = 0xDEAD;
+      IT_OK(server->GetReadLimits(&in, &out));
+      IT_CHECK_EQ(0u, in);
+      IT_CHECK_EQ(ULONG(IPPROTO_TCP), out);
+      Ref<IND2QueuePair> qpB = adapterB.CreateQp(cqB.get(), kB, 4, 4);
+      Ov accept;
+      HRESULT hrAccept = server->Accept(qpB.get(), 0, 0, nullptr, 0, accept.Prepare(server.get()));
+      IT_OK(connect.Finish(hrConnect, "Connect"));
+      CompleteConnect(client.get());
+      IT_OK(accept.Finish(hrAccept, "Accept"));
+      Ov notify;
+      HRESULT hrNotify = server->NotifyDisconnect(notify.Prepare(server.get()));
+      IT_OK(Disconnect(client.get()));
+      IT_OK(notify.Finish(hrNotify, "the server's NotifyDisconnect"));
+      IT_OK(Disconnect(server.get()));
+      IT_CHECK_EQ(0u, client.Reset());
+      IT_CHECK_EQ(0u, qpA.Reset());
+      IT_CHECK_EQ(0u, server.Reset());
+      IT_CHECK_EQ(0u, qpB.Reset());
+    }
+    ND2_RESULT stray;
+    IT_CHECK_EQ(0u, cqA->GetResults(&stray, 1));
+    IT_CHECK_EQ(0u, cqB->GetResults(&stray, 1));
   });
 }
 
