@@ -216,6 +216,57 @@ TEST(IntegrationDisconnect, ActiveSideSendsAndDisconnectsRightAfterConnecting) {
   });
 }
 
+// ---- the passive side disconnects as soon as the message arrived --------------------------------
+
+// A Send the peer received completes ND_SUCCESS even when the peer disconnects right after
+// receiving it: whatever acknowledges it (the ACK on RoCE, the answer to the confirming probe
+// with NDWV_IWARP_CONFIRM=all) leaves before the peer's close. The server waits the blocking way,
+// so the progress engine, not a poller, takes the message in while the Disconnect starts.
+IT_PEER(receive_then_disconnect_server) {
+  Adapter adapter;
+  Ref<IND2Listener> listener;
+  parent.SendValue("port", StartListening(adapter, listener));
+  for (int round = 0; round < kQuickRounds; ++round) {
+    std::vector<uint8_t> inbox(64);
+    Mr mr(adapter, inbox.data(), inbox.size(), kSinkFlags);
+    Endpoint e(adapter, kServerQp, {.depth = 4});
+    ND2_SGE sge = {inbox.data(), 64, mr.token()};
+    IT_OK(e.qp->Receive(Ctx(0x100), &sge, 1));
+    e.connector = GetConnectionRequest(adapter, listener.get());
+    IT_OK(Accept(e.connector.get(), e.qp.get(), 0, 0));
+    Ov arrived;
+    HRESULT hr = e.cq->Notify(ND_CQ_NOTIFY_ANY, arrived.Prepare(e.cq.get()));
+    parent.Send("armed");
+    IT_OK(arrived.Finish(hr, "Notify for the client's message"));
+    ExpectCompletion(e.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x100), kServerQp, 32},
+                     "the client's message");
+    IT_OK(Disconnect(e.connector.get()));
+    parent.Send("round " + std::to_string(round) + " done");
+  }
+}
+
+TEST(IntegrationDisconnect, SendCompletesWhenThePeerDisconnectsRightAfterReceivingIt) {
+  RunWithPeer("receive_then_disconnect_server", [](Channel& peer) {
+    Adapter adapter;
+    uint16_t port = uint16_t(peer.ReceiveValue("port"));
+    for (int round = 0; round < kQuickRounds; ++round) {
+      std::vector<uint8_t> message(32, uint8_t(round));
+      Mr mr(adapter, message.data(), message.size(), kSourceFlags);
+      Endpoint e(adapter, kClientQp, {.depth = 4});
+      e.connector = adapter.CreateConnector();
+      IT_OK(Connect(e.connector.get(), e.qp.get(), port, 0, 0));
+      CompleteConnect(e.connector.get());
+      peer.Expect("armed");
+      ND2_SGE sge = {message.data(), 32, mr.token()};
+      IT_OK(e.qp->Send(Ctx(0x200), &sge, 1, 0));
+      std::string what = "round " + std::to_string(round) + ": the message the server received";
+      ExpectCompletion(e.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x200), kClientQp}, what.c_str());
+      peer.Expect("round " + std::to_string(round) + " done");
+      IT_OK(Disconnect(e.connector.get()));
+    }
+  });
+}
+
 // ---- the peer goes away without Disconnect -----------------------------------------------------
 
 // The client connects, then either releases its QP and connector without Disconnect, or its

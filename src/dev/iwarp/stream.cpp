@@ -223,6 +223,12 @@ void Stream::SendRtr() {
 }
 
 void Stream::CloseSend() {
+  // What the peer sent before our FIN is answered before it, as an RNIC answers every request it
+  // received before the disconnect: a Read Request already in the socket (a probe confirming the
+  // peer's last Send or Write, say) gets its Response, else that request would end flushed. So
+  // the receive in progress ends first, then whatever is left in the socket is processed.
+  { std::lock_guard<std::mutex> wait(rx_mutex_); }
+  DriveReceive();
   {
     std::lock_guard<std::mutex> lock(tx_mutex_);
     close_send_ = true;
