@@ -63,6 +63,7 @@ void QueuePair::Attach(std::shared_ptr<Link> link) {
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
     old = std::exchange(link_, link);
+    SetKickTarget(link);
   }
   if (old) {
     send_cq_->DetachSource(old.get());
@@ -95,6 +96,7 @@ int32_t QueuePair::Modify(QpState to) {
       NDWV_LOG(Debug, "qp %u: %s -> %s", qpn_, ToString(from), ToString(to));
     if (to != QpState::Error && to != QpState::Reset) return WV_SUCCESS;
     link = std::exchange(link_, nullptr);
+    SetKickTarget(nullptr);
   }
   if (link) {
     // Stop the wire first: nothing may place data into a buffer once its request is flushed.
@@ -152,9 +154,10 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
   if (is_inline ? request.length > caps_.max_inline : request.num_sge > caps_.send_sge)
     return is_inline ? WV_BUFFER_OVERFLOW : WV_DATA_OVERRUN;
   if (request.num_sge > kMaxSge) return WV_DATA_OVERRUN;
-  std::shared_ptr<Link> link;
+  Link* link;
   {
     std::lock_guard<std::mutex> lock(sq_mutex_);
+    link = kick_;
     uint64_t tail = sq_tail_.load(std::memory_order_relaxed);
     if (tail - sq_head_ == sq_.size()) return WV_NO_MORE_ENTRIES;
     SendWqe& wqe = send_at(tail);
@@ -202,12 +205,17 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
       return WV_SUCCESS;
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    link = link_;
-  }
   if (link) link->Kick();
   return WV_SUCCESS;
+}
+
+void QueuePair::SetKickTarget(const std::shared_ptr<Link>& link) {
+  std::lock_guard<std::mutex> lock(sq_mutex_);
+  // Every link attached stays alive with the QP: a poster that read kick_ may still be kicking
+  // one after it was detached (a kick of a link that was shut down does nothing). A QP connects
+  // once, or a few times.
+  if (link && (kept_links_.empty() || kept_links_.back() != link)) kept_links_.push_back(link);
+  kick_ = link.get();
 }
 
 int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge) {

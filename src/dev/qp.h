@@ -148,6 +148,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
 
  private:
   size_t Flush();  // returns the requests flushed
+  void SetKickTarget(const std::shared_ptr<Link>& link);
   void CompleteSendLocked(uint64_t position, WcStatus status);
 
   const uint32_t qpn_;
@@ -164,6 +165,10 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   std::shared_ptr<Link> link_;
 
   std::mutex sq_mutex_;
+  // link_ for posters, read under sq_mutex_ (which they hold anyway): no lock or reference
+  // count of its own on the send path. kept_links_ keeps what it points to alive.
+  Link* kick_ = nullptr;
+  std::vector<std::shared_ptr<Link>> kept_links_;
   std::vector<SendWqe> sq_;
   uint64_t sq_head_ = 0;                // oldest not yet completed
   std::atomic<uint64_t> sq_tail_{0};    // next free

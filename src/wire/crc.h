@@ -1,4 +1,5 @@
-// CRC-32C (MPA's FPDU CRC) and CRC-32 (RoCEv2's ICRC), both computed by ISA-L.
+// CRC-32C (MPA's FPDU CRC) and CRC-32 (RoCEv2's ICRC), computed by ISA-L; short CRC-32C pieces
+// by the CPU's crc32 instruction.
 //
 // Both functions use the usual convention: start value and final XOR are 0xFFFFFFFF, done
 // inside the function. `crc` is a previous result (0 to start), so that a CRC over pieces

@@ -1,5 +1,6 @@
-// CRC-32C and CRC-32 over ISA-L: check values, chaining, and agreement with a plain bitwise
-// reference written here from the definition (reflected, init and final XOR 0xFFFFFFFF).
+// CRC-32C and CRC-32 (ISA-L; short CRC-32C pieces by the CPU's crc32 instruction): check values,
+// chaining, and agreement with a plain bitwise reference written here from the definition
+// (reflected, init and final XOR 0xFFFFFFFF), on both sides of the short-piece limit.
 #include <gtest/gtest.h>
 
 #include <cstring>

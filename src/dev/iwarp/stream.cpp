@@ -198,9 +198,16 @@ void Stream::Shutdown() {
 // ---------------------------------------------------------------------------------- transmit
 
 void Stream::Kick() {
-  tx_kicks_.fetch_add(1, std::memory_order_acq_rel);
+  // As DriveReceive: only a caller that finds the lock taken leaves a kick for the holder, who
+  // looks for one after unlocking and goes round again.
+  bool kicked = false;
   for (;;) {
-    if (!tx_mutex_.try_lock()) return;  // the holder sees our kick and goes round again
+    if (!tx_mutex_.try_lock()) {
+      if (kicked) return;
+      tx_kicks_.fetch_add(1, std::memory_order_acq_rel);
+      kicked = true;
+      continue;  // the holder may have unlocked before it saw our kick: try once more
+    }
     uint64_t seen = tx_kicks_.load(std::memory_order_acquire);
     if (!shut_) ProcessTx();
     bool broken = broken_.load() && !shut_;
@@ -360,10 +367,7 @@ bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_
   return true;
 }
 
-size_t Stream::ReadsOutstanding() {
-  std::lock_guard<std::mutex> lock(reads_mutex_);
-  return reads_outstanding_.size();
-}
+size_t Stream::ReadsOutstanding() { return reads_queued_.load(std::memory_order_acquire); }
 
 bool Stream::AddProbe(size_t reads) {
   if (reads >= params_.ord) return false;  // sent when a Read slot frees up
@@ -377,6 +381,7 @@ bool Stream::AddProbe(size_t reads) {
   probe_due_ = false;
   std::lock_guard<std::mutex> lock(reads_mutex_);
   reads_outstanding_.push_back({next_tx_, true});
+  reads_queued_.fetch_add(1, std::memory_order_release);
   return true;
 }
 
@@ -443,9 +448,9 @@ bool Stream::FillBatch() {
   for (;;) {
     // Read Responses owed to the peer go first, at message boundaries.
     ReadResponse* response = nullptr;
-    {
+    if (responses_queued_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(responses_mutex_);
-      if (!responses_.empty()) response = &responses_.front();
+      response = &responses_.front();
     }
     if (response) {
       uint32_t chunk = std::min<uint32_t>(response->size - response->sent,
@@ -470,6 +475,7 @@ bool Stream::FillBatch() {
       if (last) {
         std::lock_guard<std::mutex> lock(responses_mutex_);
         responses_.pop_front();
+        responses_queued_.fetch_sub(1, std::memory_order_release);
       }
       continue;
     }
@@ -503,6 +509,7 @@ bool Stream::FillBatch() {
       counters_.Add(Counter::TxReads);
       std::lock_guard<std::mutex> lock(reads_mutex_);
       reads_outstanding_.push_back({next_tx_++, false});
+      reads_queued_.fetch_add(1, std::memory_order_release);
       continue;
     }
     bool is_send = wqe.opcode == WrOpcode::Send;
@@ -863,6 +870,7 @@ bool Stream::FinishSegment() {
         {
           std::lock_guard<std::mutex> lock(reads_mutex_);
           reads_outstanding_.pop_front();
+          reads_queued_.fetch_sub(1, std::memory_order_release);
         }
         if (rx_read_.probe) ConfirmPlaced(rx_read_.position);
         else qp_->FinishSend(rx_read_.position, WcStatus::Success);
@@ -889,6 +897,7 @@ bool Stream::FinishSegment() {
         }
         responses_.push_back({read_req_.sink_stag, read_req_.sink_to, read_req_.src_stag, read_req_.src_to,
                               read_req_.size, 0});
+        responses_queued_.fetch_add(1, std::memory_order_release);
       }
       // A spinning poller owns this socket (the engine does not watch it): the Response goes out
       // with whatever the poller's application posts next, or at its next poll, in one sendmsg.

@@ -164,6 +164,9 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   void FailUnconfirmed(const wire::TerminateMsg& term, WcStatus status);
   std::mutex responses_mutex_;              // receive path adds, transmit path takes
   std::deque<ReadResponse> responses_;
+  // The sizes of responses_ and reads_outstanding_, readable without their locks: the transmit
+  // path looks at both for every message, and they are nearly always empty.
+  std::atomic<uint32_t> responses_queued_{0}, reads_queued_{0};
   uint8_t terminate_[wire::kTerminateMaxLen];
   size_t terminate_len_ = 0;        // a Terminate waits to be sent; it is the stream's last FPDU
   bool rtr_pending_ = false;
