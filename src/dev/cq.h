@@ -47,7 +47,8 @@ class CompletionQueue {
   size_t Count() const { return count_.load(std::memory_order_acquire); }
   int32_t Resize(size_t entries);  // WV_BUFFER_OVERFLOW if below the entries queued
 
-  // Consumer side. An empty poll may drive receive progress of the attached QPs.
+  // Consumer side. An empty poll (and every 4th that is not) may drive receive progress of the
+  // attached QPs.
   size_t Poll(Completion* out, size_t max);
 
   // Producer side. solicited: a receive for a Send with the solicited-event flag.
@@ -61,6 +62,7 @@ class CompletionQueue {
   void DetachSource(ProgressSource* source);
 
  private:
+  void LendThread();  // the poller drives the attached QPs' progress
   void CompleteArmedLocked(int32_t status, AsyncOp** done);
   static void Finish(AsyncOp* list, int32_t status);
 
@@ -78,6 +80,7 @@ class CompletionQueue {
 
   std::mutex sources_mutex_;
   std::vector<ProgressSource*> sources_;
+  std::atomic<uint32_t> reaping_polls_{0};  // polls that found entries (a hint, not exact)
 };
 
 }  // namespace ndwv::dev

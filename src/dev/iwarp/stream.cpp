@@ -480,7 +480,11 @@ bool Stream::FillBatch() {
       continue;
     }
     if (next_tx_ == qp_->send_tail()) {
-      if (probe_due_) AddProbe(ReadsOutstanding());
+      // One probe in flight at a time: its answer confirms every message before it, and the
+      // messages sent after it get the next probe when the answer comes (the Read Response
+      // kicks us), so a stream of Writes costs a probe per round trip, not one per Write.
+      if (probe_due_ && probe_seq_ == probes_answered_.load(std::memory_order_acquire))
+        AddProbe(ReadsOutstanding());
       break;
     }
     SendWqe& wqe = qp_->send_at(next_tx_);
@@ -872,7 +876,10 @@ bool Stream::FinishSegment() {
           reads_outstanding_.pop_front();
           reads_queued_.fetch_sub(1, std::memory_order_release);
         }
-        if (rx_read_.probe) ConfirmPlaced(rx_read_.position);
+        if (rx_read_.probe) {
+          ConfirmPlaced(rx_read_.position);
+          probes_answered_.fetch_add(1, std::memory_order_release);
+        }
         else qp_->FinishSend(rx_read_.position, WcStatus::Success);
         Kick();  // a Read slot is free
       }

@@ -157,7 +157,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   };
   std::deque<Unconfirmed> unconfirmed_;  // Sends and Writes sent, not yet confirmed
   bool probe_due_ = false;
-  uint32_t probe_seq_ = 0;
+  uint32_t probe_seq_ = 0;                   // probes sent (transmit path)
+  std::atomic<uint32_t> probes_answered_{0};  // their Read Responses received (receive path)
   bool AddProbe(size_t reads);
   size_t ReadsOutstanding();
   void ConfirmPlaced(uint64_t below);
