@@ -26,10 +26,10 @@ int32_t CompletionQueue::Resize(size_t entries) {
   return WV_SUCCESS;
 }
 
-void CompletionQueue::LendThread() {
+void CompletionQueue::TellSources(bool empty) {
   static const bool lend_thread = base::LoadSettings() ? base::LoadSettings()->poll_progress : true;
   if (lend_thread && sources_mutex_.try_lock()) {
-    for (ProgressSource* source : sources_) source->PollProgress();
+    for (ProgressSource* source : sources_) empty ? source->PollProgress() : source->StillPolled();
     sources_mutex_.unlock();
   }
 }
@@ -37,14 +37,14 @@ void CompletionQueue::LendThread() {
 size_t CompletionQueue::Poll(Completion* out, size_t max) {
   if (max == 0) return 0;
   if (count_.load(std::memory_order_acquire) != 0) {
-    // Every 4th poll that finds entries lends the thread too: a poller whose queue never runs
-    // empty (a sender reaping a steady stream of completions) still counts as spinning, so the
-    // transports leave its progress to it and keep the engine off the busy cores.
+    // Every 4th poll that finds entries tells the transports that the poller still spins: one
+    // whose queue seldom runs empty (a sender reaping a steady stream of completions) then keeps
+    // the progress to itself and the engine off the busy cores.
     uint32_t reaped = reaping_polls_.load(std::memory_order_relaxed) + 1;
     reaping_polls_.store(reaped, std::memory_order_relaxed);  // a hint: no read-modify-write
-    if (reaped % 4 == 0) LendThread();
+    if (reaped % 4 == 0) TellSources(false);
   } else {
-    LendThread();
+    TellSources(true);
     if (count_.load(std::memory_order_acquire) == 0) {
       if (!unseen_.load(std::memory_order_acquire)) return 0;  // nothing to mark seen
       std::lock_guard<std::mutex> lock(mutex_);

@@ -34,6 +34,7 @@ enum class NotifyType { Errors = 0, Any = 1, Solicited = 2 };
 // Something that can make receive progress when a poller lends it its thread (a connected QP).
 struct ProgressSource {
   virtual void PollProgress() = 0;    // a poller found the CQ empty and lends its thread
+  virtual void StillPolled() = 0;     // a poller reaped completions: it spins, it will lend its thread
   virtual void OnNotifyArmed() = 0;   // someone waits for an event: progress must not need a poller
  protected:
   ~ProgressSource() = default;
@@ -47,8 +48,7 @@ class CompletionQueue {
   size_t Count() const { return count_.load(std::memory_order_acquire); }
   int32_t Resize(size_t entries);  // WV_BUFFER_OVERFLOW if below the entries queued
 
-  // Consumer side. An empty poll (and every 4th that is not) may drive receive progress of the
-  // attached QPs.
+  // Consumer side. An empty poll may drive receive progress of the attached QPs.
   size_t Poll(Completion* out, size_t max);
 
   // Producer side. solicited: a receive for a Send with the solicited-event flag.
@@ -62,7 +62,7 @@ class CompletionQueue {
   void DetachSource(ProgressSource* source);
 
  private:
-  void LendThread();  // the poller drives the attached QPs' progress
+  void TellSources(bool empty);  // empty: PollProgress (the poller lends its thread), else StillPolled
   void CompleteArmedLocked(int32_t status, AsyncOp** done);
   static void Finish(AsyncOp* list, int32_t status);
 

@@ -86,13 +86,16 @@ constexpr std::chrono::milliseconds kPollIdle{10};  // no poll for this long: th
 }  // namespace
 
 void Stream::PollProgress() {
-  uint32_t polls = polls_.fetch_add(1, std::memory_order_relaxed) + 1;
   // A stalled transmit (the socket had no room) or a Read Response owed: send now.
   if (tx_stalled_.load(std::memory_order_relaxed) ||
       (response_owed_.load(std::memory_order_relaxed) && response_owed_.exchange(false)))
     Kick();
   DriveReceive(true);
-  if (polls == kSpinningPolls) WatchReceive(false);
+  StillPolled();
+}
+
+void Stream::StillPolled() {
+  if (polls_.fetch_add(1, std::memory_order_relaxed) + 1 == kSpinningPolls) WatchReceive(false);
 }
 
 void Stream::OnNotifyArmed() {

@@ -62,6 +62,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // Link
   void Kick() override;
   void PollProgress() override;
+  void StillPolled() override;
   void OnNotifyArmed() override;
   void Shutdown() override;
   // Ends the connection abortively (the QP goes to Error and is flushed).

@@ -166,6 +166,8 @@ void RcLink::PollProgress() {
   t_polling = false;
 }
 
+void RcLink::StillPolled() { port_->Polled(); }
+
 void RcLink::OnNotifyArmed() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
