@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -57,10 +58,17 @@ void Engine::Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
 }
 
 void Engine::Modify(int fd, uint32_t events) {
+  if (events == 0) {
+    // Out of the epoll set entirely (the handler stays): a socket in it calls into epoll on
+    // every packet, even with no event of interest, and a spinning poller pays for that.
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    return;
+  }
   epoll_event ev{};
   ev.events = events;
   ev.data.fd = fd;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev);
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);  // back from events == 0
 }
 
 void Engine::Unwatch(int fd) {

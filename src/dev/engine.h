@@ -48,7 +48,7 @@ class Engine {
   // weakly and pins it while it runs, so Unwatch never waits and a handler may be released on
   // any thread; a handler may still see one event after Unwatch and must tolerate it.
   void Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler);
-  void Modify(int fd, uint32_t events);
+  void Modify(int fd, uint32_t events);  // 0: out of the epoll set until events are given again
   void Unwatch(int fd);
 
   void Arm(Timer* timer, std::chrono::milliseconds delay);

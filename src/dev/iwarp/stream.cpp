@@ -109,7 +109,7 @@ void Stream::WatchReceive(bool on) {
     std::lock_guard<std::mutex> lock(watch_mutex_);
     if (shut_ || rx_watched_ == on) return;
     rx_watched_ = on;
-    Engine::Get().Modify(fd_, on ? kWatched : EPOLLET);  // the poller drives both directions
+    Engine::Get().Modify(fd_, on ? kWatched : 0);  // the poller drives both directions
     if (!on) {
       watch_self_ = shared_from_this();
       Engine::Get().Arm(&watch_timer_, kPollIdle);
