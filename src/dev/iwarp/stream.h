@@ -96,6 +96,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     // Each FPDU's length field and headers; a small FPDU is built here whole (one iovec).
     uint8_t headers[kBatchFpdus][kSmallFpdu];
     uint8_t trailers[kBatchFpdus][8];
+    uint8_t gathered[512];  // a few small pieces copied together, to leave in one send()
     int fpdus = 0;
     uint64_t finished[kBatchFpdus];  // send queue positions whose last byte is in this batch
     int finished_count = 0;
