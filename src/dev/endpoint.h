@@ -10,7 +10,11 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <utility>
+
+#include <ndwv/wvstatus.h>
 
 #include "dev/async.h"
 #include "dev/engine.h"
@@ -51,6 +55,48 @@ struct DisconnectRequest : WorkItem {
     if (request->qp) request->qp->Modify(QpState::Error);
     request->op->Complete(request->cm_status);
   }
+};
+
+// A listener's connection requests and the GetRequest calls waiting for them, matched oldest to
+// oldest, whichever comes first. Used under the listener's lock; the GetRequest target (a fresh
+// endpoint, a friend) takes a request over with Adopt.
+template <class Endpoint>
+class ListenQueue {
+ public:
+  // GetRequest: the oldest request goes to `target` and `op` completes, or the call waits.
+  void Take(std::shared_ptr<Endpoint> target, AsyncOp* op, Finisher& finish) {
+    if (arrived_.empty()) {
+      waiting_.push_back({std::move(target), op});
+      return;
+    }
+    target->Adopt(*arrived_.front());
+    arrived_.pop_front();
+    finish.Add(op, WV_SUCCESS);
+  }
+  // A request arrived: to the oldest waiting GetRequest, else queued.
+  void Arrive(std::shared_ptr<Endpoint> request, Finisher& finish) {
+    if (waiting_.empty()) {
+      arrived_.push_back(std::move(request));
+      return;
+    }
+    waiting_.front().target->Adopt(*request);
+    finish.Add(waiting_.front().op, WV_SUCCESS);
+    waiting_.pop_front();
+  }
+  size_t queued() const { return arrived_.size(); }
+  void CancelWaiting(Finisher& finish) {
+    for (const Waiting& w : waiting_) finish.Add(w.op, WV_CANCELLED);
+    waiting_.clear();
+  }
+  std::deque<std::shared_ptr<Endpoint>> TakeQueued() { return std::exchange(arrived_, {}); }
+
+ private:
+  struct Waiting {
+    std::shared_ptr<Endpoint> target;
+    AsyncOp* op;
+  };
+  std::deque<std::shared_ptr<Endpoint>> arrived_;  // requests not yet taken
+  std::deque<Waiting> waiting_;                    // GetRequests not yet answered
 };
 
 class ConnectEndpoint {

@@ -210,7 +210,7 @@ void Endpoint::OnListenReady() {
       std::lock_guard<std::mutex> lock(child->mutex_);
       return child->state_ == State::Closed;
     });
-    if (handshaking_.size() + ready_.size() >= size_t(backlog_)) {
+    if (handshaking_.size() + requests_.queued() >= size_t(backlog_)) {
       close(fd);  // backlog full: the peer's Connect is refused
       continue;
     }
@@ -239,14 +239,7 @@ int32_t Endpoint::GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* o
   Finisher finish;
   std::lock_guard<std::mutex> lock(mutex_);
   if (state_ != State::Listening) return WV_INVALID_DEVICE_STATE;
-  if (!ready_.empty()) {
-    auto child = ready_.front();
-    ready_.pop_front();
-    endpoint->AdoptConnection(*child);
-    finish.Add(op, WV_SUCCESS);
-    return WV_PENDING;
-  }
-  requests_.push_back({endpoint, op});
+  requests_.Take(std::move(endpoint), op, finish);
   return WV_PENDING;
 }
 
@@ -260,17 +253,10 @@ void Endpoint::RequestReady(const std::shared_ptr<Endpoint>& child) {
     }
   }
   if (state_ != State::Listening) return;
-  if (!requests_.empty()) {
-    PendingRequest request = requests_.front();
-    requests_.pop_front();
-    request.target->AdoptConnection(*child);
-    finish.Add(request.op, WV_SUCCESS);
-  } else {
-    ready_.push_back(child);
-  }
+  requests_.Arrive(child, finish);
 }
 
-void Endpoint::AdoptConnection(Endpoint& child) {
+void Endpoint::Adopt(Endpoint& child) {
   std::scoped_lock lock(mutex_, child.mutex_);
   fd_ = std::exchange(child.fd_, -1);
   capture_ = std::move(child.capture_);
@@ -702,10 +688,7 @@ void Endpoint::CancelRequests() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (connect_op_) FailConnect(finish, WV_CANCELLED);
   finish.AddList(notify_ops_, WV_CANCELLED);
-  while (!requests_.empty()) {
-    finish.Add(requests_.front().op, WV_CANCELLED);
-    requests_.pop_front();
-  }
+  requests_.CancelWaiting(finish);
 }
 
 void Endpoint::Close() {
@@ -722,8 +705,7 @@ void Endpoint::Close() {
     released = std::move(stream_);
     qp_.reset();
     children.swap(handshaking_);
-    for (auto& c : ready_) children.push_back(c);
-    ready_.clear();
+    for (auto& c : requests_.TakeQueued()) children.push_back(std::move(c));
     SetState(State::Closed);
   }
   if (stream) stream->Abort();  // released while connected: abortive close, the QP is flushed

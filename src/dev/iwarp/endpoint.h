@@ -62,11 +62,6 @@ class Endpoint final : public ConnectEndpoint,
   };
   static const char* ToString(State s);
 
-  struct PendingRequest {
-    std::shared_ptr<Endpoint> target;
-    AsyncOp* op;
-  };
-
   int32_t OpenSocket(int family);  // a socket bound to local_ (port chosen if 0)
   void SetState(State s);
   void ArmTimer(uint32_t ms);
@@ -80,7 +75,7 @@ class Endpoint final : public ConnectEndpoint,
   void OnMpaReply(Finisher& finish);
   void OnMpaRequest();
   void RequestReady(const std::shared_ptr<Endpoint>& child);
-  void AdoptConnection(Endpoint& child);  // target of GetRequest takes the child's connection
+  void Adopt(Endpoint& child);  // target of GetRequest takes the child's connection (ListenQueue)
   // Under mutex_: the pending Connect ends with `status` (completed by `finish`, after the lock).
   void FailConnect(Finisher& finish, int32_t status);
   void FinishDisconnect(int32_t status);  // CM phase over: QP phase on the work pool
@@ -114,8 +109,8 @@ class Endpoint final : public ConnectEndpoint,
   int backlog_ = 0;
   std::weak_ptr<Endpoint> listener_;                 // child: who accepted us
   std::deque<std::shared_ptr<Endpoint>> handshaking_;  // reading their MPA Request
-  std::deque<std::shared_ptr<Endpoint>> ready_;        // waiting for a GetRequest
-  std::deque<PendingRequest> requests_;                // GetRequests waiting for a connection
+  ListenQueue<Endpoint> requests_;                     // handshakes done, and GetRequests
+  friend class ListenQueue<Endpoint>;
 
   // MPA frame being read.
   uint8_t mpa_buffer_[wire::kMpaHeaderLen + wire::kMpaMaxPrivateData];

@@ -169,14 +169,7 @@ int32_t Endpoint::GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* o
   Finisher finish;
   std::lock_guard<std::mutex> lock(mutex_);
   if (state_ != State::Listening) return WV_INVALID_DEVICE_STATE;
-  if (!ready_.empty()) {
-    std::shared_ptr<Endpoint> child = std::move(ready_.front());
-    ready_.pop_front();
-    endpoint->Adopt(*child);
-    finish.Add(op, WV_SUCCESS);
-    return WV_PENDING;
-  }
-  requests_.push_back({std::move(endpoint), op});
+  requests_.Take(std::move(endpoint), op, finish);
   return WV_PENDING;
 }
 
@@ -198,19 +191,13 @@ void Endpoint::OnRequest(const CmEvent& event) {
   child->mtu_ = MtuBytes(std::min<uint8_t>(event.msg.req.path_mtu, PathMtuCode(event.peer)));
   child->state_ = State::Requested;
   port_->AddUser(event.id, child);
-  if (!requests_.empty()) {
-    PendingRequest request = std::move(requests_.front());
-    requests_.pop_front();
-    request.target->Adopt(*child);
-    request.op->Complete(WV_SUCCESS);  // its owner does not call back into the listener
-    return;
-  }
-  if (int(ready_.size()) >= backlog_) {  // the backlog is full: the peer is refused
+  if (int(requests_.queued()) >= backlog_) {  // the backlog is full: the peer is refused
     port_->Cm([&](CmAgent& agent) { return agent.Reject(event.id); });
     port_->RemoveUser(event.id);
     return;
   }
-  ready_.push_back(std::move(child));
+  Finisher finish;  // completes under our lock: its owner does not call back into the listener
+  requests_.Arrive(std::move(child), finish);
 }
 
 void Endpoint::Adopt(Endpoint& child) {
@@ -606,10 +593,7 @@ void Endpoint::CancelRequests() {
     finish.Add(std::exchange(connect_op_, nullptr), WV_CANCELLED);
   }
   finish.AddList(notify_ops_, WV_CANCELLED);
-  while (!requests_.empty()) {
-    finish.Add(requests_.front().op, WV_CANCELLED);
-    requests_.pop_front();
-  }
+  requests_.CancelWaiting(finish);
 }
 
 void Endpoint::Close() {
@@ -630,7 +614,7 @@ void Endpoint::Close() {
     if (state_ == State::Connected || state_ == State::Accepting || state_ == State::LinkFailed) link = link_;
     link_.reset();
     qp_.reset();
-    children.swap(ready_);
+    children = requests_.TakeQueued();
     SetState(State::Closed);
   }
   if (link) link->Fail();

@@ -65,7 +65,7 @@ class Endpoint final : public ConnectEndpoint,
   void SetState(State s);
 
   void OnRequest(const CmEvent& event);  // listener: a REQ for our service
-  void Adopt(Endpoint& child);           // the GetRequest target takes the request
+  void Adopt(Endpoint& child);           // the GetRequest target takes the request (ListenQueue)
   void StartLink(const RcParams& params);
   void FinishDisconnect(int32_t status);
   void PeerDisconnected(Finisher& finish);  // the close exchange is over: flush and tell
@@ -98,12 +98,8 @@ class Endpoint final : public ConnectEndpoint,
   // Listening.
   int backlog_ = 0;
   uint64_t service_id_ = 0;
-  struct PendingRequest {
-    std::shared_ptr<Endpoint> target;
-    AsyncOp* op;
-  };
-  std::deque<std::shared_ptr<Endpoint>> ready_;  // requests waiting for a GetRequest
-  std::deque<PendingRequest> requests_;          // GetRequests waiting for a request
+  ListenQueue<Endpoint> requests_;
+  friend class ListenQueue<Endpoint>;
 
   // Pre-allocated: the passive QP to RTS once established, on the work pool.
   struct EstablishedWork : WorkItem {
