@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -385,6 +387,30 @@ TEST(IntegrationConnect, PortOfAClosedConnectionCanBeBoundAgain) {
     Ref<IND2Connector> third = adapter.CreateConnector();
     IT_CHECK_HR(ND_SHARING_VIOLATION, third->Bind(reinterpret_cast<sockaddr*>(&local), sizeof local));
   });
+}
+
+// The client's CM timeout is 1 s (NDWV_CM_TIMEOUT_MS); the server holds the request three times
+// that long before it Accepts, and the Connect still succeeds (nd2-spi 14.1: a Connect must not
+// time out just because the peer is slow to Accept; RoCE's CM sends MRAs meanwhile).
+IT_PEER(impatient_client) {
+  Adapter adapter;
+  Endpoint client(adapter, Ctx(0xC1));
+  ConnectTo(parent, client);
+  ClientTeardown(parent, client);
+}
+
+TEST(IntegrationConnect, ConnectWaitsForASlowAccept) {
+  RunWithPeer("impatient_client", {{"env:NDWV_CM_TIMEOUT_MS", "1000"}, {"env:NDWV_ROCE_CM_TIMEOUT_MS", "100"}},
+              [](Channel& peer) {
+                Adapter adapter;
+                Endpoint server(adapter, Ctx(0x5E));
+                peer.SendValue("port", StartListening(server.adapter, server.listener));
+                server.connector = GetConnectionRequest(server.adapter, server.listener.get());
+                std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+                IT_OK(Accept(server.connector.get(), server.qp.get(), 4, 4));
+                peer.Send("accepted");
+                ServerTeardown(peer, server);
+              });
 }
 
 }  // namespace

@@ -403,14 +403,23 @@ void Endpoint::OnConnectReady(Finisher& finish) {
   request.private_data = {local_params_.data, local_params_.data_length};
   Engine::Get().Modify(fd_, EPOLLIN | EPOLLRDHUP);
   SetState(State::ActiveMpaSent);
-  if (!SendMpaFrame(request)) FailConnect(finish, WV_CONNECTION_REFUSED);
-  else AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsSent);
+  if (!SendMpaFrame(request)) {
+    FailConnect(finish, WV_CONNECTION_REFUSED);
+    return;
+  }
+  AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsSent);
+  // The request is with the peer: from here a Connect waits for its application's Accept or
+  // Reject however long it takes (nd2-spi 14.1: not timed out for a slow Accept), as the IB CM
+  // waits on MRAs. A dead peer or link still ends it: keepalives and TCP_USER_TIMEOUT
+  // (NDWV_IWARP_TIMEOUT_MS) close the socket, and a released listener resets it.
+  DisarmTimer();
 }
 
 void Endpoint::OnMpaReply(Finisher& finish) {
   if (!ReadMpaFrame(MpaKind::Reply)) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-    FailConnect(finish, WV_CONNECTION_REFUSED);  // reset before any reply: nobody took the request
+    // Reset before any reply: nobody took the request; or the peer stopped answering.
+    FailConnect(finish, errno == ETIMEDOUT ? WV_IO_TIMEOUT : WV_CONNECTION_REFUSED);
     return;
   }
   MpaFrame reply;
