@@ -78,6 +78,7 @@ void Engine::Unwatch(int fd) {
 }
 
 void Engine::Arm(Timer* timer, std::chrono::milliseconds delay) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(timer_mutex_);
     timer->deadline = Clock::now() + delay;
@@ -85,9 +86,17 @@ void Engine::Arm(Timer* timer, std::chrono::milliseconds delay) {
       timer->armed = true;
       timers_.push_back(timer);
     }
+    // The loop is woken only for a deadline before the one it sleeps until: it finds later ones
+    // when it wakes, and recomputes before it sleeps again anyway (timers armed from its own
+    // handlers). Transports re-arm a timer per message; waking the engine each time cost a
+    // system call on the sender's path and a thread on the pollers' cores.
+    wake = timer->deadline < sleeps_until_ && !OnEngineThread();
+    if (wake) sleeps_until_ = timer->deadline;
   }
-  uint64_t one = 1;
-  (void)!write(wake_fd_, &one, sizeof one);  // the loop recomputes its timeout
+  if (wake) {
+    uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof one);  // the loop recomputes its timeout
+  }
 }
 
 bool Engine::Disarm(Timer* timer) {
@@ -128,9 +137,13 @@ void Engine::WorkerLoop() {
 
 int Engine::NextTimeoutMs() {
   std::lock_guard<std::mutex> lock(timer_mutex_);
-  if (timers_.empty()) return -1;
+  if (timers_.empty()) {
+    sleeps_until_ = Clock::time_point::max();
+    return -1;
+  }
   auto next = std::min_element(timers_.begin(), timers_.end(),
                                [](Timer* a, Timer* b) { return a->deadline < b->deadline; });
+  sleeps_until_ = (*next)->deadline;
   auto wait = std::chrono::duration_cast<std::chrono::milliseconds>((*next)->deadline - Clock::now());
   return int(std::max<int64_t>(0, wait.count() + 1));
 }

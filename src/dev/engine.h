@@ -81,6 +81,7 @@ class Engine {
 
   std::mutex timer_mutex_;
   std::vector<Timer*> timers_;  // armed timers; few, so a vector scan is enough
+  Clock::time_point sleeps_until_ = Clock::time_point::max();  // the loop's wake-up, at the latest
 
   std::mutex work_mutex_;
   std::condition_variable work_cv_;
