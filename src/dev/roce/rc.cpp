@@ -14,7 +14,7 @@ using namespace ndwv::wire::ib;
 
 namespace {
 
-constexpr std::chrono::milliseconds kAckDelay{5};  // longest a coalesced ACK waits
+constexpr std::chrono::milliseconds kAckDelay{20};  // longest a coalesced ACK waits
 // Set while a CQ poller drives receive: the ACKs it makes due wait for its next poll (or the next
 // transmission), so the poller returns with its completion without paying for them first.
 thread_local bool t_polling = false;
