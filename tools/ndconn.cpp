@@ -80,10 +80,8 @@ int RunServer(const Options& o) {
 int RunClient(const Options& o) {
   NdLibrary nd;
   Adapter adapter;
-  sockaddr_storage local;
-  ULONG localLength = 0;
   const sockaddr* server = reinterpret_cast<const sockaddr*>(&o.address);
-  adapter.OpenForPeer(server, o.addressLength, &local, &localLength);
+  adapter.OpenForPeer(server, o.addressLength);
   NdRef<IND2CompletionQueue> cq = adapter.CreateCompletionQueue(2);
 
   const ULONG cycles = o.cycles + 1;  // + the warm-up
@@ -93,8 +91,7 @@ int RunClient(const Options& o) {
     NdRef<IND2QueuePair> qp = CreateQueuePair(adapter, cq.get());
     CycleData data{i, cycles};
     NdRef<IND2Connector> connector =
-        Connect(adapter, qp.get(), reinterpret_cast<sockaddr*>(&local), localLength, server,
-                o.addressLength, 0, 0, &data, sizeof data);
+        Connect(adapter, qp.get(), server, o.addressLength, 0, 0, &data, sizeof data);
     CompleteConnect(connector.get());
     Disconnect(connector.get());
     connector.Reset();  // the connection first, then the QP it used

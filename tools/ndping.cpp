@@ -102,7 +102,7 @@ void Serve(Endpoint& ep, ULONG credits) {
   }
 }
 
-int RunServer(const Options& o) {
+int RunServer(const Options& o, const std::vector<Round>&) {
   NdLibrary nd;
   Adapter adapter;
   adapter.Open(reinterpret_cast<const sockaddr*>(&o.address), o.addressLength);
@@ -176,16 +176,13 @@ class Client {
 int RunClient(const Options& o, const std::vector<Round>& rounds) {
   NdLibrary nd;
   Adapter adapter;
-  sockaddr_storage local;
-  ULONG localLength = 0;
   const sockaddr* server = reinterpret_cast<const sockaddr*>(&o.address);
-  adapter.OpenForPeer(server, o.addressLength, &local, &localLength);
+  adapter.OpenForPeer(server, o.addressLength);
   const ND2_ADAPTER_INFO& info = adapter.info();
   const ULONG depth = std::min(info.MaxCompletionQueueDepth, info.MaxInitiatorQueueDepth);
   Endpoint ep(adapter, o, std::min(info.MaxCompletionQueueDepth, depth + kCqSlack), depth);
 
-  NdRef<IND2Connector> connector = Connect(adapter, ep.qp.get(), reinterpret_cast<sockaddr*>(&local),
-                                           localLength, server, o.addressLength, 0, 0);
+  NdRef<IND2Connector> connector = Connect(adapter, ep.qp.get(), server, o.addressLength, 0, 0);
   // The server's receive depth (less one) in its Accept's private data: the initial credits.
   std::vector<char> data = GetPrivateData(connector.get());
   if (data.size() < sizeof(ULONG)) FailMessage("The server sent no credit count", __LINE__);
@@ -217,11 +214,5 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
 }  // namespace
 
 int main(int argc, char* argv[]) {
-  Options options = ParseOptions(argc, argv, kSpec);
-  std::vector<Round> rounds = TestSchedule(kMaxIterations);
-  PrintBegin(kSpec.name);
-  int rc = options.server ? RunServer(options) : RunClient(options, rounds);
-  PrintCounters();
-  PrintEnd(kSpec.name);
-  return rc;
+  return RunMeasuringTool(argc, argv, kSpec, kMaxIterations, RunServer, RunClient);
 }

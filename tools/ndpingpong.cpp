@@ -101,7 +101,7 @@ void Serve(Endpoint& ep) {
   }
 }
 
-int RunServer(const Options& o) {
+int RunServer(const Options& o, const std::vector<Round>&) {
   NdLibrary nd;
   Adapter adapter;
   adapter.Open(reinterpret_cast<const sockaddr*>(&o.address), o.addressLength);
@@ -140,15 +140,12 @@ void Ping(Endpoint& ep, std::size_t size) {
 int RunClient(const Options& o, const std::vector<Round>& rounds) {
   NdLibrary nd;
   Adapter adapter;
-  sockaddr_storage local;
-  ULONG localLength = 0;
   const sockaddr* server = reinterpret_cast<const sockaddr*>(&o.address);
-  adapter.OpenForPeer(server, o.addressLength, &local, &localLength);
+  adapter.OpenForPeer(server, o.addressLength);
   const ND2_ADAPTER_INFO& info = adapter.info();
   Endpoint ep(adapter, o, std::min(info.MaxCompletionQueueDepth, info.MaxInitiatorQueueDepth));
 
-  NdRef<IND2Connector> connector = Connect(adapter, ep.qp.get(), reinterpret_cast<sockaddr*>(&local),
-                                           localLength, server, o.addressLength, 0, 0);
+  NdRef<IND2Connector> connector = Connect(adapter, ep.qp.get(), server, o.addressLength, 0, 0);
   CompleteConnect(connector.get());
 
   for (int i = 0; i < kWarmupIterations; ++i) Ping(ep, kWarmupSize);
@@ -173,11 +170,5 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
 }  // namespace
 
 int main(int argc, char* argv[]) {
-  Options options = ParseOptions(argc, argv, kSpec);
-  std::vector<Round> rounds = TestSchedule(kMaxIterations);
-  PrintBegin(kSpec.name);
-  int rc = options.server ? RunServer(options) : RunClient(options, rounds);
-  PrintCounters();
-  PrintEnd(kSpec.name);
-  return rc;
+  return RunMeasuringTool(argc, argv, kSpec, kMaxIterations, RunServer, RunClient);
 }

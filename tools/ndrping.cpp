@@ -62,7 +62,7 @@ void Expect(CompletionQueue& cq, ND2_REQUEST_TYPE type, void* context, const cha
     FailCompletion(what, r, __LINE__);
 }
 
-int RunServer(const Options& o) {
+int RunServer(const Options& o, const std::vector<Round>&) {
   const bool read = o.op == RdmaOp::Read;
   NdLibrary nd;
   Adapter adapter;
@@ -147,10 +147,8 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
   const bool read = o.op == RdmaOp::Read;
   NdLibrary nd;
   Adapter adapter;
-  sockaddr_storage local;
-  ULONG localLength = 0;
   const sockaddr* server = reinterpret_cast<const sockaddr*>(&o.address);
-  adapter.OpenForPeer(server, o.addressLength, &local, &localLength);
+  adapter.OpenForPeer(server, o.addressLength);
   adapter.RequireInOrderDma();
   const ND2_ADAPTER_INFO& info = adapter.info();
 
@@ -172,8 +170,7 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
   sge.MemoryRegionToken = mr.localToken();
   ND_CHECK(qp->Receive(kReceiveContext, &sge, 1), "IND2QueuePair::Receive");  // the record
 
-  NdRef<IND2Connector> connector = Connect(adapter, qp.get(), reinterpret_cast<sockaddr*>(&local),
-                                           localLength, server, o.addressLength, 0, read ? depth : 0);
+  NdRef<IND2Connector> connector = Connect(adapter, qp.get(), server, o.addressLength, 0, read ? depth : 0);
   CompleteConnect(connector.get());
 
   ND2_RESULT r = cq.Next("Waiting for the server's record");
@@ -209,11 +206,5 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
 }  // namespace
 
 int main(int argc, char* argv[]) {
-  Options options = ParseOptions(argc, argv, kSpec);
-  std::vector<Round> rounds = TestSchedule(kMaxIterations);
-  PrintBegin(kSpec.name);
-  int rc = options.server ? RunServer(options) : RunClient(options, rounds);
-  PrintCounters();
-  PrintEnd(kSpec.name);
-  return rc;
+  return RunMeasuringTool(argc, argv, kSpec, kMaxIterations, RunServer, RunClient);
 }

@@ -225,17 +225,14 @@ int RunServer(const Options& o, const std::vector<Round>& rounds) {
 int RunClient(const Options& o, const std::vector<Round>& rounds) {
   NdLibrary nd;
   Adapter adapter;
-  sockaddr_storage local;
-  ULONG localLength = 0;
   const sockaddr* server = reinterpret_cast<const sockaddr*>(&o.address);
-  adapter.OpenForPeer(server, o.addressLength, &local, &localLength);
+  adapter.OpenForPeer(server, o.addressLength);
   adapter.RequireInOrderDma();
   const ND2_ADAPTER_INFO& info = adapter.info();
   Endpoint ep(adapter, o, std::min(info.MaxCompletionQueueDepth, info.MaxInitiatorQueueDepth));
   ep.PostReceive();  // the server's record
 
-  NdRef<IND2Connector> connector = Connect(adapter, ep.qp.get(), reinterpret_cast<sockaddr*>(&local),
-                                           localLength, server, o.addressLength, 0, 0);
+  NdRef<IND2Connector> connector = Connect(adapter, ep.qp.get(), server, o.addressLength, 0, 0);
   CompleteConnect(connector.get());
   ep.BindAndSendRecord();  // the client goes first: the server may only send after a receive
   ep.Reap(1, 1, 0, 0, "Exchanging records");
@@ -266,11 +263,5 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
 }  // namespace
 
 int main(int argc, char* argv[]) {
-  Options options = ParseOptions(argc, argv, kSpec);
-  std::vector<Round> rounds = TestSchedule(kMaxIterations);
-  PrintBegin(kSpec.name);
-  int rc = options.server ? RunServer(options, rounds) : RunClient(options, rounds);
-  PrintCounters();
-  PrintEnd(kSpec.name);
-  return rc;
+  return RunMeasuringTool(argc, argv, kSpec, kMaxIterations, RunServer, RunClient);
 }

@@ -65,19 +65,18 @@ void Adapter::Open(const sockaddr* localAddress, ULONG length) {
   ND_CHECK(adapter_->CreateOverlappedFile(&file_), "IND2Adapter::CreateOverlappedFile");
 }
 
-void Adapter::OpenForPeer(const sockaddr* server, ULONG length, sockaddr_storage* local,
-                          ULONG* localLength) {
-  SIZE_T size = sizeof(*local);
-  *local = sockaddr_storage{};
-  ND_CHECK(NdResolveAddress(server, length, reinterpret_cast<sockaddr*>(local), &size),
+void Adapter::OpenForPeer(const sockaddr* server, ULONG length) {
+  SIZE_T size = sizeof peerSource_;
+  peerSource_ = sockaddr_storage{};
+  ND_CHECK(NdResolveAddress(server, length, reinterpret_cast<sockaddr*>(&peerSource_), &size),
            "NdResolveAddress");
   // The connector's Bind takes the source address with port 0: an ephemeral port.
-  if (local->ss_family == AF_INET6)
-    reinterpret_cast<sockaddr_in6*>(local)->sin6_port = 0;
+  if (peerSource_.ss_family == AF_INET6)
+    reinterpret_cast<sockaddr_in6*>(&peerSource_)->sin6_port = 0;
   else
-    reinterpret_cast<sockaddr_in*>(local)->sin_port = 0;
-  *localLength = ULONG(size);
-  Open(reinterpret_cast<sockaddr*>(local), *localLength);
+    reinterpret_cast<sockaddr_in*>(&peerSource_)->sin_port = 0;
+  peerSourceLength_ = ULONG(size);
+  Open(peerSource(), peerSourceLength_);
 }
 
 void Adapter::RequireInOrderDma() const {
@@ -229,14 +228,13 @@ ULONG BuildSgl(ND2_SGE* sgl, ULONG maxSge, void* buffer, std::size_t length, UIN
 
 // ---- connections -----------------------------------------------------------------------------
 
-NdRef<IND2Connector> Connect(Adapter& adapter, IND2QueuePair* qp, const sockaddr* local,
-                             ULONG localLength, const sockaddr* server, ULONG serverLength,
+NdRef<IND2Connector> Connect(Adapter& adapter, IND2QueuePair* qp, const sockaddr* server, ULONG serverLength,
                              ULONG inboundReadLimit, ULONG outboundReadLimit,
                              const void* privateData, ULONG privateDataLength) {
   const std::uint64_t end = NowMicros() + std::uint64_t(WaitTimeoutMs()) * 1000;
   for (;;) {
     NdRef<IND2Connector> connector = adapter.CreateConnector();
-    ND_CHECK(connector->Bind(local, localLength), "IND2Connector::Bind");
+    ND_CHECK(connector->Bind(adapter.peerSource(), adapter.peerSourceLength()), "IND2Connector::Bind");
     std::uint64_t now = NowMicros();
     std::uint32_t leftMs = now < end ? std::uint32_t((end - now + 999) / 1000) : 1;
     Overlapped ov;

@@ -92,9 +92,11 @@ class Adapter {
   Adapter& operator=(const Adapter&) = delete;
 
   void Open(const sockaddr* localAddress, ULONG length);
-  // Opens the adapter the OS would use to reach `server` (NdResolveAddress); `local` receives
-  // that source address with port 0, for the connector's Bind.
-  void OpenForPeer(const sockaddr* server, ULONG length, sockaddr_storage* local, ULONG* localLength);
+  // Opens the adapter the OS would use to reach `server` (NdResolveAddress) and keeps that
+  // source address with port 0 (an ephemeral port) for the connectors' Bind (Connect below).
+  void OpenForPeer(const sockaddr* server, ULONG length);
+  const sockaddr* peerSource() const { return reinterpret_cast<const sockaddr*>(&peerSource_); }
+  ULONG peerSourceLength() const { return peerSourceLength_; }
 
   IND2Adapter* get() const { return adapter_.get(); }
   // The overlapped file every object of this adapter uses (to associate a completion port).
@@ -113,6 +115,8 @@ class Adapter {
   NdRef<IND2Listener> CreateListener();
 
  private:
+  sockaddr_storage peerSource_{};  // OpenForPeer's source address, port 0
+  ULONG peerSourceLength_ = 0;
   NdRef<IND2Adapter> adapter_;
   HANDLE file_ = nullptr;
   ND2_ADAPTER_INFO info_{};
@@ -172,11 +176,11 @@ class MemoryRegion {
 // entry taking the remainder (the ND tools' SGE pattern). Returns the entry count (0 for 0 bytes).
 ULONG BuildSgl(ND2_SGE* sgl, ULONG maxSge, void* buffer, std::size_t length, UINT32 token);
 
-// Client side: creates a connector, binds it to `local` (port 0) and connects `qp` to the
-// server. A refused or timed-out attempt is retried with a fresh connector until the wait bound,
-// so that a client may start just before its server.
-NdRef<IND2Connector> Connect(Adapter& adapter, IND2QueuePair* qp, const sockaddr* local,
-                             ULONG localLength, const sockaddr* server, ULONG serverLength,
+// Client side, after adapter.OpenForPeer(server): creates a connector, binds it to the source
+// address OpenForPeer chose and connects `qp` to the server. A refused or timed-out attempt is
+// retried with a fresh connector until the wait bound, so that a client may start just before
+// its server.
+NdRef<IND2Connector> Connect(Adapter& adapter, IND2QueuePair* qp, const sockaddr* server, ULONG serverLength,
                              ULONG inboundReadLimit, ULONG outboundReadLimit,
                              const void* privateData = nullptr, ULONG privateDataLength = 0);
 void CompleteConnect(IND2Connector* connector);

@@ -446,6 +446,17 @@ std::uint64_t IterationCap(std::uint64_t maxIterations) {
   return cap;
 }
 
+int RunMeasuringTool(int argc, char* argv[], const ToolSpec& spec, std::uint64_t maxIterations,
+                     ToolSide server, ToolSide client) {
+  Options options = ParseOptions(argc, argv, spec);
+  std::vector<Round> rounds = TestSchedule(maxIterations);
+  PrintBegin(spec.name);
+  int rc = (options.server ? server : client)(options, rounds);
+  PrintCounters();
+  PrintEnd(spec.name);
+  return rc;
+}
+
 std::vector<Round> TestSchedule(std::uint64_t maxIterations) {
   std::vector<std::size_t> sizes = TestSizes();
   std::uint64_t cap = IterationCap(maxIterations);

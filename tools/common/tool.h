@@ -201,6 +201,13 @@ std::vector<Round> TestSchedule(std::uint64_t maxIterations);
 std::vector<std::size_t> TestSizes();
 std::uint64_t IterationCap(std::uint64_t maxIterations);
 
+// main() of the measuring tools (ndping, ndpingpong, ndrping, ndrpingpong): the options, then the
+// server or the client side over TestSchedule(maxIterations) between the begin and end lines,
+// with the counters after the table. Returns the side's exit status.
+using ToolSide = int (*)(const Options& options, const std::vector<Round>& rounds);
+int RunMeasuringTool(int argc, char* argv[], const ToolSpec& spec, std::uint64_t maxIterations,
+                     ToolSide server, ToolSide client);
+
 // Usage text lines shared by the benchmark tools (environment variables).
 #define NDTOOL_ENV_USAGE                                                                      \
   "Environment:\n"                                                                            \
