@@ -216,8 +216,9 @@ void Stream::Kick() {
     bool broken = broken_.load() && !shut_;
     tx_mutex_.unlock();
     if (broken) {
-      std::lock_guard<std::mutex> rx(rx_mutex_);
-      if (!shut_) Broken();
+      // The receive side reports it (Broken runs under its lock). Not by taking that lock here:
+      // the receive path itself kicks us (a Read slot freed), and would wait for itself.
+      DriveReceive();
       return;
     }
     if (tx_kicks_.load(std::memory_order_acquire) == seen) return;
@@ -591,7 +592,10 @@ void Stream::DriveReceive(bool poller) {
     }
     uint64_t seen = rx_kicks_.load(std::memory_order_acquire);
     rx_by_poller_ = poller;
-    if (!shut_) ProcessRx();
+    if (!shut_) {
+      ProcessRx();
+      if (broken_.load()) Broken();  // the transmit side found the socket gone
+    }
     rx_mutex_.unlock();
     if (rx_kicks_.load(std::memory_order_acquire) == seen) return;
   }
