@@ -365,7 +365,7 @@ bool IsAnswer(std::span<const uint8_t> datagram) {
 }
 }  // namespace
 
-void Port::DriveReceive() {
+void Port::DriveReceive(bool once) {
   if (!rx_mutex_.try_lock()) return;  // the receiver in charge reads until the socket is empty
   std::lock_guard<std::mutex> lock(rx_mutex_, std::adopt_lock);
   if (!t_rx) t_rx = std::make_unique<RxBuffer>();  // one per receiving thread
@@ -410,6 +410,7 @@ void Port::DriveReceive() {
         std::span<const uint8_t> datagram{t_rx->data + at, std::min(segment, length - at)};
         if (IsAnswer(datagram) == bool(answers)) Dispatch(t_rx->from, datagram, cache);
       }
+    if (once) return;
   }
 }
 

@@ -85,8 +85,11 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   static constexpr int kMaxBatch = 16;
   int SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* sizes, int count);
   void WaitWritable(std::weak_ptr<PacketSink> sink);
-  // Reads and dispatches what has arrived (the engine, or a CQ poller lending its thread).
-  void DriveReceive();
+  // Reads and dispatches what has arrived (the engine, or a CQ poller lending its thread). The
+  // engine reads until the socket is empty; a poller (`once`) reads one buffer (a GRO buffer may
+  // hold many datagrams) and returns to its completions: the empty read that would follow costs
+  // a system call on every message's path, and the next poll reads again anyway.
+  void DriveReceive(bool once = false);
   // A poller found its CQ empty and drives this port. While pollers spin, the engine stops
   // watching the socket: on a busy machine a wake-up per datagram costs more than the datagram
   // (the woken engine preempts a poller, or holds the receive lock while preempted). A timer

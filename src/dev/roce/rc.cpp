@@ -162,7 +162,7 @@ void RcLink::PollProgress() {
   }
   port_->Polled();
   t_polling = true;
-  port_->DriveReceive();
+  port_->DriveReceive(true);
   t_polling = false;
 }
 
