@@ -6,6 +6,7 @@
 // fire the next one; entries nobody has seen yet fire a Notify at once (no lost wake-up).
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -39,6 +40,15 @@ struct ProgressSource {
  protected:
   ~ProgressSource() = default;
 };
+
+// While a poller lends its thread, the transport keeps its socket from the engine: on a busy
+// machine a wake-up per packet costs more than the packet (the woken engine preempts a poller, or
+// holds the socket while preempted). kSpinningPolls polls (PollProgress or StillPolled) mean "a
+// poller spins"; few, so that the engine lets go soon after the polling starts again (a writer
+// reports a poll per few completions). Fewer than half as many within kPollIdle: the engine
+// watches again.
+inline constexpr uint32_t kSpinningPolls = 8;
+inline constexpr std::chrono::milliseconds kPollIdle{10};
 
 class CompletionQueue {
  public:

@@ -81,8 +81,6 @@ Stream::~Stream() { Shutdown(); }
 
 namespace {
 constexpr uint32_t kWatched = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-constexpr uint32_t kSpinningPolls = 64;                 // empty polls that mean "a poller spins"
-constexpr std::chrono::milliseconds kPollIdle{10};  // no poll for this long: the engine watches again (each look wakes the engine, which on a busy core costs the pollers)
 }  // namespace
 
 void Stream::PollProgress() {

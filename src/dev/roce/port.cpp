@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "base/settings.h"
 #include "dev/address.h"
+#include "dev/cq.h"
 #include "wire/ib_cm.h"
 
 namespace ndwv::dev::roce {
@@ -287,11 +288,6 @@ void Port::WaitWritable(std::weak_ptr<PacketSink> sink) {
 void Port::UpdateWatchLocked() {
   Engine::Get().Modify(fd_, (watching_in_ ? uint32_t(EPOLLIN) : 0u) | (watching_out_ ? uint32_t(EPOLLOUT) : 0u));
 }
-
-namespace {
-constexpr uint32_t kSpinningPolls = 64;             // empty polls in a row that mean "a poller spins"
-constexpr std::chrono::milliseconds kPollIdle{10};  // no polls for this long: the engine watches again
-}  // namespace
 
 void Port::Polled() {
   if (polls_.fetch_add(1, std::memory_order_relaxed) + 1 != kSpinningPolls) return;
