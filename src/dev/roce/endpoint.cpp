@@ -230,8 +230,8 @@ RcParams Endpoint::BaseLinkParams() const {
   return p;
 }
 
-void Endpoint::StartLink(const RcParams& params) {
-  link_ = std::make_shared<RcLink>(port_, qp_, params, weak_from_this());
+void Endpoint::StartLink(const RcParams& params, std::shared_ptr<Port> data_port) {
+  link_ = std::make_shared<RcLink>(data_port ? std::move(data_port) : port_, qp_, params, weak_from_this());
   link_->Start();
 }
 
@@ -337,7 +337,9 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   link.ird = params.ird;
   link.ord = std::max<uint32_t>(std::min<uint32_t>(params.ord, req_.responder_resources), 1);
   link.rnr_retry = req_.rnr_retry_count;
-  StartLink(link);
+  // The data travels through a flow to the peer's port (port.h), opened before the REP: the
+  // peer's first packets follow it.
+  StartLink(link, Port::OpenFlow(port_, peer_port_));
   qp_.reset();
   uint8_t private_data[kMaxPrivateData] = {};
   memcpy(private_data, params.data, std::min<size_t>(params.data_length, kMaxPrivateData));

@@ -66,7 +66,8 @@ class Endpoint final : public ConnectEndpoint,
 
   void OnRequest(const CmEvent& event);  // listener: a REQ for our service
   void Adopt(Endpoint& child);           // the GetRequest target takes the request (ListenQueue)
-  void StartLink(const RcParams& params);
+  // The link sends and receives through `data_port` (null: port_).
+  void StartLink(const RcParams& params, std::shared_ptr<Port> data_port = nullptr);
   void FinishDisconnect(int32_t status);
   void PeerDisconnected(Finisher& finish);  // the close exchange is over: flush and tell
   RcParams BaseLinkParams() const;

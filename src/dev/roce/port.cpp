@@ -55,6 +55,28 @@ CmConfig AgentConfig() {
 
 }  // namespace
 
+int Port::OpenSocket(int family) {
+  int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  // Ask for big buffers; as root, past the system limit (a lost datagram costs a retransmit).
+  for (int option : {SO_RCVBUF, SO_SNDBUF}) setsockopt(fd, SOL_SOCKET, option, &kSocketBuffer, sizeof kSocketBuffer);
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBuffer, sizeof kSocketBuffer);
+  // Never fragment: packets are sized to the path MTU (IP_PMTUDISC_DO sets DF, as RoCEv2 does).
+  // Runs of datagrams sent with GSO arrive as one buffer (loopback keeps them together).
+  int gro = 1;
+  setsockopt(fd, SOL_UDP, UDP_GRO, &gro, sizeof gro);
+  // ICMP errors are queued (IP_RECVERR): a REQ to a port nobody listens on is refused at once.
+  int pmtu = IP_PMTUDISC_DO, one = 1;
+  if (family == AF_INET) {
+    setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+    setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof one);
+  } else {
+    setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu);
+    setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &one, sizeof one);
+  }
+  return fd;
+}
+
 std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int32_t* status) {
   std::lock_guard<std::mutex> lock(g_ports_mutex);
   if (PortOf(local) != 0) {
@@ -65,26 +87,10 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
         return shared ? port : nullptr;
       }
   }
-  int fd = socket(local.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int fd = OpenSocket(local.ss_family);
   if (fd < 0) {
     *status = WV_INSUFFICIENT_RESOURCES;
     return nullptr;
-  }
-  // Ask for big buffers; as root, past the system limit (a lost datagram costs a retransmit).
-  for (int option : {SO_RCVBUF, SO_SNDBUF}) setsockopt(fd, SOL_SOCKET, option, &kSocketBuffer, sizeof kSocketBuffer);
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBuffer, sizeof kSocketBuffer);
-  // Never fragment: packets are sized to the path MTU (IP_PMTUDISC_DO sets DF, as RoCEv2 does).
-  // Runs of datagrams sent with GSO arrive as one buffer (loopback keeps them together).
-  int gro = 1;
-  setsockopt(fd, SOL_UDP, UDP_GRO, &gro, sizeof gro);
-  // ICMP errors are queued (IP_RECVERR): a REQ to a port nobody listens on is refused at once.
-  int pmtu = IP_PMTUDISC_DO, one = 1;
-  if (local.ss_family == AF_INET) {
-    setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
-    setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof one);
-  } else {
-    setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu);
-    setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &one, sizeof one);
   }
   sockaddr_storage bound = local;
   *status = BindNdPort(fd, bound);
@@ -92,18 +98,54 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
     close(fd);
     return nullptr;
   }
-  std::shared_ptr<Port> port(new Port(fd, bound));
+  std::shared_ptr<Port> port(new Port(fd, bound, Describe(bound), nullptr));
   static const bool hooked = std::atexit(&Port::CloseAllAtExit) == 0;
   (void)hooked;
   SetLiveCounterSource(Transport::Roce, &Port::AddLiveCounters);
-  Ports()[Describe(bound)] = port;
+  Ports()[port->name_] = port;
   Engine::Get().Watch(fd, EPOLLIN, port);
-  NDWV_LOG(Debug, "roce port %s opened", Describe(bound).c_str());
+  NDWV_LOG(Debug, "roce port %s opened", port->name_.c_str());
   return port;
 }
 
-Port::Port(int fd, const sockaddr_storage& local) : fd_(fd), local_(local) {
-  agent_ = std::make_unique<CmAgent>(*this, AgentConfig());
+std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& listener, const sockaddr_storage& peer) {
+  std::lock_guard<std::mutex> lock(g_ports_mutex);
+  std::string name = listener->name_ + " > " + Describe(peer);
+  auto it = Ports().find(name);
+  if (it != Ports().end())
+    if (auto flow = it->second.lock()) return flow;
+  int fd = OpenSocket(listener->local_.ss_family);
+  if (fd < 0) return nullptr;
+  // Every socket on the port must allow sharing it, and only this user's sockets may join; the
+  // listener's own Bind did not (so another process's Bind of the port still fails). Until the
+  // connect() below, the kernel may hand the new socket a datagram meant for the listener: a
+  // flow passes on whatever its listener serves.
+  int one = 1;
+  if (setsockopt(listener->fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
+      bind(fd, reinterpret_cast<const sockaddr*>(&listener->local_), AddressLength(listener->local_)) != 0 ||
+      connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) != 0) {
+    NDWV_LOG(Debug, "roce port %s: no flow to %s (%s)", listener->name_.c_str(), Describe(peer).c_str(),
+             strerror(errno));
+    close(fd);
+    return nullptr;
+  }
+  std::shared_ptr<Port> flow(new Port(fd, listener->local_, name, listener));
+  flow->connected_peer_ = peer;
+  flow->connected_.store(true, std::memory_order_release);
+  Ports()[name] = flow;
+  Engine::Get().Watch(fd, EPOLLIN, flow);
+  NDWV_LOG(Debug, "roce port %s opened", name.c_str());
+  return flow;
+}
+
+Port::Port(int fd, const sockaddr_storage& local, std::string name, std::shared_ptr<Port> listener)
+    : fd_(fd),
+      local_(local),
+      name_(std::move(name)),
+      listener_(std::move(listener)),
+      count_(listener_ ? listener_->counters_ : counters_) {
+  if (!listener_) agent_ = std::make_unique<CmAgent>(*this, AgentConfig());
   watch_timer_.fire = &Port::OnWatchTimer;
   watch_timer_.owner = this;
   deliver_work_.owner = this;
@@ -129,12 +171,12 @@ Port::~Port() {
   }
   {
     std::lock_guard<std::mutex> lock(g_ports_mutex);
-    auto it = Ports().find(Describe(local_));
+    auto it = Ports().find(name_);
     if (it != Ports().end() && it->second.expired()) Ports().erase(it);
   }
   Engine::Get().Unwatch(fd_);
   close(fd_);
-  NDWV_LOG(Debug, "roce port %s closed", Describe(local_).c_str());
+  NDWV_LOG(Debug, "roce port %s closed", name_.c_str());
 }
 
 // ------------------------------------------------------------------------------------- data
@@ -174,11 +216,11 @@ bool Port::Send(const sockaddr_storage& to, uint8_t* datagram, size_t size) {
     sockaddr* name = NameFor(to, &length);
     ssize_t n = sendto(fd_, datagram, size, MSG_DONTWAIT | MSG_NOSIGNAL, name, length);
     if (n >= 0) {
-      counters_.sent.fetch_add(1, std::memory_order_relaxed);
+      count_.sent.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
     if (errno == EINTR) continue;
-    counters_.send_failed.fetch_add(1, std::memory_order_relaxed);
+    count_.send_failed.fetch_add(1, std::memory_order_relaxed);
     // Full: the caller waits for room. Anything else (an unreachable peer...) loses the datagram,
     // as a wire would; retransmission and its retry budget decide what that means.
     return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS);
@@ -263,16 +305,16 @@ int Port::SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* siz
       // No GSO here (a device without checksum offload): from now on one datagram per message.
       gso_.store(false, std::memory_order_relaxed);
       NDWV_LOG(Info, "roce port %s: UDP GSO refused (%s); sending datagrams one by one",
-               Describe(local_).c_str(), strerror(errno));
+               name_.c_str(), strerror(errno));
       uint8_t* rest = static_cast<uint8_t*>(iov[done].iov_base);
       return first[done] + SendBatch(to, rest, sizes + first[done], count - first[done]);
     }
-    counters_.send_failed.fetch_add(1, std::memory_order_relaxed);
+    count_.send_failed.fetch_add(1, std::memory_order_relaxed);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) break;
     done++;  // this message is lost (an unreachable peer...), as on a wire; go on with the rest
   }
   base::CaptureUdp(local_, to, data, sizes, first[done]);  // the datagrams the socket took
-  counters_.sent.fetch_add(uint64_t(first[done]), std::memory_order_relaxed);
+  count_.sent.fetch_add(uint64_t(first[done]), std::memory_order_relaxed);
   return first[done];
 }
 
@@ -382,7 +424,7 @@ void Port::DriveReceive(bool once) {
     const msghdr& h = t_rx->message;
     size_t length = size_t(n);
     if (h.msg_flags & MSG_TRUNC) {
-      counters_.bad_packet.fetch_add(1, std::memory_order_relaxed);
+      count_.bad_packet.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     // A GRO buffer holds datagrams of `segment` bytes (the last may be shorter).
@@ -435,14 +477,15 @@ void Port::ReadErrors() {
     }
   }
   if (unreachable.empty()) return;
+  Port& cm = CmPort();  // a flow's errors concern its listener's connections
   std::vector<std::shared_ptr<CmUser>> users;
   {
-    std::lock_guard<std::mutex> lock(cm_mutex_);
-    for (auto& [id, weak] : users_)
+    std::lock_guard<std::mutex> lock(cm.cm_mutex_);
+    for (auto& [id, weak] : cm.users_)
       if (auto user = weak.lock()) users.push_back(std::move(user));
   }
   for (const auto& [to, error] : unreachable) {
-    NDWV_LOG(Debug, "roce port %s: %s is unreachable (%s)", Describe(local_).c_str(), Describe(to).c_str(),
+    NDWV_LOG(Debug, "roce port %s: %s is unreachable (%s)", name_.c_str(), Describe(to).c_str(),
              strerror(error));
     for (auto& user : users) user->OnUnreachable(to, error);
   }
@@ -478,15 +521,16 @@ static_assert(size_t(Counter::CmDrepSent) - size_t(Counter::CmReqSent) + 1 == Cm
               "the CM message counters follow CmAttr order");
 
 void Port::AddCountersLocked(CounterValues& sum) const {
+  if (listener_) return;  // a flow: its listener has its counts
   auto add = [&](Counter c, uint64_t n) { sum[size_t(c)] += n; };
-  add(Counter::PortDatagramsSent, counters_.sent.load(std::memory_order_relaxed));
-  add(Counter::PortDatagramsReceived, counters_.received.load(std::memory_order_relaxed));
-  add(Counter::PortSendFailed, counters_.send_failed.load(std::memory_order_relaxed));
-  add(Counter::DropsBadPacket, counters_.bad_packet.load(std::memory_order_relaxed));
-  add(Counter::DropsBadIcrc, counters_.bad_icrc.load(std::memory_order_relaxed));
-  add(Counter::DropsUnknownQp, counters_.unknown_qp.load(std::memory_order_relaxed));
-  add(Counter::DropsWrongSource, counters_.wrong_source.load(std::memory_order_relaxed));
-  add(Counter::DropsBadMad, counters_.bad_mad.load(std::memory_order_relaxed));
+  add(Counter::PortDatagramsSent, count_.sent.load(std::memory_order_relaxed));
+  add(Counter::PortDatagramsReceived, count_.received.load(std::memory_order_relaxed));
+  add(Counter::PortSendFailed, count_.send_failed.load(std::memory_order_relaxed));
+  add(Counter::DropsBadPacket, count_.bad_packet.load(std::memory_order_relaxed));
+  add(Counter::DropsBadIcrc, count_.bad_icrc.load(std::memory_order_relaxed));
+  add(Counter::DropsUnknownQp, count_.unknown_qp.load(std::memory_order_relaxed));
+  add(Counter::DropsWrongSource, count_.wrong_source.load(std::memory_order_relaxed));
+  add(Counter::DropsBadMad, count_.bad_mad.load(std::memory_order_relaxed));
   const CmCounters& cm = agent_->counters();
   for (size_t i = 0; i < CmCounters::kAttrs; ++i) {
     add(Counter(size_t(Counter::CmReqSent) + i), cm.sent[i]);
@@ -502,13 +546,13 @@ void Port::AddCountersLocked(CounterValues& sum) const {
 
 void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, SinkCache& cache) {
   base::CaptureUdp(from, local_, datagram);
-  counters_.received.fetch_add(1, std::memory_order_relaxed);
+  count_.received.fetch_add(1, std::memory_order_relaxed);
   IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&from), reinterpret_cast<const sockaddr*>(&local_)};
   Packet packet;
   PacketError error = DecodePacket(datagram, &addrs, packet);
   if (error != PacketError::Ok) {
-    (error == PacketError::BadIcrc ? counters_.bad_icrc : counters_.bad_packet).fetch_add(1, std::memory_order_relaxed);
-    NDWV_LOG(Trace, "roce port %s: dropped a packet from %s (%s)", Describe(local_).c_str(),
+    (error == PacketError::BadIcrc ? count_.bad_icrc : count_.bad_packet).fetch_add(1, std::memory_order_relaxed);
+    NDWV_LOG(Trace, "roce port %s: dropped a packet from %s (%s)", name_.c_str(),
              Describe(from).c_str(), ToString(error));
     return;
   }
@@ -516,36 +560,43 @@ void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datag
   if (bth.dest_qp == kGsiQpn) {
     if (bth.opcode != Opcode::UdSendOnly || packet.headers.deth.qkey != kGsiQkey ||
         packet.payload.size() < kMadLen) {
-      counters_.bad_mad.fetch_add(1, std::memory_order_relaxed);
+      count_.bad_mad.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    std::unique_lock<std::mutex> lock(cm_mutex_);
-    agent_->OnMad(from, packet.payload.first(kMadLen));
-    // The engine holds no other lock: it delivers now. A poller holds its CQ's: the work pool
-    // delivers.
-    if (Engine::Get().OnEngineThread()) DeliverEvents(lock);
-    else CollectEvents();
+    CmPort().OnMad(from, packet.payload.first(kMadLen));
     return;
   }
   if (cache.qpn != bth.dest_qp || !cache.sink) {
     cache.qpn = bth.dest_qp;
     cache.sink.reset();
-    std::shared_lock<std::shared_mutex> lock(sinks_mutex_);
-    auto it = sinks_.find(bth.dest_qp);
-    if (it != sinks_.end()) {
-      cache.sink = it->second.sink.lock();
-      cache.peer = it->second.peer;
+    // A flow's connections, else its listener's (what reached the flow before its connect()).
+    for (Port* port = this; port && !cache.sink; port = port->listener_.get()) {
+      std::shared_lock<std::shared_mutex> lock(port->sinks_mutex_);
+      auto it = port->sinks_.find(bth.dest_qp);
+      if (it != port->sinks_.end()) {
+        cache.sink = it->second.sink.lock();
+        cache.peer = it->second.peer;
+      }
     }
   }
   if (!cache.sink) {
-    counters_.unknown_qp.fetch_add(1, std::memory_order_relaxed);
+    count_.unknown_qp.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   if (!SameAddress(from, cache.peer)) {  // a QP takes packets from its peer's port only
-    counters_.wrong_source.fetch_add(1, std::memory_order_relaxed);
+    count_.wrong_source.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   cache.sink->OnPacket(packet);
+}
+
+void Port::OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad) {
+  std::unique_lock<std::mutex> lock(cm_mutex_);
+  agent_->OnMad(from, mad);
+  // The engine holds no other lock: it delivers now. A poller holds its CQ's: the work pool
+  // delivers.
+  if (Engine::Get().OnEngineThread()) DeliverEvents(lock);
+  else CollectEvents();
 }
 
 void Port::OnIo(uint32_t events) {

@@ -6,6 +6,13 @@
 // own (or, with NDWV_ROCE_PORT, shares the process's port on that number). A peer learns our
 // port from the source address of the CM exchange.
 //
+// A flow is a second socket on a listener's port, connected to one peer's port (SO_REUSEPORT):
+// the connections accepted from that peer send and receive through it. The kernel then routes
+// once, not per datagram (an unconnected send costs ~0.5 us more on loopback), and a poller
+// reads only its peer's packets. The listener's socket keeps everything else: requests from new
+// peers, and the CM (a flow hands the MADs and ICMP errors it receives to its listener's port,
+// and counts in its listener's counters).
+//
 // Receive runs on the engine, or on a CQ poller lending its thread; it decodes and checks each
 // datagram (ICRC, headers) and hands it to the CM agent or to the QP's link. The CM agent is a
 // pure state machine (cm.h); the port gives it a clock and a socket, and delivers its events to
@@ -63,6 +70,9 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // `shared`: the process-wide port of NDWV_ROCE_PORT, which many connectors use; otherwise a
   // port already open in this process is in use (WV_SHARING_VIOLATION).
   static std::shared_ptr<Port> Open(const sockaddr_storage& local, bool shared, int32_t* status);
+  // The flow of `listener` to `peer`, opened or shared; null if the host refuses one (the
+  // connection then uses the listener's socket).
+  static std::shared_ptr<Port> OpenFlow(const std::shared_ptr<Port>& listener, const sockaddr_storage& peer);
   ~Port();
 
   const sockaddr_storage& local() const { return local_; }
@@ -70,7 +80,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // connected to the peer's port, so the kernel routes once, not per datagram, and delivers
   // nothing from anyone else.
   void ConnectTo(const sockaddr_storage& peer);
-  const PortCounters& counters() const { return counters_; }
+  const PortCounters& counters() const { return count_; }  // a listener's include its flows'
 
   // ---- RC data ----
   // Packets for `qpn` go to `sink`, if they come from `peer` (others are dropped and counted).
@@ -97,7 +107,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   void Polled();
   void WatchAgain();  // someone will wait for an event (CQ Notify): the engine must watch
 
-  // ---- CM ----
+  // ---- CM (not on a flow: its listener's port has the agent) ----
   // Runs `call` on the agent under its lock. The events it causes are delivered later, on the
   // work pool, so a consumer may call this while holding its own lock.
   template <class Call>
@@ -128,7 +138,11 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   void OnIo(uint32_t events) override;
 
  private:
-  Port(int fd, const sockaddr_storage& local);
+  Port(int fd, const sockaddr_storage& local, std::string name, std::shared_ptr<Port> listener);
+  static int OpenSocket(int family);  // a UDP socket with the options every port needs
+  // The port that has the CM: this one, or a flow's listener.
+  Port& CmPort() { return listener_ ? *listener_ : *this; }
+  void OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad);
   // The sink of the last QPN seen in one receive call (runs of packets go to one QP).
   struct SinkCache {
     uint32_t qpn = 0;
@@ -153,9 +167,12 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
 
   const int fd_;
   const sockaddr_storage local_;
+  const std::string name_;                // in the process's list of ports
+  const std::shared_ptr<Port> listener_;  // a flow's listener (null for a port)
   std::atomic<bool> connected_{false};
   sockaddr_storage connected_peer_{};  // set before connected_
   PortCounters counters_;
+  PortCounters& count_;  // counters_, or a flow's listener's
 
   std::shared_mutex sinks_mutex_;
   struct SinkEntry {
