@@ -65,6 +65,7 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
     head_ = (head_ + 1) % ring_.size();
   }
   count_.fetch_sub(n, std::memory_order_release);
+  if (n) PrefetchEntry(ring_[head_], false);
   if (n < max) {
     seen_ = pushed_;
     solicited_unseen_ = 0;
@@ -88,6 +89,7 @@ void CompletionQueue::Push(const Completion& completion, bool solicited) {
     } else {
       ring_[(head_ + count) % ring_.size()] = completion;
       count_.store(count + 1, std::memory_order_release);
+      PrefetchEntry(ring_[(head_ + count + 1) % ring_.size()], true);
       pushed_++;
       unseen_.store(true, std::memory_order_relaxed);
       bool wakes_solicited = solicited || completion.status != WcStatus::Success;

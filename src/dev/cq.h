@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dev/async.h"
+#include "dev/prefetch.h"
 
 namespace ndwv::dev {
 

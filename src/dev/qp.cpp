@@ -200,6 +200,7 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
       }
     }
     sq_tail_.store(tail + 1, std::memory_order_release);
+    PrefetchEntry(send_at(tail + 1), true);
     if (state == QpState::Error) {
       CompleteSendLocked(tail, WcStatus::Flushed);  // posts to an Error QP are flushed at once
       return WV_SUCCESS;
@@ -232,6 +233,7 @@ int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge)
     wqe.length += sge[i].length;
   }
   rq_tail_++;
+  PrefetchEntry(rq_[rq_tail_ % rq_.size()], true);
   if (state() == QpState::Error) {
     recv_cq_->Push({context_, wr_id, 0, WrOpcode::Receive, WcStatus::Flushed}, false);
     rq_head_ = rq_tail_;
@@ -281,6 +283,7 @@ bool QueuePair::TakeReceive(RecvWqe* out) {
   if (rq_head_ == rq_tail_) return false;
   rq_[rq_head_ % rq_.size()].CopyTo(out);
   rq_head_++;
+  PrefetchEntry(rq_[rq_head_ % rq_.size()], false);
   return true;
 }
 

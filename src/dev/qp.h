@@ -17,6 +17,7 @@
 #include "dev/counters.h"
 #include "dev/cq.h"
 #include "dev/memory.h"
+#include "dev/prefetch.h"
 
 namespace ndwv::dev {
 

@@ -21,6 +21,7 @@ int32_t SharedReceiveQueue::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t
     wqe.length += sge[i].length;
   }
   tail_++;
+  PrefetchEntry(ring_[tail_ % ring_.size()], true);
   return WV_SUCCESS;
 }
 
@@ -31,6 +32,7 @@ bool SharedReceiveQueue::Take(RecvWqe* out) {
     if (head_ == tail_) return false;
     ring_[head_ % ring_.size()].CopyTo(out);
     head_++;
+    PrefetchEntry(ring_[head_ % ring_.size()], false);
     if (armed_ && tail_ - head_ < limit_) std::swap(fire, armed_);
   }
   for (AsyncOp* op = fire; op;) {
