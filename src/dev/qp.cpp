@@ -206,7 +206,13 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
       return WV_SUCCESS;
     }
   }
-  if (link) link->Kick();
+  if (link) {
+    link->Kick();
+    // The poster's thread is active as a poller's is: it transmits what it posts, and it polls
+    // (or arms a Notify) to reap the completions. The engine keeps away meanwhile (a burst of
+    // posts would otherwise have it transmit alongside the poster, on a busy machine).
+    link->StillPolled();
+  }
   return WV_SUCCESS;
 }
 
