@@ -93,7 +93,10 @@ void Stream::PollProgress() {
 }
 
 void Stream::StillPolled() {
-  if (polls_.fetch_add(1, std::memory_order_relaxed) + 1 == kSpinningPolls) WatchReceive(false);
+  // A count, not an exact one (no read-modify-write on every poll): two pollers may count once.
+  uint32_t polls = polls_.load(std::memory_order_relaxed) + 1;
+  polls_.store(polls, std::memory_order_relaxed);
+  if (polls == kSpinningPolls) WatchReceive(false);
 }
 
 void Stream::OnNotifyArmed() {

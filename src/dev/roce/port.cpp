@@ -332,7 +332,10 @@ void Port::UpdateWatchLocked() {
 }
 
 void Port::Polled() {
-  if (polls_.fetch_add(1, std::memory_order_relaxed) + 1 != kSpinningPolls) return;
+  // A count, not an exact one (no read-modify-write on every poll): two pollers may count once.
+  uint32_t polls = polls_.load(std::memory_order_relaxed) + 1;
+  polls_.store(polls, std::memory_order_relaxed);
+  if (polls != kSpinningPolls) return;
   std::lock_guard<std::mutex> lock(watch_mutex_);
   if (!watching_in_) return;
   watching_in_ = false;
