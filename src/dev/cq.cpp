@@ -59,12 +59,13 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  size_t n = std::min(max, count_.load());
+  size_t count = count_.load(std::memory_order_relaxed);  // written only under mutex_
+  size_t n = std::min(max, count);
   for (size_t i = 0; i < n; ++i) {
     out[i] = ring_[head_];
     head_ = (head_ + 1) % ring_.size();
   }
-  count_.fetch_sub(n, std::memory_order_release);
+  count_.store(count - n, std::memory_order_release);
   if (n) PrefetchEntry(ring_[head_], false);
   if (n < max) {
     seen_ = pushed_;

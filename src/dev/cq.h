@@ -80,7 +80,7 @@ class CompletionQueue {
   mutable std::mutex mutex_;
   std::vector<Completion> ring_;
   size_t head_ = 0;  // next to poll
-  std::atomic<size_t> count_{0};
+  std::atomic<size_t> count_{0};  // written under mutex_ (no read-modify-write), read without it
   std::atomic<bool> broken_{false};
   uint64_t pushed_ = 0;          // entries ever pushed
   uint64_t seen_ = 0;            // entries that fired a notify or that a draining poll saw
