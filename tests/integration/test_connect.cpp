@@ -389,6 +389,26 @@ TEST(IntegrationConnect, PortOfAClosedConnectionCanBeBoundAgain) {
   });
 }
 
+// A listener that has accepted a connection still holds its port alone: another process's Bind
+// of it is refused. (On RoCE the accepted connection's data goes through a second socket on the
+// listener's port, which the listener's socket must allow with SO_REUSEPORT; ndwv's own Bind never
+// sets it, so the port stays closed to others.)
+TEST(IntegrationConnect, ListenerPortStaysExclusiveWhileItServesAConnection) {
+  RunWithPeer("one_connection_server", [](Channel& peer) {
+    Adapter adapter;
+    Endpoint client(adapter, Ctx(0xC1));
+    ConnectTo(peer, client);
+    sockaddr_in server{};
+    ULONG size = sizeof server;
+    IT_OK(client.connector->GetPeerAddress(reinterpret_cast<sockaddr*>(&server), &size));
+    Ref<IND2Listener> intruder = adapter.CreateListener();
+    IT_CHECK_HR(ND_SHARING_VIOLATION, intruder->Bind(reinterpret_cast<sockaddr*>(&server), sizeof server));
+    Ref<IND2Connector> connector = adapter.CreateConnector();
+    IT_CHECK_HR(ND_SHARING_VIOLATION, connector->Bind(reinterpret_cast<sockaddr*>(&server), sizeof server));
+    ClientTeardown(peer, client);
+  });
+}
+
 // The client's CM timeout is 1 s (NDWV_CM_TIMEOUT_MS); the server holds the request three times
 // that long before it Accepts, and the Connect still succeeds (nd2-spi 14.1: a Connect must not
 // time out just because the peer is slow to Accept; RoCE's CM sends MRAs meanwhile).
