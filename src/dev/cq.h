@@ -36,7 +36,9 @@ enum class NotifyType { Errors = 0, Any = 1, Solicited = 2 };
 // Something that can make receive progress when a poller lends it its thread (a connected QP).
 struct ProgressSource {
   virtual void PollProgress() = 0;    // a poller found the CQ empty and lends its thread
-  virtual void StillPolled() = 0;     // a poller reaped completions: it spins, it will lend its thread
+  // A poller reaped completions, or the application posted: its thread is active and will poll
+  // (lending itself) or arm a Notify.
+  virtual void StillPolled() = 0;
   virtual void OnNotifyArmed() = 0;   // someone waits for an event: progress must not need a poller
  protected:
   ~ProgressSource() = default;
@@ -44,10 +46,10 @@ struct ProgressSource {
 
 // While a poller lends its thread, the transport keeps its socket from the engine: on a busy
 // machine a wake-up per packet costs more than the packet (the woken engine preempts a poller, or
-// holds the socket while preempted). kSpinningPolls polls (PollProgress or StillPolled) mean "a
-// poller spins"; few, so that the engine lets go soon after the polling starts again (a writer
-// reports a poll per few completions). Fewer than half as many within kPollIdle: the engine
-// watches again.
+// holds the socket while preempted). kSpinningPolls polls (PollProgress or StillPolled: polls and
+// posts) mean "a poller spins"; few, so that the engine lets go soon after the polling starts
+// again (a writer reports a poll per few completions). Fewer than half as many within kPollIdle:
+// the engine watches again.
 inline constexpr uint32_t kSpinningPolls = 8;
 inline constexpr std::chrono::milliseconds kPollIdle{10};
 
