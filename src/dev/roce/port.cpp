@@ -143,8 +143,7 @@ Port::Port(int fd, const sockaddr_storage& local, std::string name, std::shared_
     : fd_(fd),
       local_(local),
       name_(std::move(name)),
-      listener_(std::move(listener)),
-      count_(listener_ ? listener_->counters_ : counters_) {
+      listener_(std::move(listener)) {
   if (!listener_) agent_ = std::make_unique<CmAgent>(*this, AgentConfig());
   watch_timer_.fire = &Port::OnWatchTimer;
   watch_timer_.owner = this;
@@ -216,11 +215,11 @@ bool Port::Send(const sockaddr_storage& to, uint8_t* datagram, size_t size) {
     sockaddr* name = NameFor(to, &length);
     ssize_t n = sendto(fd_, datagram, size, MSG_DONTWAIT | MSG_NOSIGNAL, name, length);
     if (n >= 0) {
-      count_.sent.fetch_add(1, std::memory_order_relaxed);
+      Owner().counters_.sent.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
     if (errno == EINTR) continue;
-    count_.send_failed.fetch_add(1, std::memory_order_relaxed);
+    Owner().counters_.send_failed.fetch_add(1, std::memory_order_relaxed);
     // Full: the caller waits for room. Anything else (an unreachable peer...) loses the datagram,
     // as a wire would; retransmission and its retry budget decide what that means.
     return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS);
@@ -309,12 +308,12 @@ int Port::SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* siz
       uint8_t* rest = static_cast<uint8_t*>(iov[done].iov_base);
       return first[done] + SendBatch(to, rest, sizes + first[done], count - first[done]);
     }
-    count_.send_failed.fetch_add(1, std::memory_order_relaxed);
+    Owner().counters_.send_failed.fetch_add(1, std::memory_order_relaxed);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) break;
     done++;  // this message is lost (an unreachable peer...), as on a wire; go on with the rest
   }
   base::CaptureUdp(local_, to, data, sizes, first[done]);  // the datagrams the socket took
-  count_.sent.fetch_add(uint64_t(first[done]), std::memory_order_relaxed);
+  Owner().counters_.sent.fetch_add(uint64_t(first[done]), std::memory_order_relaxed);
   return first[done];
 }
 
@@ -407,7 +406,9 @@ bool IsAnswer(std::span<const uint8_t> datagram) {
 }  // namespace
 
 void Port::DriveReceive(bool once) {
-  if (!rx_mutex_.try_lock()) return;  // the receiver in charge reads until the socket is empty
+  // The receiver in charge reads: the engine until the socket is empty; a poller one buffer, and
+  // what it leaves is read by its next poll or by the (level-triggered) engine.
+  if (!rx_mutex_.try_lock()) return;
   std::lock_guard<std::mutex> lock(rx_mutex_, std::adopt_lock);
   if (!t_rx) t_rx = std::make_unique<RxBuffer>();  // one per receiving thread
   SinkCache cache;
@@ -427,7 +428,7 @@ void Port::DriveReceive(bool once) {
     const msghdr& h = t_rx->message;
     size_t length = size_t(n);
     if (h.msg_flags & MSG_TRUNC) {
-      count_.bad_packet.fetch_add(1, std::memory_order_relaxed);
+      Owner().counters_.bad_packet.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     // A GRO buffer holds datagrams of `segment` bytes (the last may be shorter).
@@ -480,7 +481,7 @@ void Port::ReadErrors() {
     }
   }
   if (unreachable.empty()) return;
-  Port& cm = CmPort();  // a flow's errors concern its listener's connections
+  Port& cm = Owner();  // a flow's errors concern its listener's connections
   std::vector<std::shared_ptr<CmUser>> users;
   {
     std::lock_guard<std::mutex> lock(cm.cm_mutex_);
@@ -526,14 +527,14 @@ static_assert(size_t(Counter::CmDrepSent) - size_t(Counter::CmReqSent) + 1 == Cm
 void Port::AddCountersLocked(CounterValues& sum) const {
   if (listener_) return;  // a flow: its listener has its counts
   auto add = [&](Counter c, uint64_t n) { sum[size_t(c)] += n; };
-  add(Counter::PortDatagramsSent, count_.sent.load(std::memory_order_relaxed));
-  add(Counter::PortDatagramsReceived, count_.received.load(std::memory_order_relaxed));
-  add(Counter::PortSendFailed, count_.send_failed.load(std::memory_order_relaxed));
-  add(Counter::DropsBadPacket, count_.bad_packet.load(std::memory_order_relaxed));
-  add(Counter::DropsBadIcrc, count_.bad_icrc.load(std::memory_order_relaxed));
-  add(Counter::DropsUnknownQp, count_.unknown_qp.load(std::memory_order_relaxed));
-  add(Counter::DropsWrongSource, count_.wrong_source.load(std::memory_order_relaxed));
-  add(Counter::DropsBadMad, count_.bad_mad.load(std::memory_order_relaxed));
+  add(Counter::PortDatagramsSent, counters_.sent.load(std::memory_order_relaxed));
+  add(Counter::PortDatagramsReceived, counters_.received.load(std::memory_order_relaxed));
+  add(Counter::PortSendFailed, counters_.send_failed.load(std::memory_order_relaxed));
+  add(Counter::DropsBadPacket, counters_.bad_packet.load(std::memory_order_relaxed));
+  add(Counter::DropsBadIcrc, counters_.bad_icrc.load(std::memory_order_relaxed));
+  add(Counter::DropsUnknownQp, counters_.unknown_qp.load(std::memory_order_relaxed));
+  add(Counter::DropsWrongSource, counters_.wrong_source.load(std::memory_order_relaxed));
+  add(Counter::DropsBadMad, counters_.bad_mad.load(std::memory_order_relaxed));
   const CmCounters& cm = agent_->counters();
   for (size_t i = 0; i < CmCounters::kAttrs; ++i) {
     add(Counter(size_t(Counter::CmReqSent) + i), cm.sent[i]);
@@ -548,13 +549,14 @@ void Port::AddCountersLocked(CounterValues& sum) const {
 }
 
 void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, SinkCache& cache) {
+  PortCounters& counts = Owner().counters_;
   base::CaptureUdp(from, local_, datagram);
-  count_.received.fetch_add(1, std::memory_order_relaxed);
+  counts.received.fetch_add(1, std::memory_order_relaxed);
   IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&from), reinterpret_cast<const sockaddr*>(&local_)};
   Packet packet;
   PacketError error = DecodePacket(datagram, &addrs, packet);
   if (error != PacketError::Ok) {
-    (error == PacketError::BadIcrc ? count_.bad_icrc : count_.bad_packet).fetch_add(1, std::memory_order_relaxed);
+    (error == PacketError::BadIcrc ? counts.bad_icrc : counts.bad_packet).fetch_add(1, std::memory_order_relaxed);
     NDWV_LOG(Trace, "roce port %s: dropped a packet from %s (%s)", name_.c_str(),
              Describe(from).c_str(), ToString(error));
     return;
@@ -563,10 +565,10 @@ void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datag
   if (bth.dest_qp == kGsiQpn) {
     if (bth.opcode != Opcode::UdSendOnly || packet.headers.deth.qkey != kGsiQkey ||
         packet.payload.size() < kMadLen) {
-      count_.bad_mad.fetch_add(1, std::memory_order_relaxed);
+      counts.bad_mad.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    CmPort().OnMad(from, packet.payload.first(kMadLen));
+    Owner().OnMad(from, packet.payload.first(kMadLen));
     return;
   }
   if (cache.qpn != bth.dest_qp || !cache.sink) {
@@ -583,11 +585,11 @@ void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datag
     }
   }
   if (!cache.sink) {
-    count_.unknown_qp.fetch_add(1, std::memory_order_relaxed);
+    counts.unknown_qp.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   if (!SameAddress(from, cache.peer)) {  // a QP takes packets from its peer's port only
-    count_.wrong_source.fetch_add(1, std::memory_order_relaxed);
+    counts.wrong_source.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   cache.sink->OnPacket(packet);

@@ -80,7 +80,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // connected to the peer's port, so the kernel routes once, not per datagram, and delivers
   // nothing from anyone else.
   void ConnectTo(const sockaddr_storage& peer);
-  const PortCounters& counters() const { return count_; }  // a listener's include its flows'
+  // A listener's include its flows'.
+  const PortCounters& counters() const { return listener_ ? listener_->counters_ : counters_; }
 
   // ---- RC data ----
   // Packets for `qpn` go to `sink`, if they come from `peer` (others are dropped and counted).
@@ -140,8 +141,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
  private:
   Port(int fd, const sockaddr_storage& local, std::string name, std::shared_ptr<Port> listener);
   static int OpenSocket(int family);  // a UDP socket with the options every port needs
-  // The port that has the CM: this one, or a flow's listener.
-  Port& CmPort() { return listener_ ? *listener_ : *this; }
+  // The port that has the CM and the counters: this one, or a flow's listener.
+  Port& Owner() { return listener_ ? *listener_ : *this; }
   void OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad);
   // The sink of the last QPN seen in one receive call (runs of packets go to one QP).
   struct SinkCache {
@@ -171,8 +172,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   const std::shared_ptr<Port> listener_;  // a flow's listener (null for a port)
   std::atomic<bool> connected_{false};
   sockaddr_storage connected_peer_{};  // set before connected_
-  PortCounters counters_;
-  PortCounters& count_;  // counters_, or a flow's listener's
+  PortCounters counters_;  // a flow's are its listener's
 
   std::shared_mutex sinks_mutex_;
   struct SinkEntry {
