@@ -28,7 +28,21 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cRegisterShort(const uint8_t* p,
     wide = _mm_crc32_u64(wide, word);
   }
   reg = uint32_t(wide);
-  for (; len > 0; ++p, --len) reg = _mm_crc32_u8(reg, *p);
+  if (len >= 4) {
+    uint32_t word;
+    memcpy(&word, p, 4);
+    reg = _mm_crc32_u32(reg, word);
+    p += 4;
+    len -= 4;
+  }
+  if (len >= 2) {
+    uint16_t half;
+    memcpy(&half, p, 2);
+    reg = _mm_crc32_u16(reg, half);
+    p += 2;
+    len -= 2;
+  }
+  if (len) reg = _mm_crc32_u8(reg, *p);
   return reg;
 }
 #endif
