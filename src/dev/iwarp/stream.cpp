@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "dev/address.h"
 #include "wire/bytes.h"
+#include "wire/crc.h"
 #include "wire/mpa.h"
 
 namespace ndwv::dev::iwarp {
@@ -687,8 +688,24 @@ bool Stream::StartSegment() {
     return false;
   }
   counters_.Add(Counter::RxPackets);
-  crc_ = FpduCrcBuilder();
-  if (params_.crc) crc_.Add({raw_hdr_, 2 + hdr_len_});
+  // An FPDU read whole (a small message: the usual case) is checked here in one pass, before any
+  // of it is placed; a longer one as its bytes go by.
+  crc_streaming_ = false;
+  if (params_.crc) {
+    const uint8_t* fpdu = staging_ + staging_begin_ - 2 - hdr_len_;
+    size_t covered = FpduLength(ulpdu_len_) - kFpduCrcLen;  // length field, ULPDU, pad
+    if (size_t(staging_ + staging_end_ - fpdu) >= covered + kFpduCrcLen) {
+      if (LoadFpduCrc(fpdu + covered) != Crc32c(fpdu, covered)) {
+        counters_.Add(Counter::DropsBadCrc);
+        Fail(MakeTerm(LlpErrorCode::CrcError), WcStatus::Flushed);
+        return false;
+      }
+    } else {
+      crc_streaming_ = true;
+      crc_ = FpduCrcBuilder();
+      crc_.Add({raw_hdr_, 2 + hdr_len_});
+    }
+  }
   payload_len_ = ulpdu_len_ - uint32_t(hdr_len_);
   payload_done_ = 0;
   tail_len_ = std::min(payload_len_, kCheckedTail);
@@ -844,7 +861,7 @@ bool Stream::PlacePayload() {
         return false;
       }
     }
-    if (params_.crc) crc_.Add({dest, size_t(n)});
+    if (crc_streaming_) crc_.Add({dest, size_t(n)});
     payload_done_ += uint32_t(n);
   }
   phase_ = RxPhase::Trailer;
@@ -855,8 +872,8 @@ bool Stream::FinishSegment() {
   size_t pad = FpduPad(ulpdu_len_);
   if (!Fill(tail_len_ + pad + kFpduCrcLen)) return false;
   const uint8_t* tail = staging_ + staging_begin_;
-  if (params_.crc) crc_.Add({tail, tail_len_ + pad});  // tail and pad as received
-  if (params_.crc && LoadFpduCrc(tail + tail_len_ + pad) != crc_.Finish()) {
+  if (crc_streaming_) crc_.Add({tail, tail_len_ + pad});  // tail and pad as received
+  if (crc_streaming_ && LoadFpduCrc(tail + tail_len_ + pad) != crc_.Finish()) {
     counters_.Add(Counter::DropsBadCrc);
     Fail(MakeTerm(LlpErrorCode::CrcError), WcStatus::Flushed);
     return false;

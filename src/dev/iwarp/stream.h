@@ -115,10 +115,9 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   void QueueTerminate(wire::TermCode code);
 
   void DriveReceive(bool poller = false);
-  bool rx_watched_relaxed() {
-    std::lock_guard<std::mutex> lock(watch_mutex_);
-    return rx_watched_;
-  }
+  // A hint read on every message (written under watch_mutex_): a stale answer costs at most
+  // one more read of the socket, or a Read Response left for the poller's next poll.
+  bool rx_watched_relaxed() const { return rx_watched_.load(std::memory_order_relaxed); }
   void ProcessRx();
   void WatchReceive(bool on);
   static void OnWatchTimer(Timer* timer);
@@ -195,6 +194,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   size_t hdr_len_ = 0;
   uint8_t raw_hdr_[2 + wire::kTerminateMaxLen];  // this segment's length field and headers
   uint32_t payload_len_ = 0, payload_done_ = 0, tail_len_ = 0;
+  bool crc_streaming_ = false;  // the segment's CRC is built as its bytes go by (else checked whole)
   wire::FpduCrcBuilder crc_;
   // The message being received.
   bool have_recv_ = false;
@@ -209,7 +209,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // costs more than the message. A timer gives the socket back to the engine when the polling
   // stops, and so does a Notify.
   std::mutex watch_mutex_;
-  bool rx_watched_ = true;
+  std::atomic<bool> rx_watched_{true};
   std::atomic<uint32_t> polls_{0};
   Timer watch_timer_;
   std::shared_ptr<Stream> watch_self_;  // alive while the timer is armed
