@@ -180,14 +180,44 @@ Port::~Port() {
 
 // ------------------------------------------------------------------------------------- data
 
+namespace {
+// Bumped by every change of any port's sinks, after it: a receiver's cached lookup made before
+// the change is not used after it.
+std::atomic<uint64_t> g_sinks_generation{1};
+}  // namespace
+
 void Port::AddSink(uint32_t qpn, std::weak_ptr<PacketSink> sink, const sockaddr_storage& peer) {
   std::unique_lock<std::shared_mutex> lock(sinks_mutex_);
   sinks_[qpn] = {std::move(sink), peer};
+  g_sinks_generation.fetch_add(1, std::memory_order_release);
 }
 
 void Port::RemoveSink(uint32_t qpn) {
   std::unique_lock<std::shared_mutex> lock(sinks_mutex_);
   sinks_.erase(qpn);
+  g_sinks_generation.fetch_add(1, std::memory_order_release);
+}
+
+std::shared_ptr<PacketSink> Port::FindSink(uint32_t qpn, sockaddr_storage* peer) {
+  uint64_t generation = g_sinks_generation.load(std::memory_order_acquire);
+  if (sink_cache_.qpn == qpn && sink_cache_.generation == generation) {
+    if (std::shared_ptr<PacketSink> sink = sink_cache_.sink.lock()) {
+      *peer = sink_cache_.peer;
+      return sink;
+    }
+  }
+  // A flow's connections, else its listener's (what reached the flow before its connect()).
+  for (Port* port = this; port; port = port->listener_.get()) {
+    std::shared_lock<std::shared_mutex> lock(port->sinks_mutex_);
+    auto it = port->sinks_.find(qpn);
+    if (it == port->sinks_.end()) continue;
+    std::shared_ptr<PacketSink> sink = it->second.sink.lock();
+    if (!sink) return nullptr;
+    *peer = it->second.peer;
+    sink_cache_ = {qpn, generation, sink, *peer};
+    return sink;
+  }
+  return nullptr;
 }
 
 void Port::ConnectTo(const sockaddr_storage& peer) {
@@ -371,17 +401,26 @@ void Port::OnWatchTimer(Timer* timer) {
   keep->WatchAgain();
 }
 
-namespace {
+struct Port::Run {
+  static constexpr size_t kMax = 64;  // a GRO buffer's datagrams at most
+  uint32_t qpn = 0;
+  std::shared_ptr<PacketSink> sink;   // held for the length of one receive call
+  sockaddr_storage peer;
+  wire::ib::Packet packets[kMax];
+  size_t count = 0;
+};
+
 // The receive buffer, per thread (only the port's receiver uses it, for the length of a call):
 // it takes a GRO buffer, a run of datagrams the kernel kept together. The message header is set
 // up once; a call only resets what recvmsg overwrites.
-constexpr size_t kRxBuffer = 65536;
-struct RxBuffer {
-  alignas(64) uint8_t data[kRxBuffer];
+struct Port::RxBuffer {
+  static constexpr size_t kSize = 65536;
+  alignas(64) uint8_t data[kSize];
   char control[CMSG_SPACE(sizeof(int))];
   msghdr message{};
-  iovec iov{data, kRxBuffer};
+  iovec iov{data, kSize};
   sockaddr_storage from{};
+  Run run;
   RxBuffer() {
     message.msg_iov = &iov;
     message.msg_iovlen = 1;
@@ -393,8 +432,7 @@ struct RxBuffer {
     message.msg_controllen = sizeof control;
   }
 };
-thread_local std::unique_ptr<RxBuffer> t_rx;
-}  // namespace
+thread_local std::unique_ptr<Port::RxBuffer> Port::t_rx_;
 
 namespace {
 // An RC packet that answers a request (by its BTH opcode): ACK/NAK or Read Response.
@@ -410,22 +448,21 @@ void Port::DriveReceive(bool once) {
   // what it leaves is read by its next poll or by the (level-triggered) engine.
   if (!rx_mutex_.try_lock()) return;
   std::lock_guard<std::mutex> lock(rx_mutex_, std::adopt_lock);
-  if (!t_rx) t_rx = std::make_unique<RxBuffer>();  // one per receiving thread
-  SinkCache cache;
+  if (!t_rx_) t_rx_ = std::make_unique<RxBuffer>();  // one per receiving thread
   for (int errors = 0;;) {
-    t_rx->Reset();
+    t_rx_->Reset();
     // One message per call: recvmsg costs less than recvmmsg on the (most frequent) empty poll,
     // and a GRO buffer already brings a run of datagrams at once.
-    ssize_t n = recvmsg(fd_, &t_rx->message, MSG_DONTWAIT);
+    ssize_t n = recvmsg(fd_, &t_rx_->message, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK && ++errors < 8) {
         ReadErrors();  // an ICMP error is pending; data may follow it
         continue;
       }
-      return;
+      break;
     }
-    const msghdr& h = t_rx->message;
+    const msghdr& h = t_rx_->message;
     size_t length = size_t(n);
     if (h.msg_flags & MSG_TRUNC) {
       Owner().counters_.bad_packet.fetch_add(1, std::memory_order_relaxed);
@@ -440,7 +477,7 @@ void Port::DriveReceive(bool once) {
         if (size > 0) segment = size_t(size);
       }
     if (length == 0) {  // an empty datagram: a runt, counted as malformed
-      Dispatch(t_rx->from, {t_rx->data, 0}, cache);
+      Dispatch(t_rx_->from, {t_rx_->data, 0}, t_rx_->run);
       continue;
     }
     // Answers first (ACK, NAK, Read Response): a peer sends its ACK after the request it travels
@@ -449,11 +486,13 @@ void Port::DriveReceive(bool once) {
     // directions are independent in the protocol, so the order between them is ours to choose.
     for (int answers = 1; answers >= 0; --answers)
       for (size_t at = 0; at < length; at += segment) {
-        std::span<const uint8_t> datagram{t_rx->data + at, std::min(segment, length - at)};
-        if (IsAnswer(datagram) == bool(answers)) Dispatch(t_rx->from, datagram, cache);
+        std::span<const uint8_t> datagram{t_rx_->data + at, std::min(segment, length - at)};
+        if (IsAnswer(datagram) == bool(answers)) Dispatch(t_rx_->from, datagram, t_rx_->run);
       }
-    if (once) return;
+    Deliver(t_rx_->run);  // the buffer is read again by the next call
+    if (once) break;
   }
+  t_rx_->run.sink.reset();  // a link is not kept alive by the port between calls
 }
 
 void Port::ReadErrors() {
@@ -548,7 +587,7 @@ void Port::AddCountersLocked(CounterValues& sum) const {
   for (uint64_t dropped : cm.drops) add(Counter::CmDrops, dropped);
 }
 
-void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, SinkCache& cache) {
+void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, Run& run) {
   PortCounters& counts = Owner().counters_;
   base::CaptureUdp(from, local_, datagram);
   counts.received.fetch_add(1, std::memory_order_relaxed);
@@ -568,31 +607,31 @@ void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datag
       counts.bad_mad.fetch_add(1, std::memory_order_relaxed);
       return;
     }
+    Deliver(run);  // what came before the MAD is processed before it (a DREQ after the data)
     Owner().OnMad(from, packet.payload.first(kMadLen));
     return;
   }
-  if (cache.qpn != bth.dest_qp || !cache.sink) {
-    cache.qpn = bth.dest_qp;
-    cache.sink.reset();
-    // A flow's connections, else its listener's (what reached the flow before its connect()).
-    for (Port* port = this; port && !cache.sink; port = port->listener_.get()) {
-      std::shared_lock<std::shared_mutex> lock(port->sinks_mutex_);
-      auto it = port->sinks_.find(bth.dest_qp);
-      if (it != port->sinks_.end()) {
-        cache.sink = it->second.sink.lock();
-        cache.peer = it->second.peer;
-      }
-    }
+  if (!run.sink || run.qpn != bth.dest_qp) {
+    Deliver(run);
+    run.qpn = bth.dest_qp;
+    run.sink = FindSink(bth.dest_qp, &run.peer);
   }
-  if (!cache.sink) {
+  if (!run.sink) {
     counts.unknown_qp.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (!SameAddress(from, cache.peer)) {  // a QP takes packets from its peer's port only
+  if (!SameAddress(from, run.peer)) {  // a QP takes packets from its peer's port only
     counts.wrong_source.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  cache.sink->OnPacket(packet);
+  run.packets[run.count++] = packet;
+  if (run.count == Run::kMax) Deliver(run);
+}
+
+void Port::Deliver(Run& run) {
+  if (run.count == 0) return;
+  run.sink->OnPackets({run.packets, run.count});
+  run.count = 0;
 }
 
 void Port::OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad) {

@@ -40,7 +40,9 @@ namespace ndwv::dev::roce {
 // Whoever consumes the RC packets for one QPN (the QP's link).
 class PacketSink {
  public:
-  virtual void OnPacket(const wire::ib::Packet& packet) = 0;
+  // A run of packets, in the order they are to be processed (those of one receive buffer: a
+  // request and the ACK it travels with take the link's lock once).
+  virtual void OnPackets(std::span<const wire::ib::Packet> packets) = 0;
   virtual void OnWritable() = 0;  // the socket has room again after a Send returned false
  protected:
   ~PacketSink() = default;
@@ -144,13 +146,15 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // The port that has the CM and the counters: this one, or a flow's listener.
   Port& Owner() { return listener_ ? *listener_ : *this; }
   void OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad);
-  // The sink of the last QPN seen in one receive call (runs of packets go to one QP).
-  struct SinkCache {
-    uint32_t qpn = 0;
-    std::shared_ptr<PacketSink> sink;
-    sockaddr_storage peer;
-  };
-  void Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, SinkCache& cache);
+  // A receiving thread's buffer, and the packets decoded from it for one sink, handed over
+  // together (port.cpp).
+  struct RxBuffer;
+  struct Run;
+  static thread_local std::unique_ptr<RxBuffer> t_rx_;
+  void Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, Run& run);
+  static void Deliver(Run& run);
+  // The sink of `qpn` (and the peer it takes packets from), or null.
+  std::shared_ptr<PacketSink> FindSink(uint32_t qpn, sockaddr_storage* peer);
   void ReadErrors();  // ICMP errors queued by IP_RECVERR
   // At process exit, every connection of every port is closed as Destroy does (a DREQ for an
   // established one), so that peers learn of it without waiting out their retries.
@@ -180,6 +184,15 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
     sockaddr_storage peer;
   };
   std::unordered_map<uint32_t, SinkEntry> sinks_;
+  // The sink found last, kept across receive calls (rx_mutex_): a connection's packets follow
+  // one another, and a lookup costs a shared lock and a hash. Valid while the process's sink
+  // tables are unchanged (their generation).
+  struct SinkCache {
+    uint32_t qpn = 0;
+    uint64_t generation = 0;
+    std::weak_ptr<PacketSink> sink;
+    sockaddr_storage peer;
+  } sink_cache_;
   std::mutex watch_mutex_;  // the engine's watch: what it waits for
   std::vector<std::weak_ptr<PacketSink>> waiting_writable_;
   bool watching_out_ = false;

@@ -440,23 +440,26 @@ void RcLink::CountRequestPacket(uint32_t psn, uint32_t end_psn) {
 
 // ------------------------------------------------------------------------------- receive
 
-void RcLink::OnPacket(const Packet& packet) {
+void RcLink::OnPackets(std::span<const Packet> packets) {
   bool first_packet = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    // Failed (a fatal NAK sent, or the requester gave up): the QP is on its way to Error, where
-    // inbound packets are dropped; nothing more is executed or answered.
-    if (shut_ || failed_) return;
+    if (shut_ || failed_) return;  // (Shutdown dropped qp_)
     QpState state = qp_->state();
     if (state != QpState::Rtr && state != QpState::Rts && state != QpState::Sqd) return;
-    Opcode op = packet.headers.bth.opcode;
-    NDWV_LOG(Trace, "%s: recv %s psn %u len %zu (epsn %u)", counters_.identity(), ToString(op),
-             packet.headers.bth.psn, packet.payload.size(), epsn_);
-    counters_.Add(Counter::RxPackets);
-    if (op == Opcode::Acknowledge) OnAck(packet);
-    else if (IsReadResponse(op)) OnReadResponse(packet);
-    else OnRequest(packet);
-    if (!shut_ && state == QpState::Rtr && !first_packet_seen_) first_packet = first_packet_seen_ = true;
+    for (const Packet& packet : packets) {
+      // Failed (a fatal NAK sent, or the requester gave up): the QP is on its way to Error, where
+      // inbound packets are dropped; nothing more is executed or answered.
+      if (shut_ || failed_) break;
+      Opcode op = packet.headers.bth.opcode;
+      NDWV_LOG(Trace, "%s: recv %s psn %u len %zu (epsn %u)", counters_.identity(), ToString(op),
+               packet.headers.bth.psn, packet.payload.size(), epsn_);
+      counters_.Add(Counter::RxPackets);
+      if (op == Opcode::Acknowledge) OnAck(packet);
+      else if (IsReadResponse(op)) OnReadResponse(packet);
+      else OnRequest(packet);
+      if (!shut_ && state == QpState::Rtr && !first_packet_seen_) first_packet = first_packet_seen_ = true;
+    }
     Pump(!t_polling);  // also sends what the receive path queued (NAKs)
     if (params_.keepalive_ms) last_rx_ = CoarseNow();
   }

@@ -82,7 +82,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   void OnNotifyArmed() override;
   void Shutdown() override;
   // PacketSink
-  void OnPacket(const wire::ib::Packet& packet) override;
+  void OnPackets(std::span<const wire::ib::Packet> packets) override;
   void OnWritable() override;
 
   static constexpr uint32_t kWindow = 64;  // unacknowledged packets
