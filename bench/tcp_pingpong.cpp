@@ -12,7 +12,11 @@
 //
 //   tcp_pingpong -s [ip][:port]          server for one client (default: all addresses, port 54400)
 //   tcp_pingpong -c ip[:port]            client
-//   options: --udp, --sizes LIST, --iters N, --max-iter N, --warmup N, --timeout SEC
+//   options: --udp, --idle-thread, --sizes LIST, --iters N, --max-iter N, --warmup N, --timeout SEC
+//
+// --idle-thread starts a second thread that only sleeps, as every ndwv process has its progress
+// engine: a process whose file table is shared by threads pays the kernel a file reference on
+// every socket call. bench/run.sh measures it as information beside the reference proper.
 //
 // On stderr, both sides warn about every measured interval during which they were on a CPU less
 // than 90 % of the time: a busy-polling process that is not running shared its core, and its
@@ -20,6 +24,7 @@
 #include "bench_common.h"
 
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -38,7 +43,7 @@ struct Control {  // client -> server before every round (TCP mode only)
 static_assert(sizeof(Control) == 24);
 
 struct Options {
-  bool server = false, client = false, udp = false;
+  bool server = false, client = false, udp = false, idle_thread = false;
   std::string address;
   std::vector<std::size_t> sizes;
   std::uint64_t iters = 0, max_iter = 100000, warmup = 1000;
@@ -51,6 +56,7 @@ void usage(const char* prog, int code) {
                "  -s [ip][:port]   server: echo one client's messages (default 0.0.0.0:%u)\n"
                "  -c ip[:port]     client: measure and print the table\n"
                "  --udp            UDP datagrams instead of a TCP stream (sizes <= %zu)\n"
+               "  --idle-thread    run a second thread that only sleeps (as ndwv's engine)\n"
                "  --sizes LIST     comma-separated sizes, e.g. 8,64K,1M (default 1 B..4 MiB\n"
                "                   doubling; with --udp 1 B..32 KiB)\n"
                "  --iters N        iterations per size (default min(max-iter, 2097152000/size))\n"
@@ -84,6 +90,7 @@ Options parse(int argc, char** argv) {
     if (a == "-s") { o.server = true; optional_value(); }
     else if (a == "-c") { o.client = true; optional_value(); }
     else if (a == "--udp") o.udp = true;
+    else if (a == "--idle-thread") o.idle_thread = true;
     else if (a == "--sizes") sizes = value("--sizes");
     else if (a == "--iters") o.iters = parse_u64(value("--iters"), "--iters");
     else if (a == "--max-iter") o.max_iter = parse_u64(value("--max-iter"), "--max-iter");
@@ -292,6 +299,7 @@ int udp_client(const Options& o) {
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
   bench::arm_watchdog(o.timeout);
+  if (o.idle_thread) std::thread([] { for (;;) pause(); }).detach();
   if (o.udp) return o.server ? udp_server(o) : udp_client(o);
   return o.server ? tcp_server(o) : tcp_client(o);
 }
