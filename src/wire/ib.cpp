@@ -201,7 +201,11 @@ void AsV6(const Addr& a, uint8_t* out) {
 
 }  // namespace
 
-uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const uint8_t> packet) {
+namespace {
+
+// The ICRC of a packet of `length` bytes (BTH .. pad) given in pieces, the first of which holds
+// the BTH whole or is the whole packet.
+uint32_t IcrcOfPieces(const IcrcAddresses& addrs, size_t length, std::span<const std::span<const uint8_t>> pieces) {
   const Addr src = Reduce(addrs.source), dst = Reduce(addrs.destination);
   // 8 (LRH) + 40 (IPv6) + 8 (UDP) + 12 (BTH) at most, then what follows the BTH when it is short:
   // one CRC call instead of two (a call's fixed cost is most of a short CRC's: ACKs, small Sends).
@@ -209,7 +213,7 @@ uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const uint8_t> packet
   uint8_t ps[8 + 40 + 8 + kBthLen + kShortRest];
   std::memset(ps, 0xFF, 8);  // the LRH a RoCEv2 packet does not have, masked
   uint8_t* p = ps + 8;
-  const size_t udp_len = 8 + packet.size() + kIcrcLen;
+  const size_t udp_len = 8 + length + kIcrcLen;
   if (src.v4 && dst.v4) {
     // Variant fields (TOS, TTL, checksum) are ones; the rest is what a NIC sends.
     p[0] = 0x45;
@@ -240,16 +244,33 @@ uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const uint8_t> packet
   p[6] = p[7] = 0xFF;  // UDP checksum
   p += 8;
   // The BTH with resv8a (FECN, BECN: set by switches on the way) masked.
-  const size_t bth = packet.size() < kBthLen ? packet.size() : kBthLen;
-  std::memcpy(p, packet.data(), bth);
+  const std::span<const uint8_t> head = pieces.empty() ? std::span<const uint8_t>() : pieces[0];
+  const size_t bth = head.size() < kBthLen ? head.size() : kBthLen;
+  std::memcpy(p, head.data(), bth);
   if (bth > 4) p[4] = 0xFF;
   p += bth;
-  const std::span<const uint8_t> rest = packet.subspan(bth);
+  const std::span<const uint8_t> rest = head.subspan(bth);
+  uint32_t crc;
   if (rest.size() <= kShortRest) {
     std::memcpy(p, rest.data(), rest.size());
-    return Crc32(ps, size_t(p - ps) + rest.size());
+    crc = Crc32(ps, size_t(p - ps) + rest.size());
+  } else {
+    crc = Crc32(rest, Crc32(ps, size_t(p - ps)));
   }
-  return Crc32(rest, Crc32(ps, size_t(p - ps)));
+  for (size_t i = 1; i < pieces.size(); ++i) crc = Crc32(pieces[i], crc);
+  return crc;
+}
+
+}  // namespace
+
+uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const uint8_t> packet) {
+  return IcrcOfPieces(addrs, packet.size(), {&packet, 1});
+}
+
+uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const std::span<const uint8_t>> pieces) {
+  size_t length = 0;
+  for (const auto& piece : pieces) length += piece.size();
+  return IcrcOfPieces(addrs, length, pieces);
 }
 
 void StoreIcrc(const IcrcAddresses& addrs, std::span<uint8_t> datagram) {

@@ -163,6 +163,8 @@ struct IcrcAddresses {
 
 // ICRC of a whole UDP payload (BTH through pad, without the 4 ICRC bytes).
 uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const uint8_t> packet);
+// The same for a payload in pieces, in order; the first holds the BTH whole.
+uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const std::span<const uint8_t>> pieces);
 // Stores the ICRC after the packet: `datagram` is BTH .. pad followed by 4 bytes to fill.
 void StoreIcrc(const IcrcAddresses& addrs, std::span<uint8_t> datagram);
 

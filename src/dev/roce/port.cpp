@@ -21,6 +21,7 @@
 #include "base/settings.h"
 #include "dev/address.h"
 #include "dev/cq.h"
+#include "wire/bytes.h"
 #include "wire/ib_cm.h"
 
 namespace ndwv::dev::roce {
@@ -256,47 +257,76 @@ bool Port::Send(const sockaddr_storage& to, uint8_t* datagram, size_t size) {
   }
 }
 
-int Port::SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* sizes, int count) {
+namespace {
+
+void StoreIcrcOf(const IcrcAddresses& addrs, Port::OutDatagram& d) {
+  iovec& last = d.pieces[d.count - 1];
+  if (d.count == 1) {
+    StoreIcrc(addrs, {static_cast<uint8_t*>(last.iov_base), last.iov_len});
+    return;
+  }
+  std::span<const uint8_t> pieces[Port::kMaxPieces];
+  for (int i = 0; i < d.count; ++i) pieces[i] = {static_cast<const uint8_t*>(d.pieces[i].iov_base), d.pieces[i].iov_len};
+  pieces[d.count - 1] = pieces[d.count - 1].first(last.iov_len - kIcrcLen);
+  wire::StoreLe32(static_cast<uint8_t*>(last.iov_base) + last.iov_len - kIcrcLen, ComputeIcrc(addrs, {pieces, size_t(d.count)}));
+}
+
+// The datagrams the socket took, when capturing (a datagram in pieces is laid end to end first).
+void CaptureSent(const sockaddr_storage& from, const sockaddr_storage& to, const Port::OutDatagram* datagrams,
+                 int count) {
+  if (!base::Capture()) [[likely]]
+    return;
+  std::vector<uint8_t> flat;
+  for (int i = 0; i < count; ++i) {
+    flat.clear();
+    for (int j = 0; j < datagrams[i].count; ++j) {
+      const auto* piece = static_cast<const uint8_t*>(datagrams[i].pieces[j].iov_base);
+      flat.insert(flat.end(), piece, piece + datagrams[i].pieces[j].iov_len);
+    }
+    base::CaptureUdp(from, to, flat);
+  }
+}
+
+}  // namespace
+
+int Port::SendBatch(const sockaddr_storage& to, OutDatagram* datagrams, int count) {
   IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&local_), reinterpret_cast<const sockaddr*>(&to)};
   // One message per run of datagrams: equal sizes (the last may be shorter), sent as one GSO
   // buffer that the kernel cuts into datagrams (a loopback receiver with UDP_GRO gets it whole).
   constexpr size_t kGsoMaxBytes = 65000;
   count = std::min(count, kMaxBatch);  // callers batch at most this many
   mmsghdr messages[kMaxBatch];
-  iovec iov[kMaxBatch];
+  iovec iov[kMaxBatch * kMaxPieces];
   int first[kMaxBatch + 1];  // datagram index each message starts at
   union Control {
     cmsghdr header;
     char space[CMSG_SPACE(sizeof(uint16_t))];
   } control[kMaxBatch];
-  int nmsg = 0;
+  int nmsg = 0, niov = 0;
   bool gso = gso_.load(std::memory_order_relaxed);
   socklen_t name_length;
   sockaddr* name = NameFor(to, &name_length);
-  size_t offset = 0;
   for (int i = 0; i < count;) {
-    uint8_t* start = data + offset;
     int n = 1;
-    size_t bytes = sizes[i];
-    StoreIcrc(addrs, {start, sizes[i]});
-    offset += sizes[i];
+    size_t bytes = datagrams[i].size;
     if (gso) {
-      while (i + n < count && sizes[i + n] <= sizes[i] && bytes + sizes[i + n] <= kGsoMaxBytes) {
-        StoreIcrc(addrs, {data + offset, sizes[i + n]});
-        offset += sizes[i + n];
-        bytes += sizes[i + n];
-        bool shorter = sizes[i + n] < sizes[i];
+      while (i + n < count && datagrams[i + n].size <= datagrams[i].size && bytes + datagrams[i + n].size <= kGsoMaxBytes) {
+        bytes += datagrams[i + n].size;
+        bool shorter = datagrams[i + n].size < datagrams[i].size;
         n++;
         if (shorter) break;  // only the last datagram of a run may be shorter
       }
     }
     mmsghdr& m = messages[nmsg];
     m = {};
-    iov[nmsg] = {start, bytes};
+    m.msg_hdr.msg_iov = iov + niov;
+    for (int k = i; k < i + n; ++k) {
+      StoreIcrcOf(addrs, datagrams[k]);
+      for (int j = 0; j < datagrams[k].count; ++j) iov[niov++] = datagrams[k].pieces[j];
+    }
+    m.msg_hdr.msg_iovlen = size_t(iov + niov - m.msg_hdr.msg_iov);
     m.msg_hdr.msg_name = name;
     m.msg_hdr.msg_namelen = name_length;
-    m.msg_hdr.msg_iov = &iov[nmsg];
-    m.msg_hdr.msg_iovlen = 1;
     if (n > 1) {
       m.msg_hdr.msg_control = control[nmsg].space;
       m.msg_hdr.msg_controllen = sizeof control[nmsg].space;
@@ -304,7 +334,7 @@ int Port::SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* siz
       c->cmsg_level = SOL_UDP;
       c->cmsg_type = UDP_SEGMENT;
       c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-      uint16_t segment = uint16_t(sizes[i]);
+      uint16_t segment = uint16_t(datagrams[i].size);
       memcpy(CMSG_DATA(c), &segment, sizeof segment);
     }
     first[nmsg++] = i;
@@ -316,11 +346,12 @@ int Port::SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* siz
     int n;
     if (nmsg - done == 1) {
       // One message (the common case): the single-message calls cost the kernel less than
-      // sendmmsg, and sendto() less than sendmsg when there is no GSO control message.
+      // sendmmsg, and sendto() less than sendmsg when there is one buffer and no GSO control.
       const msghdr& m = messages[done].msg_hdr;
-      ssize_t sent = m.msg_controllen ? sendmsg(fd_, &m, MSG_DONTWAIT | MSG_NOSIGNAL)
-                                      : sendto(fd_, m.msg_iov[0].iov_base, m.msg_iov[0].iov_len,
-                                               MSG_DONTWAIT | MSG_NOSIGNAL, name, name_length);
+      ssize_t sent = m.msg_controllen || m.msg_iovlen > 1
+                         ? sendmsg(fd_, &m, MSG_DONTWAIT | MSG_NOSIGNAL)
+                         : sendto(fd_, m.msg_iov[0].iov_base, m.msg_iov[0].iov_len, MSG_DONTWAIT | MSG_NOSIGNAL,
+                                  name, name_length);
       n = sent < 0 ? -1 : 1;
     } else {
       n = sendmmsg(fd_, messages + done, unsigned(nmsg - done), MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -335,14 +366,13 @@ int Port::SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* siz
       gso_.store(false, std::memory_order_relaxed);
       NDWV_LOG(Info, "roce port %s: UDP GSO refused (%s); sending datagrams one by one",
                name_.c_str(), strerror(errno));
-      uint8_t* rest = static_cast<uint8_t*>(iov[done].iov_base);
-      return first[done] + SendBatch(to, rest, sizes + first[done], count - first[done]);
+      return first[done] + SendBatch(to, datagrams + first[done], count - first[done]);
     }
     Owner().counters_.send_failed.fetch_add(1, std::memory_order_relaxed);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) break;
     done++;  // this message is lost (an unreachable peer...), as on a wire; go on with the rest
   }
-  base::CaptureUdp(local_, to, data, sizes, first[done]);  // the datagrams the socket took
+  CaptureSent(local_, to, datagrams, first[done]);  // the datagrams the socket took
   Owner().counters_.sent.fetch_add(uint64_t(first[done]), std::memory_order_relaxed);
   return first[done];
 }

@@ -19,6 +19,7 @@
 // the endpoints in order, outside the agent's lock.
 #pragma once
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <atomic>
 #include <cstdint>
@@ -92,11 +93,20 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // Sends one datagram: `datagram` holds BTH .. pad and 4 bytes more, where the ICRC is stored.
   // False if the socket is full: then WaitWritable, and OnWritable follows when it has room.
   bool Send(const sockaddr_storage& to, uint8_t* datagram, size_t size);
-  // The same for `count` (at most kMaxBatch) datagrams laid end to end in `data`; returns how
-  // many the socket took (the first ones). Runs of equal-size datagrams go as one UDP GSO send
-  // where the kernel can.
+  // A datagram in pieces: the first holds the BTH and the headers after it, the last ends with
+  // the 4 bytes where the ICRC is stored (both in the sender's own, writable buffer); between
+  // them the payload, wherever it lies (a request's, straight from the memory its SGEs name: the
+  // kernel's copy is then the only one).
+  static constexpr int kMaxPieces = 18;  // headers, a piece per SGE, pad and ICRC
+  struct OutDatagram {
+    iovec pieces[kMaxPieces];
+    int count;    // pieces
+    size_t size;  // bytes in all
+  };
+  // Sends `count` (at most kMaxBatch) datagrams; returns how many the socket took (the first
+  // ones). Runs of equal-size datagrams go as one UDP GSO send where the kernel can.
   static constexpr int kMaxBatch = 16;
-  int SendBatch(const sockaddr_storage& to, uint8_t* data, const size_t* sizes, int count);
+  int SendBatch(const sockaddr_storage& to, OutDatagram* datagrams, int count);
   void WaitWritable(std::weak_ptr<PacketSink> sink);
   // Reads and dispatches what has arrived (the engine, or a CQ poller lending its thread). The
   // engine reads until the socket is empty; a poller (`once`) reads one buffer (a GRO buffer may

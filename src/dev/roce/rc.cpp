@@ -27,20 +27,25 @@ Clock::time_point CoarseNow() {
   return Clock::time_point(std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec));
 }
 
-// Datagrams a link builds under its lock go out together before the lock is released, laid
-// end to end: an ACK and the reply it precedes cost one system call, and a run of full-size
-// packets of a Write or Read Response goes out as one UDP GSO send (see Port::SendBatch).
+// Datagrams a link builds under its lock go out together before the lock is released: an ACK
+// and the reply it precedes cost one system call, and a run of full-size packets of a Write or
+// Read Response goes out as one UDP GSO send (see Port::SendBatch). Headers (and a payload that
+// is copied) are built here; a larger request payload is handed to the socket where it lies.
 // Per thread, so that a QP costs no buffer of its own.
 struct TxBatch {
   static constexpr int kMax = Port::kMaxBatch;
-  static constexpr size_t kMaxDatagram = kBthLen + kRethLen + 4096 + 4 + kIcrcLen;
+  static constexpr size_t kMaxBuilt = kBthLen + kRethLen + 4096 + 4 + kIcrcLen;
   int count = 0;
   size_t used = 0;
-  size_t length[kMax];
+  Port::OutDatagram datagram[kMax];
   bool request[kMax];  // a request packet (Send, Write, Read Request): resent if not taken
   uint32_t psn[kMax];
-  alignas(64) uint8_t data[kMax * kMaxDatagram];
+  alignas(64) uint8_t data[kMax * kMaxBuilt];
 };
+static_assert(Port::kMaxPieces >= int(kMaxSge) + 2);
+// Below this, a payload is copied next to its headers: one piece costs the kernel less than
+// three, and the copy is cheap.
+constexpr uint32_t kGatherFrom = 512;
 thread_local std::unique_ptr<TxBatch> t_tx_batch;
 TxBatch& Tx() {
   if (!t_tx_batch) t_tx_batch = std::make_unique<TxBatch>();  // one per thread that transmits
@@ -213,29 +218,39 @@ bool RcLink::Transmit(const Headers& h, const uint8_t* inline_data, const Sge* s
   TxBatch& t_tx = Tx();
   if (t_tx.count == TxBatch::kMax && !FlushTx()) return false;
   int slot = t_tx.count;
-  uint8_t* datagram = t_tx.data + t_tx.used;
-  size_t header = EncodeHeaders(h, {datagram, TxBatch::kMaxDatagram});
-  uint8_t* out = datagram + header;
-  if (inline_data) {
-    memcpy(out, inline_data + offset, length);
-  } else {
-    for (uint32_t left = length; left;) {
-      auto [base, n] = PieceAt(sge, num_sge, offset);
-      n = std::min<uint64_t>(n, left);
+  uint8_t* built = t_tx.data + t_tx.used;
+  size_t header = EncodeHeaders(h, {built, TxBatch::kMaxBuilt});
+  Port::OutDatagram& d = t_tx.datagram[slot];
+  // A request's payload leaves from its registered memory. A Read Response's is copied: its
+  // source is checked under the placement lock, which is not held when the batch is sent.
+  bool gather = request && !inline_data && length >= kGatherFrom;
+  uint8_t* out = built + header;
+  d.count = 0;
+  if (gather) d.pieces[d.count++] = {built, header};
+  for (uint32_t left = length; left;) {
+    auto [base, n] = inline_data ? std::pair<uint8_t*, uint64_t>{const_cast<uint8_t*>(inline_data) + offset, left}
+                                 : PieceAt(sge, num_sge, offset);
+    n = std::min<uint64_t>(n, left);
+    if (gather) {
+      d.pieces[d.count++] = {base, n};
+    } else {
       memcpy(out, base, n);
       out += n;
-      offset += n;
-      left -= uint32_t(n);
     }
+    offset += n;
+    left -= uint32_t(n);
   }
   size_t pad = (4 - length % 4) % 4;  // the BTH carries the pad count already
-  memset(datagram + header + length, 0, pad);
+  memset(out, 0, pad);
+  size_t tail = pad + kIcrcLen;  // the ICRC is stored by the port
+  if (gather) d.pieces[d.count++] = {out, tail};
+  else d.pieces[d.count++] = {built, size_t(out - built) + tail};
+  d.size = header + length + tail;
   NDWV_LOG(Trace, "%s: send %s psn %u len %u%s", counters_.identity(), ToString(h.bth.opcode), h.bth.psn,
            length, h.bth.ack_req ? " ackreq" : "");
   counters_.Add(Counter::TxPackets);
   counters_.Add(Counter::TxBytes, length);
-  t_tx.length[slot] = header + length + pad + kIcrcLen;
-  t_tx.used += t_tx.length[slot];
+  t_tx.used += size_t(out - built) + tail;
   t_tx.request[slot] = request;
   t_tx.psn[slot] = h.bth.psn;
   t_tx.count++;
@@ -245,21 +260,20 @@ bool RcLink::Transmit(const Headers& h, const uint8_t* inline_data, const Sge* s
 bool RcLink::FlushTx() {
   TxBatch& t_tx = Tx();
   int last = t_tx.count - 1;
-  if (last >= 1 && t_tx.data[t_tx.used - t_tx.length[last]] == uint8_t(Opcode::Acknowledge) &&
-      t_tx.length[last] > t_tx.length[last - 1]) {
+  auto opcode = [&](int i) { return *static_cast<const uint8_t*>(t_tx.datagram[i].pieces[0].iov_base); };
+  if (last >= 1 && opcode(last) == uint8_t(Opcode::Acknowledge) &&
+      t_tx.datagram[last].size > t_tx.datagram[last - 1].size) {
     // The ACK went last to share the reply's GSO buffer, but it is longer than the datagram
     // before it, so it cannot: it goes first, where it was due (the peer's request completes
     // before our next message is received).
-    size_t ack = t_tx.length[last];
-    std::rotate(t_tx.data, t_tx.data + t_tx.used - ack, t_tx.data + t_tx.used);
-    std::rotate(t_tx.length, t_tx.length + last, t_tx.length + last + 1);
+    std::rotate(t_tx.datagram, t_tx.datagram + last, t_tx.datagram + last + 1);
     std::rotate(t_tx.request, t_tx.request + last, t_tx.request + last + 1);
     std::rotate(t_tx.psn, t_tx.psn + last, t_tx.psn + last + 1);
   }
   int count = std::exchange(t_tx.count, 0);
   t_tx.used = 0;
   if (!count) return true;
-  int sent = port_->SendBatch(params_.peer, t_tx.data, t_tx.length, count);
+  int sent = port_->SendBatch(params_.peer, t_tx.datagram, count);
   if (sent == count) return true;
   // The socket is full. Requests it did not take go out again (from the first of them); ACKs and
   // Read Responses are as good as lost on a wire (the next ACK, or the requester, repairs them).
