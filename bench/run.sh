@@ -327,6 +327,20 @@ best() {
   echo "$out"
 }
 
+# paired NDNAME REFNAME SIZE COL NDDIV REFDIV -> the median over rounds of each round's ratio
+# (ndwv's figure over the reference's measured right after it), or nothing. Back-to-back runs
+# share the machine's slow and fast phases, so this ratio scatters less than one of two bests.
+paired() {
+  local r a b list=""
+  for r in $(seq "$repeat"); do
+    a=$(value "$logdir/$1.r$r.client.txt" "$3" "$4")
+    b=$(value "$logdir/$2.r$r.client.txt" "$3" "$4")
+    [ -n "$a" ] && [ -n "$b" ] && list="$list $(awk -v a="$a" -v b="$b" -v x="$5" -v y="$6" 'BEGIN { if (b > 0) print (a / x) / (b / y) }')"
+  done
+  [ -n "$list" ] || return 0
+  echo $list | tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
 # ------------------------------------------------------------------ the measurements
 ip=127.0.0.1
 echo "ndwv benchmark: build $build"
@@ -453,8 +467,8 @@ line() {
     fi
   fi
   if [ -n "$rv" ] && noisy "$7" "$8"; then verdict="$verdict [ref. on a shared CPU]"; fi
-  printf '%-36s %-31s %-26s %-6s %-8s %s\n' "$label" "$(fmt "$nv" "$kind") ($ns)" \
-    "$(fmt "$rv" "$kind") ($rs)" "$ratio" "$target" "$verdict"
+  printf '%-36s %-31s %-26s %-6s %-6s %-8s %s\n' "$label" "$(fmt "$nv" "$kind") ($ns)" \
+    "$(fmt "$rv" "$kind") ($rs)" "$ratio" "${pair:--}" "$target" "$verdict"
 }
 
 hum() {  # bytes -> "8 B", "64 KiB", "1 MiB"
@@ -469,7 +483,8 @@ missing() { echo "$1 not built"; }
 # Ping-pong Bytes/Sec: ndpingpong and tcp_pingpong count both directions (2*size*iter/s).
 echo
 echo "summary ($run_time s; best of $repeat; ratio = ndwv / reference):"
-printf '%-36s %-31s %-26s %-6s %-8s %s\n' metric ndwv reference ratio target verdict
+echo "(paired = median over the rounds of each round's ratio: information, the verdict is on ratio)"
+printf '%-36s %-31s %-26s %-6s %-6s %-8s %s\n' metric ndwv reference ratio paired target verdict
 
 # The summary holds the sizes the targets are about (8 B latency; 64 KiB and 1 MiB bandwidth);
 # a size list without them shows its own small (< 4 KiB) and large sizes instead. --full adds
@@ -478,8 +493,10 @@ lat_sizes=$(filter 8 8 $sizes)
 [ -z "$lat_sizes" ] && lat_sizes=$(filter 1 4095 $sizes)
 for s in $lat_sizes; do
   if [ -n "$nd_pp" ]; then nv=$(best ndpingpong "$s" 3 min 1); ns="ndpingpong -p"; else nv=""; ns=$(missing ndpingpong); fi
-  line "send/recv $(hum $s) half-RTT (us)" lat "$nv" "$ns" "$(best tcp_pp_a "$s" 3 min 1)" "tcp pp" tcp_pp_a "$s"
-  [ -n "$info_sizes" ] && no_target=1 line "  the same, reference with 2 threads" lat "$nv" "$ns" \
+  pair=$(paired ndpingpong tcp_pp_a "$s" 3 1 1) \
+    line "send/recv $(hum $s) half-RTT (us)" lat "$nv" "$ns" "$(best tcp_pp_a "$s" 3 min 1)" "tcp pp" tcp_pp_a "$s"
+  [ -n "$info_sizes" ] && pair=$(paired ndpingpong tcp_pp_mt "$s" 3 1 1) no_target=1 \
+    line "  the same, reference with 2 threads" lat "$nv" "$ns" \
     "$(best tcp_pp_mt "$s" 3 min 1)" "tcp pp, 2 threads" tcp_pp_mt "$s"
   if [ -n "$nd_rpp" ]; then
     nv=$(best ndrpingpong "$s" 3 min 2); ns="ndrpingpong -p, RTT/2"
@@ -487,7 +504,8 @@ for s in $lat_sizes; do
   else
     nv=""; ns=$(missing ndrpingpong); ref=tcp_pp_a
   fi
-  line "RDMA Write $(hum $s) half-RTT (us)" lat "$nv" "$ns" "$(best $ref "$s" 3 min 1)" "tcp pp" $ref "$s"
+  pair=$(paired ndrpingpong $ref "$s" 3 2 1) \
+    line "RDMA Write $(hum $s) half-RTT (us)" lat "$nv" "$ns" "$(best $ref "$s" 3 min 1)" "tcp pp" $ref "$s"
 done
 
 bw_sizes=$(filter 65536 65536 $sizes; filter 1048576 1048576 $sizes)
@@ -496,41 +514,42 @@ bw_sizes=$(echo $bw_sizes)
 for s in $bw_sizes; do
   # Send: ndping (one-way) vs tcp_stream; else ndpingpong vs tcp_pingpong, one direction each.
   if [ -n "$nd_ping" ]; then
-    nv=$(best ndping "$s" 5 max 1e6); ns="ndping -p"
+    nv=$(best ndping "$s" 5 max 1e6); ns="ndping -p"; pair=$(paired ndping tcp_st_a "$s" 5 1 1)
     ref=tcp_st_a; rv=$(best $ref "$s" 5 max 1e6); rs="tcp st"
   elif [ -n "$nd_pp" ]; then
-    nv=$(best ndpingpong "$s" 5 max 2e6); ns="ndpingpong -p, 1 dir"
+    nv=$(best ndpingpong "$s" 5 max 2e6); ns="ndpingpong -p, 1 dir"; pair=$(paired ndpingpong tcp_pp_a "$s" 5 1 1)
     ref=tcp_pp_a; rv=$(best $ref "$s" 5 max 2e6); rs="tcp pp, 1 dir"
   else
-    nv=""; ns=$(missing ndping)
+    nv=""; ns=$(missing ndping); pair=""
     ref=tcp_st_a; rv=$(best $ref "$s" 5 max 1e6); rs="tcp st"
   fi
-  line "Send $(hum $s) bandwidth (MB/s)" bw "$nv" "$ns" "$rv" "$rs" $ref "$s"
+  pair=$pair line "Send $(hum $s) bandwidth (MB/s)" bw "$nv" "$ns" "$rv" "$rs" $ref "$s"
   # RDMA Write: ndrping -w (one-way) vs tcp_stream; else ndrpingpong vs tcp_pingpong.
   if [ -n "$nd_rping" ]; then
-    nv=$(best ndrping "$s" 5 max 1e6); ns="ndrping -p -w"
+    nv=$(best ndrping "$s" 5 max 1e6); ns="ndrping -p -w"; pair=$(paired ndrping tcp_st_b "$s" 5 1 1)
     ref=tcp_st_b; rv=$(best $ref "$s" 5 max 1e6); rs="tcp st"
   elif [ -n "$nd_rpp" ]; then
-    nv=$(best ndrpingpong "$s" 5 max 1e6); ns="ndrpingpong -p"
+    nv=$(best ndrpingpong "$s" 5 max 1e6); ns="ndrpingpong -p"; pair=$(paired ndrpingpong tcp_pp_b "$s" 5 1 2)
     ref=tcp_pp_b; rv=$(best $ref "$s" 5 max 2e6); rs="tcp pp, 1 dir"
   else
-    nv=""; ns=$(missing ndrping)
+    nv=""; ns=$(missing ndrping); pair=""
     ref=tcp_st_a; rv=$(best $ref "$s" 5 max 1e6); rs="tcp st"
   fi
-  line "RDMA Write $(hum $s) bandwidth (MB/s)" bw "$nv" "$ns" "$rv" "$rs" $ref "$s"
+  pair=$pair line "RDMA Write $(hum $s) bandwidth (MB/s)" bw "$nv" "$ns" "$rv" "$rs" $ref "$s"
 done
 
 for s in $(filter 8 8 $udp_sizes); do
   if [ -n "$nd_pp" ]; then nv=$(best roce_ndpingpong "$s" 3 min 1); ns="RoCE ndpingpong -p"; else nv=""; ns=$(missing ndpingpong); fi
-  lat_target=$roce_lat_target line "RoCE send/recv $(hum $s) half-RTT (us)" lat "$nv" "$ns" \
-    "$(best udp_pp "$s" 3 min 1)" "udp pp" udp_pp "$s"
-  [ -n "$info_udp_sizes" ] && no_target=1 line "  the same, reference with 2 threads" lat "$nv" "$ns" \
+  pair=$(paired roce_ndpingpong udp_pp "$s" 3 1 1) lat_target=$roce_lat_target \
+    line "RoCE send/recv $(hum $s) half-RTT (us)" lat "$nv" "$ns" "$(best udp_pp "$s" 3 min 1)" "udp pp" udp_pp "$s"
+  [ -n "$info_udp_sizes" ] && pair=$(paired roce_ndpingpong udp_pp_mt "$s" 3 1 1) no_target=1 \
+    line "  the same, reference with 2 threads" lat "$nv" "$ns" \
     "$(best udp_pp_mt "$s" 3 min 1)" "udp pp, 2 threads" udp_pp_mt "$s"
 done
 for s in $bw_sizes; do
   [ -n "$nd_rping" ] || continue
   # Issue 3's target is about 64 KiB; other sizes are shown without one.
-  no_target=$([ "$s" -eq 65536 ] || echo 1) bw_target=$roce_bw_target \
+  pair=$(paired roce_ndrping tcp_st_c "$s" 5 1 1) no_target=$([ "$s" -eq 65536 ] || echo 1) bw_target=$roce_bw_target \
     line "RoCE RDMA Write $(hum $s) bw (MB/s)" bw "$(best roce_ndrping "$s" 5 max 1e6)" \
     "RoCE ndrping -p -w" "$(best tcp_st_c "$s" 5 max 1e6)" "tcp st" tcp_st_c "$s"
 done
