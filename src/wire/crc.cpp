@@ -20,29 +20,23 @@ namespace {
 constexpr size_t kShortCrc = 256;
 const bool kHaveCrc32Instruction = __builtin_cpu_supports("sse4.2");
 
+// The next sizeof(T) bytes as a T; `p` moves past them.
+template <class T>
+T Take(const uint8_t*& p) {
+  T value;
+  memcpy(&value, p, sizeof value);
+  p += sizeof value;
+  return value;
+}
+
 __attribute__((target("sse4.2"))) uint32_t Crc32cRegisterShort(const uint8_t* p, size_t len, uint32_t reg) {
   uint64_t wide = reg;
-  for (; len >= 8; p += 8, len -= 8) {
-    uint64_t word;
-    memcpy(&word, p, 8);
-    wide = _mm_crc32_u64(wide, word);
-  }
+  for (; len >= 8; len -= 8) wide = _mm_crc32_u64(wide, Take<uint64_t>(p));
   reg = uint32_t(wide);
-  if (len >= 4) {
-    uint32_t word;
-    memcpy(&word, p, 4);
-    reg = _mm_crc32_u32(reg, word);
-    p += 4;
-    len -= 4;
-  }
-  if (len >= 2) {
-    uint16_t half;
-    memcpy(&half, p, 2);
-    reg = _mm_crc32_u16(reg, half);
-    p += 2;
-    len -= 2;
-  }
-  if (len) reg = _mm_crc32_u8(reg, *p);
+  // Fewer than 8 bytes left: a 4-, a 2- and a 1-byte step, as the bits of the count say.
+  if (len & 4) reg = _mm_crc32_u32(reg, Take<uint32_t>(p));
+  if (len & 2) reg = _mm_crc32_u16(reg, Take<uint16_t>(p));
+  if (len & 1) reg = _mm_crc32_u8(reg, *p);
   return reg;
 }
 #endif
