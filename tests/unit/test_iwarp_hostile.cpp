@@ -692,7 +692,12 @@ TEST_F(IwarpHostile, BadCrcOnASendTerminatesWithLlpCrcErrorAndFlushesEveryReques
   std::vector<uint8_t> message = Bytes(100, 4);
   std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, true);
   fpdu.back() ^= 0x01;
-  c.peer.Send(fpdu);
+  // In two writes, so that the receiver most likely sees the FPDU begin before it has all of it
+  // and checks its CRC as the bytes go by (an FPDU read whole is checked at once: next test).
+  const std::span<const uint8_t> bytes(fpdu);
+  c.peer.Send(bytes.first(40));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  c.peer.Send(bytes.subspan(40));
 
   Segment term;
   ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, w::MakeTerm(w::LlpErrorCode::CrcError),
@@ -709,6 +714,20 @@ TEST_F(IwarpHostile, BadCrcOnASendTerminatesWithLlpCrcErrorAndFlushesEveryReques
   EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, unchecked, message));
   EXPECT_TRUE(Unchanged(c.writable, "writable region"));
   EXPECT_TRUE(Unchanged(c.local, "Read sink"));
+}
+
+TEST_F(IwarpHostile, BadCrcOnASendReadWholePlacesNothingOfIt) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  ASSERT_TRUE(c.peer.crc);
+  std::vector<uint8_t> message = Bytes(100, 6);  // longer than the checked tail
+  std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, true);
+  fpdu[2 + w::kDdpUntaggedHeaderLen + 10] ^= 0x20;  // a payload byte
+  c.peer.Send(fpdu);  // one write, one TCP segment: the receiver reads the FPDU whole
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectTerminatedAndFlushed(c, w::MakeTerm(w::LlpErrorCode::CrcError), c.AllReceivesFlushed(), term));
+  c.ExpectMemoryUntouched();  // not even the bytes before the tail reached the receive buffer
 }
 
 TEST_F(IwarpHostile, BadCrcOnAWritePlacesNothingOfItsCheckedTailAndNothingOutsideIt) {
