@@ -376,9 +376,8 @@ bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_
   }
   size_t pad = FpduPad(ulpdu);
   if (whole) {
-    if (params_.crc) crc.Add({h, built});
     memset(h + built, 0, pad);
-    StoreFpduCrc(h + built + pad, params_.crc ? crc.Finish() : 0);
+    StoreFpduCrc(h + built + pad, params_.crc ? Crc32c(h, built + pad) : 0);  // one pass, pad included
     batch_.iov[batch_.iov_count++] = {h, built + pad + kFpduCrcLen};
     return true;
   }
