@@ -433,5 +433,77 @@ TEST(IntegrationConnect, ConnectWaitsForASlowAccept) {
               });
 }
 
+// With NDWV_ROCE_PORT a process's connectors share one UDP port (DESIGN.md "Addressing in user
+// space"): two connections from it to one listener each report that port and carry their own
+// messages, both ways. (The client's data then goes through a flow to the listener's port, as
+// the listener's does the other way: docs/roce.md "Ports and addresses".)
+IT_PEER(shared_port_client) {
+  const uint16_t shared = uint16_t(args.GetNumber("port"));
+  Adapter adapter;
+  Endpoint a(adapter, Ctx(0xA1)), b(adapter, Ctx(0xB1));
+  std::vector<uint8_t> inbox(2 * sizeof(RemoteBuffer), 0);
+  Mr inboxMr(adapter, inbox.data(), inbox.size(), kSinkFlags);
+  Endpoint* endpoints[] = {&a, &b};
+  for (int i = 0; i < 2; ++i) {
+    ND2_SGE sge = {inbox.data() + i * sizeof(RemoteBuffer), ULONG(sizeof(RemoteBuffer)), inboxMr.token()};
+    IT_OK(endpoints[i]->qp->Receive(Ctx(0x100 + i), &sge, 1));
+  }
+  const uint16_t port = uint16_t(parent.ReceiveValue("port"));
+  for (Endpoint* e : endpoints) {
+    e->connector = adapter.CreateConnector();
+    IT_OK(Connect(e->connector.get(), e->qp.get(), port, 4, 4));
+    CompleteConnect(e->connector.get());
+    parent.Expect("accepted");
+    sockaddr_in local{};
+    ULONG size = sizeof local;
+    IT_OK(e->connector->GetLocalAddress(reinterpret_cast<sockaddr*>(&local), &size));
+    IT_CHECK_EQ(shared, PortOf(local));
+  }
+  for (int i = 0; i < 2; ++i)
+    SendRemoteBuffer(*endpoints[i], {uint64_t(0xC0 + i), uint64_t(i), 0, 0}, Ctx(0x200 + i));
+  for (int i = 0; i < 2; ++i) {
+    RemoteBuffer answer = ReceiveRemoteBuffer(*endpoints[i], inbox.data() + i * sizeof(RemoteBuffer), Ctx(0x100 + i));
+    IT_CHECK_EQ(uint64_t(0x50 + i), answer.address);
+  }
+  for (Endpoint* e : endpoints) ClientTeardown(parent, *e);
+}
+
+TEST(IntegrationConnect, ConnectorsShareTheProcessPortWithNdwvRocePort) {
+  if (!TransportIsRoce()) GTEST_SKIP() << "NDWV_ROCE_PORT is a RoCE setting";
+  // A UDP port free on 127.0.0.1 now (the peer binds it at its first connector).
+  int probe = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in any = Loopback(0);
+  socklen_t length = sizeof any;
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&any), sizeof any), 0);
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&any), &length), 0);
+  const std::string shared = std::to_string(PortOf(any));
+  close(probe);
+  RunWithPeer("shared_port_client", {{"port", shared}, {"env:NDWV_ROCE_PORT", shared}}, [](Channel& peer) {
+    Adapter adapter;
+    Endpoint a(adapter, Ctx(0x5A)), b(adapter, Ctx(0x5B));
+    std::vector<uint8_t> inbox(2 * sizeof(RemoteBuffer), 0);
+    Mr inboxMr(adapter, inbox.data(), inbox.size(), kSinkFlags);
+    Endpoint* endpoints[] = {&a, &b};
+    for (int i = 0; i < 2; ++i) {
+      ND2_SGE sge = {inbox.data() + i * sizeof(RemoteBuffer), ULONG(sizeof(RemoteBuffer)), inboxMr.token()};
+      IT_OK(endpoints[i]->qp->Receive(Ctx(0x100 + i), &sge, 1));
+    }
+    peer.SendValue("port", StartListening(adapter, a.listener));
+    for (Endpoint* e : endpoints) {  // the client connects one after the other
+      e->connector = GetConnectionRequest(adapter, a.listener.get());
+      IT_OK(Accept(e->connector.get(), e->qp.get(), 4, 4));
+      peer.Send("accepted");
+    }
+    for (int i = 0; i < 2; ++i) {
+      RemoteBuffer message = ReceiveRemoteBuffer(*endpoints[i], inbox.data() + i * sizeof(RemoteBuffer), Ctx(0x100 + i));
+      IT_CHECK_EQ(uint64_t(0xC0 + i), message.address);
+      IT_CHECK_EQ(uint64_t(i), message.length);
+    }
+    for (int i = 0; i < 2; ++i)
+      SendRemoteBuffer(*endpoints[i], {uint64_t(0x50 + i), 0, 0, 0}, Ctx(0x200 + i));
+    for (Endpoint* e : endpoints) ServerTeardown(peer, *e);
+  });
+}
+
 }  // namespace
 }  // namespace ndit

@@ -313,7 +313,9 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     link.ird = local_params_.ird;  // 0: the peer may not Read from us
     link.ord = std::max<uint32_t>(std::min<uint32_t>(local_params_.ord, rep_.responder_resources), 1);
     link.rnr_retry = rep_.rnr_retry_count;
-    StartLink(link);
+    // An own port is connected to the peer's already; on the shared port the data travels
+    // through a flow to the peer's port, as an accepted connection's does.
+    StartLink(link, exclusive_port_ ? nullptr : Port::OpenFlow(port_, peer_port_));
     qp_.reset();
     port_->Cm([&](CmAgent& agent) { return agent.SendRtu(comm_id_); });
     SetState(State::Connected);

@@ -109,29 +109,29 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
   return port;
 }
 
-std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& listener, const sockaddr_storage& peer) {
+std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const sockaddr_storage& peer) {
   std::lock_guard<std::mutex> lock(g_ports_mutex);
-  std::string name = listener->name_ + " > " + Describe(peer);
+  std::string name = owner->name_ + " > " + Describe(peer);
   auto it = Ports().find(name);
   if (it != Ports().end())
     if (auto flow = it->second.lock()) return flow;
-  int fd = OpenSocket(listener->local_.ss_family);
+  int fd = OpenSocket(owner->local_.ss_family);
   if (fd < 0) return nullptr;
   // Every socket on the port must allow sharing it, and only this user's sockets may join; the
-  // listener's own Bind did not (so another process's Bind of the port still fails). Until the
-  // connect() below, the kernel may hand the new socket a datagram meant for the listener: a
-  // flow passes on whatever its listener serves.
+  // owner's own Bind did not (so another process's Bind of the port still fails). Until the
+  // connect() below, the kernel may hand the new socket a datagram meant for the owner: a flow
+  // passes on whatever its owner serves.
   int one = 1;
-  if (setsockopt(listener->fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
+  if (setsockopt(owner->fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
       setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
-      bind(fd, reinterpret_cast<const sockaddr*>(&listener->local_), AddressLength(listener->local_)) != 0 ||
+      bind(fd, reinterpret_cast<const sockaddr*>(&owner->local_), AddressLength(owner->local_)) != 0 ||
       connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) != 0) {
-    NDWV_LOG(Debug, "roce port %s: no flow to %s (%s)", listener->name_.c_str(), Describe(peer).c_str(),
+    NDWV_LOG(Debug, "roce port %s: no flow to %s (%s)", owner->name_.c_str(), Describe(peer).c_str(),
              strerror(errno));
     close(fd);
     return nullptr;
   }
-  std::shared_ptr<Port> flow(new Port(fd, listener->local_, name, listener));
+  std::shared_ptr<Port> flow(new Port(fd, owner->local_, name, owner));
   flow->connected_peer_ = peer;
   flow->connected_.store(true, std::memory_order_release);
   Ports()[name] = flow;
@@ -140,12 +140,12 @@ std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& listener, cons
   return flow;
 }
 
-Port::Port(int fd, const sockaddr_storage& local, std::string name, std::shared_ptr<Port> listener)
+Port::Port(int fd, const sockaddr_storage& local, std::string name, std::shared_ptr<Port> owner)
     : fd_(fd),
       local_(local),
       name_(std::move(name)),
-      listener_(std::move(listener)) {
-  if (!listener_) agent_ = std::make_unique<CmAgent>(*this, AgentConfig());
+      owner_(std::move(owner)) {
+  if (!owner_) agent_ = std::make_unique<CmAgent>(*this, AgentConfig());
   watch_timer_.fire = &Port::OnWatchTimer;
   watch_timer_.owner = this;
   deliver_work_.owner = this;
@@ -207,8 +207,8 @@ std::shared_ptr<PacketSink> Port::FindSink(uint32_t qpn, sockaddr_storage* peer)
       return sink;
     }
   }
-  // A flow's connections, else its listener's (what reached the flow before its connect()).
-  for (Port* port = this; port; port = port->listener_.get()) {
+  // A flow's connections, else its owner's (what reached the flow before its connect()).
+  for (Port* port = this; port; port = port->owner_.get()) {
     std::shared_lock<std::shared_mutex> lock(port->sinks_mutex_);
     auto it = port->sinks_.find(qpn);
     if (it == port->sinks_.end()) continue;
@@ -550,7 +550,7 @@ void Port::ReadErrors() {
     }
   }
   if (unreachable.empty()) return;
-  Port& cm = Owner();  // a flow's errors concern its listener's connections
+  Port& cm = Owner();  // a flow's errors concern its owner's connections
   std::vector<std::shared_ptr<CmUser>> users;
   {
     std::lock_guard<std::mutex> lock(cm.cm_mutex_);
@@ -594,7 +594,7 @@ static_assert(size_t(Counter::CmDrepSent) - size_t(Counter::CmReqSent) + 1 == Cm
               "the CM message counters follow CmAttr order");
 
 void Port::AddCountersLocked(CounterValues& sum) const {
-  if (listener_) return;  // a flow: its listener has its counts
+  if (owner_) return;  // a flow: its owner has its counts
   auto add = [&](Counter c, uint64_t n) { sum[size_t(c)] += n; };
   add(Counter::PortDatagramsSent, counters_.sent.load(std::memory_order_relaxed));
   add(Counter::PortDatagramsReceived, counters_.received.load(std::memory_order_relaxed));

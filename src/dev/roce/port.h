@@ -6,12 +6,12 @@
 // own (or, with NDWV_ROCE_PORT, shares the process's port on that number). A peer learns our
 // port from the source address of the CM exchange.
 //
-// A flow is a second socket on a listener's port, connected to one peer's port (SO_REUSEPORT):
-// the connections accepted from that peer send and receive through it. The kernel then routes
-// once, not per datagram (an unconnected send costs ~0.5 us more on loopback), and a poller
-// reads only its peer's packets. The listener's socket keeps everything else: requests from new
-// peers, and the CM (a flow hands the MADs and ICMP errors it receives to its listener's port,
-// and counts in its listener's counters).
+// A flow is a second socket on a port that serves many peers (a listener's, or the shared one of
+// NDWV_ROCE_PORT), connected to one peer's port (SO_REUSEPORT): the connections with that peer
+// send and receive through it. The kernel then routes once, not per datagram (an unconnected
+// send costs ~0.5 us more on loopback), and a poller reads only its peer's packets. The owning
+// port's socket keeps everything else: requests from new peers, and the CM (a flow hands the
+// MADs and ICMP errors it receives to its owner, and counts in its owner's counters).
 //
 // Receive runs on the engine, or on a CQ poller lending its thread; it decodes and checks each
 // datagram (ICRC, headers) and hands it to the CM agent or to the QP's link. The CM agent is a
@@ -73,9 +73,9 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // `shared`: the process-wide port of NDWV_ROCE_PORT, which many connectors use; otherwise a
   // port already open in this process is in use (WV_SHARING_VIOLATION).
   static std::shared_ptr<Port> Open(const sockaddr_storage& local, bool shared, int32_t* status);
-  // The flow of `listener` to `peer`, opened or shared; null if the host refuses one (the
-  // connection then uses the listener's socket).
-  static std::shared_ptr<Port> OpenFlow(const std::shared_ptr<Port>& listener, const sockaddr_storage& peer);
+  // The flow of `owner` to `peer`, opened or shared; null if the host refuses one (the
+  // connection then uses the owner's socket).
+  static std::shared_ptr<Port> OpenFlow(const std::shared_ptr<Port>& owner, const sockaddr_storage& peer);
   ~Port();
 
   const sockaddr_storage& local() const { return local_; }
@@ -83,8 +83,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // connected to the peer's port, so the kernel routes once, not per datagram, and delivers
   // nothing from anyone else.
   void ConnectTo(const sockaddr_storage& peer);
-  // A listener's include its flows'.
-  const PortCounters& counters() const { return listener_ ? listener_->counters_ : counters_; }
+  // A port's include its flows'.
+  const PortCounters& counters() const { return owner_ ? owner_->counters_ : counters_; }
 
   // ---- RC data ----
   // Packets for `qpn` go to `sink`, if they come from `peer` (others are dropped and counted).
@@ -120,7 +120,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   void Polled();
   void WatchAgain();  // someone will wait for an event (CQ Notify): the engine must watch
 
-  // ---- CM (not on a flow: its listener's port has the agent) ----
+  // ---- CM (not on a flow: its owner has the agent) ----
   // Runs `call` on the agent under its lock. The events it causes are delivered later, on the
   // work pool, so a consumer may call this while holding its own lock.
   template <class Call>
@@ -151,10 +151,10 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   void OnIo(uint32_t events) override;
 
  private:
-  Port(int fd, const sockaddr_storage& local, std::string name, std::shared_ptr<Port> listener);
+  Port(int fd, const sockaddr_storage& local, std::string name, std::shared_ptr<Port> owner);
   static int OpenSocket(int family);  // a UDP socket with the options every port needs
-  // The port that has the CM and the counters: this one, or a flow's listener.
-  Port& Owner() { return listener_ ? *listener_ : *this; }
+  // The port that has the CM and the counters: this one, or a flow's owner.
+  Port& Owner() { return owner_ ? *owner_ : *this; }
   void OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad);
   // A receiving thread's buffer, and the packets decoded from it for one sink, handed over
   // together (port.cpp).
@@ -183,10 +183,10 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   const int fd_;
   const sockaddr_storage local_;
   const std::string name_;                // in the process's list of ports
-  const std::shared_ptr<Port> listener_;  // a flow's listener (null for a port)
+  const std::shared_ptr<Port> owner_;  // a flow's owning port (null for a port)
   std::atomic<bool> connected_{false};
   sockaddr_storage connected_peer_{};  // set before connected_
-  PortCounters counters_;  // a flow's are its listener's
+  PortCounters counters_;  // a flow's are its owner's
 
   std::shared_mutex sinks_mutex_;
   struct SinkEntry {
