@@ -7,11 +7,14 @@
 // Needs root and ip(8) (CI has both); otherwise skipped. Runs on the transport the environment
 // selects (NDWV_TRANSPORTS), like every integration test.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,10 +45,25 @@ sockaddr_in Address(const char* ip, uint16_t port) {
   return a;
 }
 
+// The namespaces of test processes that are gone: one killed, or ended by the harness's
+// watchdog (which runs no destructors), leaves its pair behind.
+void RemoveStaleNamespaces() {
+  DIR* dir = opendir("/var/run/netns");
+  if (!dir) return;
+  while (const dirent* entry = readdir(dir)) {
+    unsigned pid;
+    char side;
+    if (std::sscanf(entry->d_name, "ndwv-%u-%c", &pid, &side) == 2 && kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+      Shell(std::string("ip netns del ") + entry->d_name);
+  }
+  closedir(dir);
+}
+
 // Two namespaces and the veth pair between them, while it lives.
 class Hosts {
  public:
   Hosts() : a_("ndwv-" + std::to_string(getpid()) + "-a"), b_("ndwv-" + std::to_string(getpid()) + "-b") {
+    RemoveStaleNamespaces();
     ok_ = Shell("ip netns add " + a_) && Shell("ip netns add " + b_) &&
           Shell("ip link add va netns " + a_ + " type veth peer name vb netns " + b_) &&
           Shell("ip -n " + a_ + " addr add " + kAddressA + "/24 dev va") &&
