@@ -433,6 +433,26 @@ TEST(IntegrationConnect, ConnectWaitsForASlowAccept) {
               });
 }
 
+// Two endpoints of one adapter, each with a receive posted for one RemoteBuffer.
+struct TwoEndpoints {
+  TwoEndpoints(Adapter& adapter, uintptr_t context)
+      : a(adapter, Ctx(context)), b(adapter, Ctx(context + 1)), inbox(2 * sizeof(RemoteBuffer), 0),
+        inboxMr(adapter, inbox.data(), inbox.size(), kSinkFlags) {
+    for (int i = 0; i < 2; ++i) {
+      ND2_SGE sge = {Slot(i), ULONG(sizeof(RemoteBuffer)), inboxMr.token()};
+      IT_OK(At(i).qp->Receive(Ctx(0x100 + i), &sge, 1));
+    }
+  }
+  Endpoint& At(int i) { return i ? b : a; }
+  uint8_t* Slot(int i) { return inbox.data() + i * sizeof(RemoteBuffer); }
+  RemoteBuffer Receive(int i) { return ReceiveRemoteBuffer(At(i), Slot(i), Ctx(0x100 + i)); }
+  void Send(int i, const RemoteBuffer& message) { SendRemoteBuffer(At(i), message, Ctx(0x200 + i)); }
+
+  Endpoint a, b;
+  std::vector<uint8_t> inbox;
+  Mr inboxMr;
+};
+
 // With NDWV_ROCE_PORT a process's connectors share one UDP port (DESIGN.md "Addressing in user
 // space"): two connections from it to one listener each report that port and carry their own
 // messages, both ways. (The client's data then goes through a flow to the listener's port, as
@@ -440,32 +460,22 @@ TEST(IntegrationConnect, ConnectWaitsForASlowAccept) {
 IT_PEER(shared_port_client) {
   const uint16_t shared = uint16_t(args.GetNumber("port"));
   Adapter adapter;
-  Endpoint a(adapter, Ctx(0xA1)), b(adapter, Ctx(0xB1));
-  std::vector<uint8_t> inbox(2 * sizeof(RemoteBuffer), 0);
-  Mr inboxMr(adapter, inbox.data(), inbox.size(), kSinkFlags);
-  Endpoint* endpoints[] = {&a, &b};
-  for (int i = 0; i < 2; ++i) {
-    ND2_SGE sge = {inbox.data() + i * sizeof(RemoteBuffer), ULONG(sizeof(RemoteBuffer)), inboxMr.token()};
-    IT_OK(endpoints[i]->qp->Receive(Ctx(0x100 + i), &sge, 1));
-  }
+  TwoEndpoints clients(adapter, 0xA1);
   const uint16_t port = uint16_t(parent.ReceiveValue("port"));
-  for (Endpoint* e : endpoints) {
-    e->connector = adapter.CreateConnector();
-    IT_OK(Connect(e->connector.get(), e->qp.get(), port, 4, 4));
-    CompleteConnect(e->connector.get());
+  for (int i = 0; i < 2; ++i) {
+    Endpoint& e = clients.At(i);
+    e.connector = adapter.CreateConnector();
+    IT_OK(Connect(e.connector.get(), e.qp.get(), port, 4, 4));
+    CompleteConnect(e.connector.get());
     parent.Expect("accepted");
     sockaddr_in local{};
     ULONG size = sizeof local;
-    IT_OK(e->connector->GetLocalAddress(reinterpret_cast<sockaddr*>(&local), &size));
+    IT_OK(e.connector->GetLocalAddress(reinterpret_cast<sockaddr*>(&local), &size));
     IT_CHECK_EQ(shared, PortOf(local));
   }
-  for (int i = 0; i < 2; ++i)
-    SendRemoteBuffer(*endpoints[i], {uint64_t(0xC0 + i), uint64_t(i), 0, 0}, Ctx(0x200 + i));
-  for (int i = 0; i < 2; ++i) {
-    RemoteBuffer answer = ReceiveRemoteBuffer(*endpoints[i], inbox.data() + i * sizeof(RemoteBuffer), Ctx(0x100 + i));
-    IT_CHECK_EQ(uint64_t(0x50 + i), answer.address);
-  }
-  for (Endpoint* e : endpoints) ClientTeardown(parent, *e);
+  for (int i = 0; i < 2; ++i) clients.Send(i, {uint64_t(0xC0 + i), uint64_t(i), 0, 0});
+  for (int i = 0; i < 2; ++i) IT_CHECK_EQ(uint64_t(0x50 + i), clients.Receive(i).address);
+  for (int i = 0; i < 2; ++i) ClientTeardown(parent, clients.At(i));
 }
 
 TEST(IntegrationConnect, ConnectorsShareTheProcessPortWithNdwvRocePort) {
@@ -480,28 +490,21 @@ TEST(IntegrationConnect, ConnectorsShareTheProcessPortWithNdwvRocePort) {
   close(probe);
   RunWithPeer("shared_port_client", {{"port", shared}, {"env:NDWV_ROCE_PORT", shared}}, [](Channel& peer) {
     Adapter adapter;
-    Endpoint a(adapter, Ctx(0x5A)), b(adapter, Ctx(0x5B));
-    std::vector<uint8_t> inbox(2 * sizeof(RemoteBuffer), 0);
-    Mr inboxMr(adapter, inbox.data(), inbox.size(), kSinkFlags);
-    Endpoint* endpoints[] = {&a, &b};
-    for (int i = 0; i < 2; ++i) {
-      ND2_SGE sge = {inbox.data() + i * sizeof(RemoteBuffer), ULONG(sizeof(RemoteBuffer)), inboxMr.token()};
-      IT_OK(endpoints[i]->qp->Receive(Ctx(0x100 + i), &sge, 1));
-    }
-    peer.SendValue("port", StartListening(adapter, a.listener));
-    for (Endpoint* e : endpoints) {  // the client connects one after the other
-      e->connector = GetConnectionRequest(adapter, a.listener.get());
-      IT_OK(Accept(e->connector.get(), e->qp.get(), 4, 4));
+    TwoEndpoints servers(adapter, 0x5A);
+    peer.SendValue("port", StartListening(adapter, servers.a.listener));
+    for (int i = 0; i < 2; ++i) {  // the client connects one after the other
+      Endpoint& e = servers.At(i);
+      e.connector = GetConnectionRequest(adapter, servers.a.listener.get());
+      IT_OK(Accept(e.connector.get(), e.qp.get(), 4, 4));
       peer.Send("accepted");
     }
     for (int i = 0; i < 2; ++i) {
-      RemoteBuffer message = ReceiveRemoteBuffer(*endpoints[i], inbox.data() + i * sizeof(RemoteBuffer), Ctx(0x100 + i));
+      RemoteBuffer message = servers.Receive(i);
       IT_CHECK_EQ(uint64_t(0xC0 + i), message.address);
       IT_CHECK_EQ(uint64_t(i), message.length);
     }
-    for (int i = 0; i < 2; ++i)
-      SendRemoteBuffer(*endpoints[i], {uint64_t(0x50 + i), 0, 0, 0}, Ctx(0x200 + i));
-    for (Endpoint* e : endpoints) ServerTeardown(peer, *e);
+    for (int i = 0; i < 2; ++i) servers.Send(i, {uint64_t(0x50 + i), 0, 0, 0});
+    for (int i = 0; i < 2; ++i) ServerTeardown(peer, servers.At(i));
   });
 }
 
