@@ -51,15 +51,6 @@ inline void CaptureUdp(const sockaddr_storage& src, const sockaddr_storage& dst,
                 datagram);
 }
 
-// `count` datagrams laid end to end from `data`, of `sizes[i]` bytes each, when capturing.
-inline void CaptureUdp(const sockaddr_storage& src, const sockaddr_storage& dst, const uint8_t* data,
-                       const size_t* sizes, int count) {
-  if (PcapWriter* w = Capture()) [[unlikely]]
-    for (int i = 0; i < count; data += sizes[i++])
-      w->WriteUdp(reinterpret_cast<const sockaddr*>(&src), reinterpret_cast<const sockaddr*>(&dst),
-                  {data, sizes[i]});
-}
-
 // The capture of one TCP connection: both directions' next sequence numbers. Thread-safe (one
 // sender and one receiver at a time is what a connection has; the lock keeps each segment's
 // acknowledgement number consistent with what the file already shows the other way).

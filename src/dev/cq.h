@@ -53,6 +53,24 @@ struct ProgressSource {
 inline constexpr uint32_t kSpinningPolls = 8;
 inline constexpr std::chrono::milliseconds kPollIdle{10};
 
+// The polls a transport counts for that rule. A hint, not an exact count: a plain load and store
+// per poll (no read-modify-write), so two pollers may count once.
+class SpinCount {
+ public:
+  // Counts a poll; true at the one that makes the pollers spinning.
+  bool Count() {
+    uint32_t polls = polls_.load(std::memory_order_relaxed) + 1;
+    polls_.store(polls, std::memory_order_relaxed);
+    return polls == kSpinningPolls;
+  }
+  void Reset() { polls_.store(0, std::memory_order_relaxed); }
+  // Every kPollIdle while the engine keeps away: whether the polling went on, and a new count.
+  bool StillSpinning() { return polls_.exchange(0, std::memory_order_relaxed) >= kSpinningPolls / 2; }
+
+ private:
+  std::atomic<uint32_t> polls_{0};
+};
+
 class CompletionQueue {
  public:
   explicit CompletionQueue(size_t entries);

@@ -94,14 +94,11 @@ void Stream::PollProgress() {
 }
 
 void Stream::StillPolled() {
-  // A count, not an exact one (no read-modify-write on every poll): two pollers may count once.
-  uint32_t polls = polls_.load(std::memory_order_relaxed) + 1;
-  polls_.store(polls, std::memory_order_relaxed);
-  if (polls == kSpinningPolls) WatchReceive(false);
+  if (polls_.Count()) WatchReceive(false);
 }
 
 void Stream::OnNotifyArmed() {
-  polls_.store(0, std::memory_order_relaxed);
+  polls_.Reset();
   WatchReceive(true);
   if (response_owed_.exchange(false)) Kick();
 }
@@ -132,7 +129,7 @@ void Stream::OnWatchTimer(Timer* timer) {
     std::lock_guard<std::mutex> lock(self->watch_mutex_);
     keep = std::move(self->watch_self_);
     if (!keep || self->shut_) return;
-    if (self->polls_.exchange(0, std::memory_order_relaxed) >= kSpinningPolls / 2) {
+    if (self->polls_.StillSpinning()) {
       self->watch_self_ = keep;  // still spinning: look again later
       Engine::Get().Arm(&self->watch_timer_, kPollIdle);
       return;

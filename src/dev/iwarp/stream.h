@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "base/capture.h"
+#include "dev/cq.h"
 #include "dev/engine.h"
 #include "dev/qp.h"
 #include "wire/ddp.h"
@@ -210,7 +211,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // stops, and so does a Notify.
   std::mutex watch_mutex_;
   std::atomic<bool> rx_watched_{true};
-  std::atomic<uint32_t> polls_{0};
+  SpinCount polls_;
   Timer watch_timer_;
   std::shared_ptr<Stream> watch_self_;  // alive while the timer is armed
 };

@@ -20,7 +20,6 @@
 #include "base/log.h"
 #include "base/settings.h"
 #include "dev/address.h"
-#include "dev/cq.h"
 #include "wire/bytes.h"
 #include "wire/ib_cm.h"
 
@@ -259,12 +258,9 @@ bool Port::Send(const sockaddr_storage& to, uint8_t* datagram, size_t size) {
 
 namespace {
 
+// Stores the ICRC of a datagram in pieces in the last 4 bytes of its last piece.
 void StoreIcrcOf(const IcrcAddresses& addrs, Port::OutDatagram& d) {
   iovec& last = d.pieces[d.count - 1];
-  if (d.count == 1) {
-    StoreIcrc(addrs, {static_cast<uint8_t*>(last.iov_base), last.iov_len});
-    return;
-  }
   std::span<const uint8_t> pieces[Port::kMaxPieces];
   for (int i = 0; i < d.count; ++i) pieces[i] = {static_cast<const uint8_t*>(d.pieces[i].iov_base), d.pieces[i].iov_len};
   pieces[d.count - 1] = pieces[d.count - 1].first(last.iov_len - kIcrcLen);
@@ -391,10 +387,7 @@ void Port::UpdateWatchLocked() {
 }
 
 void Port::Polled() {
-  // A count, not an exact one (no read-modify-write on every poll): two pollers may count once.
-  uint32_t polls = polls_.load(std::memory_order_relaxed) + 1;
-  polls_.store(polls, std::memory_order_relaxed);
-  if (polls != kSpinningPolls) return;
+  if (!polls_.Count()) return;
   std::lock_guard<std::mutex> lock(watch_mutex_);
   if (!watching_in_) return;
   watching_in_ = false;
@@ -404,7 +397,7 @@ void Port::Polled() {
 }
 
 void Port::WatchAgain() {
-  polls_.store(0, std::memory_order_relaxed);
+  polls_.Reset();
   {
     std::lock_guard<std::mutex> lock(watch_mutex_);
     if (watching_in_) return;
@@ -422,7 +415,7 @@ void Port::OnWatchTimer(Timer* timer) {
     std::lock_guard<std::mutex> lock(self->watch_mutex_);
     keep = std::move(self->watch_self_);
     if (!keep) return;
-    if (self->polls_.exchange(0, std::memory_order_relaxed) >= kSpinningPolls / 2) {
+    if (self->polls_.StillSpinning()) {
       self->watch_self_ = keep;  // still spinning: look again later
       Engine::Get().Arm(&self->watch_timer_, kPollIdle);
       return;

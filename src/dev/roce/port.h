@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "dev/counters.h"
+#include "dev/cq.h"
 #include "dev/engine.h"
 #include "dev/roce/cm.h"
 #include "wire/ib.h"
@@ -207,7 +208,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   std::vector<std::weak_ptr<PacketSink>> waiting_writable_;
   bool watching_out_ = false;
   bool watching_in_ = true;
-  std::atomic<uint32_t> polls_{0};
+  SpinCount polls_;
   Timer watch_timer_;
   std::shared_ptr<Port> watch_self_;  // alive while the timer is armed
   void UpdateWatchLocked();
