@@ -199,10 +199,6 @@ void AsV6(const Addr& a, uint8_t* out) {
   std::memcpy(out + 12, a.ip, 4);
 }
 
-}  // namespace
-
-namespace {
-
 // The ICRC of a packet of `length` bytes (BTH .. pad) given in pieces, the first of which holds
 // the BTH whole or is the whole packet.
 uint32_t IcrcOfPieces(const IcrcAddresses& addrs, size_t length, std::span<const std::span<const uint8_t>> pieces) {
