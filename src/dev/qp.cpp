@@ -46,8 +46,14 @@ QueuePair::QueuePair(std::shared_ptr<ProtectionDomain> pd, std::shared_ptr<Compl
       srq_(std::move(srq)),
       sq_(caps.send_depth),
       rq_(srq_ ? 0 : caps.recv_depth) {
+  error_work_.owner = this;
   error_work_.run = [](WorkItem* item) {
-    auto qp = std::move(static_cast<ErrorWork*>(item)->qp);
+    QueuePair* owner = static_cast<ErrorWork*>(item)->owner;
+    std::shared_ptr<QueuePair> qp;
+    {
+      std::lock_guard<std::mutex> lock(owner->state_mutex_);
+      qp = std::move(owner->error_work_.qp);
+    }
     if (qp) qp->Modify(QpState::Error);
   };
 }
@@ -117,10 +123,12 @@ int32_t QueuePair::Modify(QpState to) {
 
 void QueuePair::DeferError() {
   {
+    // Errors are found on several threads at once (the engine, a poller, the CM's work): the
+    // first one queues the work; the others find it queued (or the QP in Error already).
     std::lock_guard<std::mutex> lock(state_mutex_);
-    if (state_.load() == QpState::Error) return;
+    if (state_.load() == QpState::Error || error_work_.qp) return;
+    error_work_.qp = shared_from_this();
   }
-  error_work_.qp = shared_from_this();
   Engine::Get().Defer(&error_work_);
 }
 

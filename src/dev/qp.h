@@ -179,8 +179,9 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   uint64_t rq_head_ = 0, rq_tail_ = 0;
 
   // Pre-allocated so an error found on the engine always reaches the work pool.
-  // It holds the QP while queued.
+  // It holds the QP while queued; qp is set and taken under state_mutex_.
   struct ErrorWork : WorkItem {
+    QueuePair* owner = nullptr;
     std::shared_ptr<QueuePair> qp;
   } error_work_;
 };

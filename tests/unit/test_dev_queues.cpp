@@ -3,6 +3,9 @@
 
 #include <ndwv/wvstatus.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "dev/cq.h"
@@ -123,6 +126,33 @@ TEST_F(QpTest, ErrorFlushesEveryRequestOnceInOrderAndLaterPostsToo) {
   ASSERT_EQ(done.size(), 2u);
   EXPECT_EQ(done[0].status, WcStatus::Flushed);
   EXPECT_EQ(done[1].status, WcStatus::Flushed);
+}
+
+// Errors are found on several threads at once (the engine, a poller, the CM's work): the QP goes
+// to Error, and the work that took it there lets go of it, however the calls interleave.
+TEST_F(QpTest, ErrorsRaisedTogetherMoveToErrorAndReleaseTheQp) {
+  using namespace std::chrono_literals;
+  for (int round = 0; round < 3000; ++round) {
+    ASSERT_EQ(qp->Modify(QpState::Reset), WV_SUCCESS);
+    ASSERT_EQ(qp->Modify(QpState::Init), WV_SUCCESS);
+    ASSERT_EQ(qp->Modify(QpState::Rtr), WV_SUCCESS);
+    ASSERT_EQ(qp->Modify(QpState::Rts), WV_SUCCESS);
+    std::atomic<int> ready{0};
+    auto raise = [&] {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      qp->DeferError();
+    };
+    std::thread other(raise);
+    raise();
+    other.join();
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    while ((qp->state() != QpState::Error || qp.use_count() != 1) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    ASSERT_EQ(qp->state(), QpState::Error) << "round " << round;
+    ASSERT_EQ(qp.use_count(), 1) << "round " << round;
+  }
 }
 
 TEST_F(QpTest, BadLocalKeyCompletesWithAProtectionError) {
