@@ -758,6 +758,11 @@ bool TransportIsRoce() {
   return value && std::string(value).rfind("roce", 0) == 0;
 }
 
+bool SendsConfirmed() {
+  const char* confirm = std::getenv("NDWV_IWARP_CONFIRM");
+  return TransportIsRoce() || (confirm && std::string(confirm) == "all");
+}
+
 void FillPattern(uint8_t* data, size_t length, uint64_t seed) {
   for (size_t i = 0; i < length; ++i) data[i] = PatternByte(seed, i);
 }

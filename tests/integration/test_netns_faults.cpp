@@ -462,21 +462,32 @@ class IntegrationNetnsLoss : public IntegrationNetns, public ::testing::WithPara
 TEST_P(IntegrationNetnsLoss, EveryMessageArrivesIntact) {
   const std::string percent = std::to_string(GetParam());
   const std::string ns = "ip netns exec " + hosts().a() + " nft ";
-  ASSERT_TRUE(Shell(ns + "add table inet loss") &&
-              Shell(ns + "'add chain inet loss in { type filter hook input priority 0; }'") &&
-              Shell(ns + "'add chain inet loss out { type filter hook output priority 0; }'") &&
-              Shell(ns + "'add rule inet loss in iifname va numgen random mod 100 < " + percent + " drop'") &&
-              Shell(ns + "'add rule inet loss out oifname va numgen random mod 100 < " + percent + " drop'"))
-      << "could not install the nft rules";  // removed with the namespace
+  // Drops `percent` of what crosses va, both ways (the rules go with the namespace).
+  auto installLoss = [&] {
+    return Shell(ns + "add table inet loss") &&
+           Shell(ns + "'add chain inet loss in { type filter hook input priority 0; }'") &&
+           Shell(ns + "'add chain inet loss out { type filter hook output priority 0; }'") &&
+           Shell(ns + "'add rule inet loss in iifname va numgen random mod 100 < " + percent + " drop'") &&
+           Shell(ns + "'add rule inet loss out oifname va numgen random mod 100 < " + percent + " drop'");
+  };
   // At 20 % a packet and its answer can miss 1 + 7 tries in a row now and then (more than the
-  // retry budget): then, and only then, may a send end ND_IO_TIMEOUT; everything before it arrived
-  // intact, and the rest is flushed. Below that, every send succeeds.
+  // retry budget; iWARP: TCP gives up after NDWV_IWARP_TIMEOUT_MS, a few tries): then, and only
+  // then, may a send end ND_IO_TIMEOUT; everything before it arrived intact, and the rest is
+  // flushed. Below that, every send succeeds.
   const bool budgetMayRunOut = GetParam() >= 20;
   const int kCount = budgetMayRunOut ? 10 : 40;
+  // iWARP's handshake is TCP's and the MPA exchange: at 20 % it too may outlast the budget, and
+  // the peer accepts one connection only. So there the loss starts once connected; RoCE's CM
+  // (ours, with its retries) connects across it at every rate.
+  const bool lossAfterConnect = budgetMayRunOut && !TransportIsRoce();
+  if (!lossAfterConnect) {
+    ASSERT_TRUE(installLoss()) << "could not install the nft rules";
+  }
   RunWithPeer("netns_sink", {{"netns", hosts().b()}, {"count", std::to_string(kCount)}}, [&](Channel& peer) {
     InNamespace inside(hosts().a());
     Client c;
     c.Connect(peer, 3);
+    if (lossAfterConnect) IT_CHECK_MSG(installLoss(), "could not install the nft rules");
     int succeeded = 0;
     bool ranOut = false;
     for (int i = 0; i < kCount && !ranOut; ++i) {
@@ -499,8 +510,18 @@ TEST_P(IntegrationNetnsLoss, EveryMessageArrivesIntact) {
     c.ExpectReceiveFlushed("the client's receive after Disconnect");
     // A send whose every acknowledgement was lost may still have arrived.
     uint64_t received = peer.ReceiveValue("received", 60000);
-    if (ranOut) IT_CHECK(received == uint64_t(succeeded) || received == uint64_t(succeeded) + 1);
-    else IT_CHECK_EQ(uint64_t(kCount), received);
+    if (ranOut) {
+      IT_CHECK(received == uint64_t(succeeded) || received == uint64_t(succeeded) + 1);
+    } else if (budgetMayRunOut && !SendsConfirmed() && received < uint64_t(kCount)) {
+      // Sends that complete when handed to TCP completed before the budget ran out; the
+      // connection ended with some still unacknowledged. The peer got the ones before them, each
+      // intact and in order (it checks), and then its receives were flushed: a stream cut short
+      // is a broken one (our FIN follows the data).
+      std::printf("[ INFO     ] TCP gave up after %llu of %d sends reached the peer\n",
+                  static_cast<unsigned long long>(received), kCount);
+    } else {
+      IT_CHECK_EQ(uint64_t(kCount), received);
+    }
   });
 }
 

@@ -314,12 +314,10 @@ TEST(IntegrationSendReceive, SendWithNoReceivePostedAtThePeer) {
     ConnectTo(peer, client);
     ND2_SGE out = {buffer.data(), 64, mr.token()};
     IT_OK(client.qp->Send(Ctx(0x200), &out, 1, 0));
-    const char* confirm = std::getenv("NDWV_IWARP_CONFIRM");
-    bool sends_confirmed = confirm && std::string(confirm) == "all";
     ND2_RESULT r = NextCompletion(client.cq.get(), "the send nobody had a receive for", kWaitMs);
     // Unconfirmed, the Send completes when handed to TCP, unless the peer's refusal is read before
     // the transmit path got to complete it: then it carries the refusal. Confirmed, always that.
-    bool ok = r.Status == ND_IO_TIMEOUT || (!sends_confirmed && r.Status == ND_SUCCESS);
+    bool ok = r.Status == ND_IO_TIMEOUT || (!SendsConfirmed() && r.Status == ND_SUCCESS);
     if (!ok || r.RequestType != Nd2RequestTypeSend || r.RequestContext != Ctx(0x200))
       IT_FAIL("the send nobody had a receive for: completion " + Describe(r));
     ExpectCompletion(client.receiveCq, {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x100), kClientQp, -1},
