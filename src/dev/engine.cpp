@@ -107,6 +107,11 @@ bool Engine::Disarm(Timer* timer) {
   return true;
 }
 
+bool Engine::IsArmed(const Timer* timer) {
+  std::lock_guard<std::mutex> lock(timer_mutex_);
+  return timer->armed;
+}
+
 void Engine::Defer(WorkItem* item) {
   {
     std::lock_guard<std::mutex> lock(work_mutex_);

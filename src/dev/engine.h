@@ -32,7 +32,10 @@ using Clock = std::chrono::steady_clock;
 
 // A one-shot timer owned by its user (no allocation when armed). fire runs on the engine thread,
 // outside every engine lock; it may still run once after a Disarm that returned false (the timer
-// was already due), so an owner keeps itself alive while its timer is armed or firing.
+// was already due), so an owner keeps itself alive while its timer is armed or firing. It may
+// also run after its owner armed the timer again (between falling due and fire taking the lock
+// the owner arms under): fire then finds IsArmed true and leaves it to that later firing, which
+// the new arming's keep-alive covers.
 struct Timer {
   void (*fire)(Timer*) = nullptr;
   void* owner = nullptr;  // for fire to find its object
@@ -54,6 +57,8 @@ class Engine {
   void Arm(Timer* timer, std::chrono::milliseconds delay);
   // True if the timer was armed and will not fire.
   bool Disarm(Timer* timer);
+  // Whether the timer is armed (will fire): false in its own fire unless armed again since.
+  bool IsArmed(const Timer* timer);
 
   // Runs item on the work pool.
   void Defer(WorkItem* item);

@@ -91,6 +91,7 @@ void Endpoint::OnTimer(Timer* timer) {
   std::shared_ptr<Endpoint> keep;
   {
     std::lock_guard<std::mutex> lock(self->mutex_);
+    if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
     keep = std::move(self->timer_self_);
   }
   if (keep) keep->HandleTimeout();
@@ -99,6 +100,7 @@ void Endpoint::OnTimer(Timer* timer) {
 void Endpoint::HandleTimeout() {
   Finisher finish;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (Engine::Get().IsArmed(&timer_)) return;  // a new phase armed it after OnTimer looked
   switch (state_) {
     case State::ActiveConnecting:
     case State::ActiveMpaSent:

@@ -127,6 +127,7 @@ void Stream::OnWatchTimer(Timer* timer) {
   std::shared_ptr<Stream> keep;
   {
     std::lock_guard<std::mutex> lock(self->watch_mutex_);
+    if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
     keep = std::move(self->watch_self_);
     if (!keep || self->shut_) return;
     if (self->polls_.StillSpinning()) {

@@ -413,6 +413,7 @@ void Port::OnWatchTimer(Timer* timer) {
   std::shared_ptr<Port> keep;
   {
     std::lock_guard<std::mutex> lock(self->watch_mutex_);
+    if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
     keep = std::move(self->watch_self_);
     if (!keep) return;
     if (self->polls_.StillSpinning()) {
@@ -786,6 +787,7 @@ void Port::OnCmTimer(Timer* timer) {
   std::shared_ptr<Port> keep;
   {
     std::lock_guard<std::mutex> lock(self->cm_mutex_);
+    if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
     keep = std::move(self->cm_timer_self_);
   }
   if (!keep) return;

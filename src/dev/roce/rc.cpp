@@ -835,6 +835,7 @@ void RcLink::OnTimer(Timer* timer) {
   std::shared_ptr<RcLink> keep;
   {
     std::lock_guard<std::mutex> lock(self->mutex_);
+    if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
     keep = std::move(self->timer_self_);
     self->timer_armed_ = false;
     if (!keep || self->shut_) return;
