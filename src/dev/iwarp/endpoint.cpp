@@ -88,19 +88,15 @@ void Endpoint::DisarmTimer() {
 
 void Endpoint::OnTimer(Timer* timer) {
   Endpoint* self = static_cast<Endpoint*>(timer->owner);
-  std::shared_ptr<Endpoint> keep;
-  {
-    std::lock_guard<std::mutex> lock(self->mutex_);
-    if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
-    keep = std::move(self->timer_self_);
-  }
-  if (keep) keep->HandleTimeout();
+  std::shared_ptr<Endpoint> keep;  // released last, after the requests completed
+  Finisher finish;
+  std::lock_guard<std::mutex> lock(self->mutex_);
+  if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
+  keep = std::move(self->timer_self_);
+  if (keep) keep->HandleTimeoutLocked(finish);
 }
 
-void Endpoint::HandleTimeout() {
-  Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (Engine::Get().IsArmed(&timer_)) return;  // a new phase armed it after OnTimer looked
+void Endpoint::HandleTimeoutLocked(Finisher& finish) {
   switch (state_) {
     case State::ActiveConnecting:
     case State::ActiveMpaSent:

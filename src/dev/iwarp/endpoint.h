@@ -67,7 +67,7 @@ class Endpoint final : public ConnectEndpoint,
   void ArmTimer(uint32_t ms);
   void DisarmTimer();
   static void OnTimer(Timer* timer);
-  void HandleTimeout();
+  void HandleTimeoutLocked(Finisher& finish);  // the phase's time is up (mutex_ held)
 
   void OnListenReady();
   void OnConnectReady(Finisher& finish);
