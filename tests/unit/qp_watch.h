@@ -14,6 +14,7 @@
 
 #include "dev/cq.h"
 #include "dev/qp.h"
+#include "wait.h"
 
 namespace ndwv::dev {
 
@@ -29,13 +30,10 @@ struct QpWatch {
   // Polls until `done` holds, at most `bound`.
   template <class Pred>
   bool PollUntil(Pred done, std::chrono::milliseconds bound = std::chrono::seconds(5)) {
-    auto deadline = std::chrono::steady_clock::now() + bound;
-    for (;;) {
+    return WaitUntil([&] {
       Drain();
-      if (done()) return true;
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+      return done();
+    }, bound);
   }
 
   // Waits for the library to move the QP to Error, then for that move's flush to finish (a second

@@ -7,22 +7,12 @@
 #include <thread>
 
 #include "dev/engine.h"
+#include "wait.h"
 
 namespace ndwv::dev {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Waits (bounded) until `done` is true.
-template <class F>
-bool WaitFor(F done, std::chrono::milliseconds limit = 5s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
 // An owner as the transports write them: fire takes the lock the owner arms under.
 struct Owner {
@@ -47,11 +37,11 @@ TEST(EngineTimer, AFiringOvertakenByANewArmingFindsItArmedAndTheNewOneFiresLater
     std::unique_lock<std::mutex> lock(owner.mutex);
     Engine::Get().Arm(&owner.timer, 0ms);
     // Due: the engine takes it off its list, then its fire waits for our lock.
-    ASSERT_TRUE(WaitFor([&] { return !Engine::Get().IsArmed(&owner.timer); }));
+    ASSERT_TRUE(WaitUntil([&] { return !Engine::Get().IsArmed(&owner.timer); }));
     Engine::Get().Arm(&owner.timer, 20ms);  // the owner arms it again meanwhile
     EXPECT_TRUE(Engine::Get().IsArmed(&owner.timer));
   }
-  ASSERT_TRUE(WaitFor([&] { return owner.fired.load() == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return owner.fired.load() == 2; }));
   EXPECT_EQ(owner.saw_armed.load(), 1);  // the first firing, overtaken; not the second
   EXPECT_FALSE(Engine::Get().IsArmed(&owner.timer));
 }

@@ -10,6 +10,7 @@
 
 #include "dev/cq.h"
 #include "dev/qp.h"
+#include "wait.h"
 
 namespace ndwv::dev {
 namespace {
@@ -147,9 +148,7 @@ TEST_F(QpTest, ErrorsRaisedTogetherMoveToErrorAndReleaseTheQp) {
     std::thread other(raise);
     raise();
     other.join();
-    auto deadline = std::chrono::steady_clock::now() + 5s;
-    while ((qp->state() != QpState::Error || qp.use_count() != 1) && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::yield();
+    WaitUntil([&] { return qp->state() == QpState::Error && qp.use_count() == 1; }, 5s, 10us);
     ASSERT_EQ(qp->state(), QpState::Error) << "round " << round;
     ASSERT_EQ(qp.use_count(), 1) << "round " << round;
   }
