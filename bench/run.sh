@@ -52,7 +52,9 @@
 # and compared with the TCP ping-pong's (latency-bound on both sides); the output says which tool
 # produced every figure. MB/s = 10^6 bytes per second.
 #
-# Information lines (no target): the 8-byte ping-pong references again with --idle-thread (a
+# Information lines (no target): the 8-byte UDP ping-pong as RoCE puts it on the wire
+# (--roce-datagrams --idle-thread: a message and an ACK datagram, GSO/GRO, two threads; what the
+# kernel alone costs RoCE), the 8-byte ping-pong references again with --idle-thread (a
 # second, sleeping thread, as every ndwv process has its progress engine; see bench/README.md),
 # and RoCE RDMA Write sizes other than 64 KiB.
 # ---------------------------------------------------------------------------------------------
@@ -415,6 +417,10 @@ for r in $(seq "$repeat"); do
   [ -n "$info_udp_sizes" ] && measure "udp_pp_mt.r$r" udp "$info_udp_sizes" -- \
     "$tcp_pp" --udp -s "$ip:PORT" --idle-thread --timeout "$w_server" -- \
     "$tcp_pp" --udp -c "$ip:PORT" --idle-thread --sizes "$(csv $info_udp_sizes)" "${pp_iter[@]}" --timeout "$w_client"
+  [ -n "$info_udp_sizes" ] && measure "udp_pp_roce.r$r" udp "$info_udp_sizes" -- \
+    "$tcp_pp" --udp --roce-datagrams -s "$ip:PORT" --idle-thread --timeout "$w_server" -- \
+    "$tcp_pp" --udp --roce-datagrams -c "$ip:PORT" --idle-thread --sizes "$(csv $info_udp_sizes)" "${pp_iter[@]}" \
+      --timeout "$w_client"
   if [ -n "$st_sizes" ] && [ -n "$nd_rping" ]; then
     NDWV_TRANSPORTS=roce measure "roce_ndrping.r$r" udp "$st_sizes" -- \
       "$nd_rping" -s -p -w "$ip:PORT" -- "$nd_rping" -c -p -w "$ip:PORT"
@@ -545,6 +551,9 @@ for s in $(filter 8 8 $udp_sizes); do
   [ -n "$info_udp_sizes" ] && pair=$(paired roce_ndpingpong udp_pp_mt "$s" 3 1 1) no_target=1 \
     line "  the same, reference with 2 threads" lat "$nv" "$ns" \
     "$(best udp_pp_mt "$s" 3 min 1)" "udp pp, 2 threads" udp_pp_mt "$s"
+  [ -n "$info_udp_sizes" ] && pair=$(paired roce_ndpingpong udp_pp_roce "$s" 3 1 1) no_target=1 \
+    line "  against UDP in RoCE's datagrams" lat "$nv" "$ns" \
+    "$(best udp_pp_roce "$s" 3 min 1)" "udp pp as RoCE, 2 thr" udp_pp_roce "$s"
 done
 for s in $bw_sizes; do
   [ -n "$nd_rping" ] || continue

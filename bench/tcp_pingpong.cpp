@@ -12,17 +12,30 @@
 //
 //   tcp_pingpong -s [ip][:port]          server for one client (default: all addresses, port 54400)
 //   tcp_pingpong -c ip[:port]            client
-//   options: --udp, --idle-thread, --sizes LIST, --iters N, --max-iter N, --warmup N, --timeout SEC
+//   options: --udp, --roce-datagrams, --idle-thread[=own-files], --sizes LIST, --iters N,
+//            --max-iter N, --warmup N, --timeout SEC
 //
 // --idle-thread starts a second thread that only sleeps, as every ndwv process has its progress
 // engine: a process whose file table is shared by threads pays the kernel a file reference on
 // every socket call. bench/run.sh measures it as information beside the reference proper.
+// --idle-thread=own-files: the thread first takes a file table of its own (close_range with
+// CLOSE_RANGE_UNSHARE), which shows that the shared table is what costs, not the thread.
+//
+// --roce-datagrams (with --udp) sends each message the way ndwv's RoCE transport does on loopback,
+// with none of its work in user space: the message framed as an IB packet (16 bytes more) and a
+// 20-byte ACK datagram, both in one UDP GSO send on connected sockets, received with UDP_GRO by
+// recvmsg. Against it, the RoCE ratio is the cost of ndwv's user path alone.
 //
 // On stderr, both sides warn about every measured interval during which they were on a CPU less
 // than 90 % of the time: a busy-polling process that is not running shared its core, and its
 // figure is not to be trusted (bench/run.sh reports these).
 #include "bench_common.h"
 
+#include <netinet/udp.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <climits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,7 +56,8 @@ struct Control {  // client -> server before every round (TCP mode only)
 static_assert(sizeof(Control) == 24);
 
 struct Options {
-  bool server = false, client = false, udp = false, idle_thread = false;
+  bool server = false, client = false, udp = false, roce_datagrams = false, idle_thread = false,
+       own_files = false;
   std::string address;
   std::vector<std::size_t> sizes;
   std::uint64_t iters = 0, max_iter = 100000, warmup = 1000;
@@ -56,7 +70,10 @@ void usage(const char* prog, int code) {
                "  -s [ip][:port]   server: echo one client's messages (default 0.0.0.0:%u)\n"
                "  -c ip[:port]     client: measure and print the table\n"
                "  --udp            UDP datagrams instead of a TCP stream (sizes <= %zu)\n"
+               "  --roce-datagrams with --udp: each message as RoCE sends it (IB framing and an\n"
+               "                   ACK datagram in one GSO send; GRO receive)\n"
                "  --idle-thread    run a second thread that only sleeps (as ndwv's engine)\n"
+               "  --idle-thread=own-files  the same, the thread with a file table of its own\n"
                "  --sizes LIST     comma-separated sizes, e.g. 8,64K,1M (default 1 B..4 MiB\n"
                "                   doubling; with --udp 1 B..32 KiB)\n"
                "  --iters N        iterations per size (default min(max-iter, 2097152000/size))\n"
@@ -90,7 +107,9 @@ Options parse(int argc, char** argv) {
     if (a == "-s") { o.server = true; optional_value(); }
     else if (a == "-c") { o.client = true; optional_value(); }
     else if (a == "--udp") o.udp = true;
+    else if (a == "--roce-datagrams") o.roce_datagrams = true;
     else if (a == "--idle-thread") o.idle_thread = true;
+    else if (a == "--idle-thread=own-files") o.idle_thread = o.own_files = true;
     else if (a == "--sizes") sizes = value("--sizes");
     else if (a == "--iters") o.iters = parse_u64(value("--iters"), "--iters");
     else if (a == "--max-iter") o.max_iter = parse_u64(value("--max-iter"), "--max-iter");
@@ -105,6 +124,7 @@ Options parse(int argc, char** argv) {
     usage(argv[0], 2);
   }
   if (o.client && o.address.empty()) bench::fail("the client needs the server's address");
+  if (o.roce_datagrams && !o.udp) bench::fail("--roce-datagrams needs --udp");
   std::size_t max = o.udp ? kUdpMax : bench::kMaxSize;
   o.sizes = sizes.empty() ? bench::doubling_sizes(o.udp ? 32768 : bench::kMaxSize)
                           : bench::parse_sizes(sizes, max);
@@ -200,6 +220,80 @@ int tcp_client(const Options& o) {
 // one datagram in flight and retransmits after 100 ms of silence, so a lost datagram (rare on
 // loopback) costs time, not a hang; retransmissions are reported on stderr.
 
+// One message on a UDP socket: a datagram, or with --roce-datagrams RoCE's pair of them.
+struct UdpMessages {
+  static constexpr std::size_t kBth = 12, kIcrc = 4, kAck = kBth + 4 + kIcrc;  // ACK: BTH, AETH, ICRC
+  bool roce;
+  std::vector<char> rx = std::vector<char>(65536 + 64);
+  std::size_t have = 0, first = 0;  // --roce-datagrams: bytes of the pair so far; its first datagram
+
+  explicit UdpMessages(int fd, bool roce) : roce(roce) {
+    int one = 1;
+    if (roce && setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one) < 0) bench::die("UDP_GRO");
+  }
+  // The message datagram's length; GSO wants the shorter ACK last.
+  static std::size_t framed(std::size_t size) { return std::max(size + kBth + kIcrc, kAck); }
+
+  // Sends `size` bytes of `data` on a connected socket; false with errno set.
+  bool send(int fd, const char* data, std::size_t size) {
+    if (!roce) return ::send(fd, data, size, 0) >= 0;
+    static char header[kBth], trailer[kAck - kBth];  // contents do not matter to the kernel
+    std::size_t message = framed(size);
+    iovec iov[] = {{header, kBth}, {const_cast<char*>(data), size}, {trailer, message - kBth - size},
+                   {header, kBth}, {trailer, kAck - kBth}};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(std::uint16_t))] = {};
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = 5;
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+    std::uint16_t segment = std::uint16_t(message);
+    std::memcpy(CMSG_DATA(c), &segment, sizeof segment);
+    return sendmsg(fd, &m, 0) >= 0;
+  }
+
+  // One receive call: the payload's size once the message is whole (payload() has it), else -1
+  // or the call's error. `from`, when given, receives the sender's address.
+  ssize_t receive(int fd, sockaddr_in* from = nullptr) {
+    socklen_t flen = sizeof *from;
+    if (!roce) return recvfrom(fd, rx.data(), rx.size(), 0, reinterpret_cast<sockaddr*>(from), from ? &flen : nullptr);
+    // As ndwv's RoCE port reads: the sender's address and the GRO segment size come with the data.
+    sockaddr_in source{};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    iovec iov{rx.data() + have, rx.size() - have};
+    msghdr m{};
+    m.msg_name = &source;
+    m.msg_namelen = sizeof source;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    ssize_t n = recvmsg(fd, &m, 0);
+    if (n <= 0) return n;
+    if (from) *from = source;
+    std::size_t segment = std::size_t(n);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+        int gro;
+        std::memcpy(&gro, CMSG_DATA(c), sizeof gro);
+        segment = std::size_t(gro);
+      }
+    if (have == 0) first = segment;
+    have += std::size_t(n);
+    if (have < first + kAck) return -1;  // the ACK datagram is still to come
+    bool pair = have == first + kAck && first >= kAck;
+    have = 0;
+    return pair ? ssize_t(first - kBth - kIcrc) : -1;  // anything else: stray, dropped
+  }
+  // The payload size an echo of `size` bytes comes back with (a message is framed to >= kAck).
+  std::size_t echoed(std::size_t size) const { return roce ? framed(size) - kBth - kIcrc : size; }
+  const char* payload() const { return rx.data() + (roce ? kBth : 0); }
+};
+
 int udp_server(const Options& o) {
   sockaddr_in sa = bench::parse_endpoint(o.address, kDefaultPort);
   if (o.address.empty() || o.address.find('.') == std::string::npos) sa.sin_addr.s_addr = htonl(INADDR_ANY);
@@ -207,23 +301,30 @@ int udp_server(const Options& o) {
   if (fd < 0) bench::die("socket");
   if (bind(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) < 0) bench::die("bind");
   bench::set_nonblocking(fd);
-  std::vector<char> buf(65536);
+  UdpMessages messages(fd, o.roce_datagrams);
   bool started = false;
   std::uint64_t last = bench::now_ns(), spins = 0;
   const std::uint64_t idle_ns = 10ull * 1000000000ull;
   for (;;) {
     sockaddr_in from{};
-    socklen_t flen = sizeof from;
-    ssize_t n = recvfrom(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &flen);
+    ssize_t n = messages.receive(fd, &from);
     if (n < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNREFUSED) bench::die("recvfrom");
       if (started && (++spins & 1023) == 0 && bench::now_ns() - last > idle_ns) break;
       continue;
     }
     if (n == 0) break;
+    if (!started && o.roce_datagrams) {
+      // ndwv answers a RoCE peer through a socket connected to it (its flow).
+      if (connect(fd, reinterpret_cast<const sockaddr*>(&from), sizeof from) < 0) bench::die("connect");
+    }
     started = true;
     last = bench::now_ns();
-    while (sendto(fd, buf.data(), std::size_t(n), 0, reinterpret_cast<sockaddr*>(&from), flen) < 0) {
+    for (;;) {
+      bool sent = o.roce_datagrams ? messages.send(fd, messages.payload(), std::size_t(n))
+                                   : sendto(fd, messages.payload(), std::size_t(n), 0,
+                                            reinterpret_cast<sockaddr*>(&from), sizeof from) >= 0;
+      if (sent) break;
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) bench::die("sendto");
     }
   }
@@ -233,8 +334,8 @@ int udp_server(const Options& o) {
 
 struct UdpClient {
   int fd;
+  UdpMessages messages;
   std::uint64_t retransmits = 0;
-  std::vector<char> rx = std::vector<char>(65536);
 
   // One round trip of `size` bytes carrying sequence number `seq`.
   void round_trip(std::vector<char>& tx, std::size_t size, std::uint64_t seq) {
@@ -243,14 +344,14 @@ struct UdpClient {
     for (unsigned attempt = 0;; ++attempt) {
       if (attempt > 100) bench::fail("no answer from the UDP server for 10 s");
       if (attempt) ++retransmits;
-      while (::send(fd, tx.data(), size, 0) < 0) {
+      while (!messages.send(fd, tx.data(), size)) {
         if (errno == ECONNREFUSED) continue;  // ICMP from an earlier datagram: server not up yet
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) bench::die("send");
       }
       std::uint64_t deadline = bench::now_ns() + rto, spins = 0;
       for (;;) {
-        ssize_t n = ::recv(fd, rx.data(), rx.size(), 0);
-        if (n == ssize_t(size) && stamped(rx.data(), size, seq)) return;
+        ssize_t n = messages.receive(fd);
+        if (n == ssize_t(messages.echoed(size)) && stamped(messages.payload(), size, seq)) return;
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNREFUSED)
           bench::die("recv");
         if ((++spins & 255) == 0 && bench::now_ns() > deadline) break;  // lost: send again
@@ -265,7 +366,7 @@ int udp_client(const Options& o) {
   if (fd < 0) bench::die("socket");
   if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) < 0) bench::die("connect");
   bench::set_nonblocking(fd);
-  UdpClient c{fd};
+  UdpClient c{fd, UdpMessages(fd, o.roce_datagrams)};
   std::vector<char> tx(65536, 'p');
   std::uint64_t seq = 1;
   c.round_trip(tx, 40, seq++);  // first contact (the server may still be starting)
@@ -299,7 +400,13 @@ int udp_client(const Options& o) {
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
   bench::arm_watchdog(o.timeout);
-  if (o.idle_thread) std::thread([] { for (;;) pause(); }).detach();
+  if (o.idle_thread) {
+    std::thread([own_files = o.own_files] {
+      // Its own table, holding none of the process's files (so none is kept open by it).
+      if (own_files && close_range(0, UINT_MAX, CLOSE_RANGE_UNSHARE) != 0) bench::die("close_range");
+      for (;;) pause();
+    }).detach();
+  }
   if (o.udp) return o.server ? udp_server(o) : udp_client(o);
   return o.server ? tcp_server(o) : tcp_client(o);
 }
