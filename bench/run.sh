@@ -329,6 +329,18 @@ best() {
   echo "$out"
 }
 
+# spread NAME SIZE -> how many times its slowest round took its fastest one's time (Latency
+# column: time per message or operation), or nothing with fewer than two rounds.
+spread() {
+  local r v list=""
+  for r in $(seq "$repeat"); do
+    v=$(value "$logdir/$1.r$r.client.txt" "$2" 3)
+    [ -n "$v" ] && list="$list $v"
+  done
+  echo $list | awk '{ lo = hi = $1; for (i = 2; i <= NF; i++) { if ($i < lo) lo = $i; if ($i > hi) hi = $i }
+                      if (NF > 1 && lo > 0) printf "%.1f", hi / lo }'
+}
+
 # paired NDNAME REFNAME SIZE COL NDDIV REFDIV -> the median over rounds of each round's ratio
 # (ndwv's figure over the reference's measured right after it), or nothing. Back-to-back runs
 # share the machine's slow and fast phases, so this ratio scatters less than one of two bests.
@@ -438,6 +450,7 @@ roce_lat_target=1.20  # RoCE latency: at most 20 % above the UDP ping-pong
 roce_bw_target=0.70   # RoCE RDMA Write rate: at least 70 % of one TCP stream
 missed=0
 checked=0
+speed_changed=0
 
 fmt() {  # value kind -> formatted (latency: 2 decimals; MB/s: none)
   [ -n "$1" ] || { echo "n/a"; return; }
@@ -473,6 +486,12 @@ line() {
     fi
   fi
   if [ -n "$rv" ] && noisy "$7" "$8"; then verdict="$verdict [ref. on a shared CPU]"; fi
+  local varied
+  varied=$([ -n "$rv" ] && spread "$7" "$8")
+  if [ -n "$varied" ] && awk -v v="$varied" 'BEGIN { exit !(v >= 1.5) }'; then
+    verdict="$verdict [ref. varied ${varied}x]"
+    speed_changed=1
+  fi
   printf '%-36s %-31s %-26s %-6s %-6s %-8s %s\n' "$label" "$(fmt "$nv" "$kind") ($ns)" \
     "$(fmt "$rv" "$kind") ($rs)" "$ratio" "${pair:--}" "$target" "$verdict"
 }
@@ -553,7 +572,7 @@ for s in $(filter 8 8 $udp_sizes); do
     "$(best udp_pp_mt "$s" 3 min 1)" "udp pp, 2 threads" udp_pp_mt "$s"
   [ -n "$info_udp_sizes" ] && pair=$(paired roce_ndpingpong udp_pp_roce "$s" 3 1 1) no_target=1 \
     line "  against UDP in RoCE's datagrams" lat "$nv" "$ns" \
-    "$(best udp_pp_roce "$s" 3 min 1)" "udp pp as RoCE, 2 thr" udp_pp_roce "$s"
+    "$(best udp_pp_roce "$s" 3 min 1)" "udp as RoCE, 2 thr" udp_pp_roce "$s"
 done
 for s in $bw_sizes; do
   [ -n "$nd_rping" ] || continue
@@ -598,6 +617,11 @@ if [ "$busy_after" -gt 15 ]; then
 fi
 if [ $contended -gt 0 ]; then
   echo "WARNING: $contended measurement(s) shared their CPU with other processes (see the notes): rerun on an idle machine"
+fi
+if [ $speed_changed -gt 0 ]; then
+  echo "WARNING: the machine changed speed during the run ([ref. varied Nx]: that reference's slowest round"
+  echo "  took N times its fastest): a ratio of two bests may pair a fast round with a slow one; the paired"
+  echo "  column compares each round with the reference measured right after it"
 fi
 if [ $missed -gt 0 ]; then
   echo "MISSED: $missed of $checked targets (measurement only; exit status stays 0)"
