@@ -11,12 +11,12 @@ namespace ndwv::dev {
 CompletionQueue::CompletionQueue(size_t entries) : ring_(entries) {}
 
 size_t CompletionQueue::capacity() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard lock(mutex_);
   return ring_.size();
 }
 
 int32_t CompletionQueue::Resize(size_t entries) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard lock(mutex_);
   size_t count = count_.load();
   if (entries < count) return WV_BUFFER_OVERFLOW;
   std::vector<Completion> ring(entries);
@@ -47,7 +47,7 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
     TellSources(true);
     if (count_.load(std::memory_order_acquire) == 0) {
       if (!unseen_.load(std::memory_order_acquire)) return 0;  // nothing to mark seen
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard lock(mutex_);
       // Checked again under the lock: an entry pushed since the check above was not seen, and
       // marking it seen would keep the next Notify from firing for it (a lost wake-up).
       if (count_.load() == 0) {
@@ -58,7 +58,7 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
       }
     }
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard lock(mutex_);
   size_t count = count_.load(std::memory_order_relaxed);  // written only under mutex_
   size_t n = std::min(max, count);
   for (size_t i = 0; i < n; ++i) {
@@ -79,7 +79,7 @@ void CompletionQueue::Push(const Completion& completion, bool solicited) {
   AsyncOp* fire = nullptr;
   int32_t status = WV_SUCCESS;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard lock(mutex_);
     if (broken_.load()) return;
     size_t count = count_.load();
     if (count == ring_.size()) {
@@ -124,12 +124,12 @@ void CompletionQueue::Finish(AsyncOp* list, int32_t status) {
 
 int32_t CompletionQueue::Notify(NotifyType type, AsyncOp* op) {
   {
-    std::lock_guard<std::mutex> lock(sources_mutex_);
+    std::lock_guard lock(sources_mutex_);
     for (ProgressSource* source : sources_) source->OnNotifyArmed();
   }
   AsyncOp* fire = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard lock(mutex_);
     if (broken_.load()) return WV_BUFFER_OVERFLOW;
     op->next = nullptr;
     AsyncOp** tail = &armed_;
@@ -150,7 +150,7 @@ int32_t CompletionQueue::Notify(NotifyType type, AsyncOp* op) {
 void CompletionQueue::CancelNotifies() {
   AsyncOp* list;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard lock(mutex_);
     list = armed_;
     armed_ = nullptr;
     armed_type_ = NotifyType::Errors;
@@ -159,12 +159,12 @@ void CompletionQueue::CancelNotifies() {
 }
 
 void CompletionQueue::AttachSource(ProgressSource* source) {
-  std::lock_guard<std::mutex> lock(sources_mutex_);
+  std::lock_guard lock(sources_mutex_);
   sources_.push_back(source);
 }
 
 void CompletionQueue::DetachSource(ProgressSource* source) {
-  std::lock_guard<std::mutex> lock(sources_mutex_);
+  std::lock_guard lock(sources_mutex_);
   sources_.erase(std::remove(sources_.begin(), sources_.end(), source), sources_.end());
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/mutex.h"
 #include "dev/async.h"
 #include "dev/prefetch.h"
 
@@ -97,7 +98,7 @@ class CompletionQueue {
   void CompleteArmedLocked(int32_t status, AsyncOp** done);
   static void Finish(AsyncOp* list, int32_t status);
 
-  mutable std::mutex mutex_;
+  mutable base::Mutex mutex_;
   std::vector<Completion> ring_;
   size_t head_ = 0;  // next to poll
   std::atomic<size_t> count_{0};  // written under mutex_ (no read-modify-write), read without it
@@ -109,7 +110,7 @@ class CompletionQueue {
   AsyncOp* armed_ = nullptr;     // outstanding Notify requests, oldest first
   NotifyType armed_type_ = NotifyType::Errors;  // strongest type armed
 
-  std::mutex sources_mutex_;
+  base::Mutex sources_mutex_;
   std::vector<ProgressSource*> sources_;
   std::atomic<uint32_t> reaping_polls_{0};  // polls that found entries (a hint, not exact)
 };

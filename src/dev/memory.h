@@ -12,6 +12,8 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "base/mutex.h"
+
 namespace ndwv::dev {
 
 enum Access : uint32_t {
@@ -60,7 +62,7 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
   KeyCheck CheckRemote(uint32_t rkey, uint32_t qpn, uint64_t addr, uint64_t length, uint32_t access) const;
 
   // Held around check-then-place of remote data, so the target cannot be deregistered meanwhile.
-  std::shared_mutex& placement_lock() const { return mutex_; }
+  base::SharedMutex& placement_lock() const { return mutex_; }
   KeyCheck CheckRemoteLocked(uint32_t rkey, uint32_t qpn, uint64_t addr, uint64_t length,
                              uint32_t access) const;
 
@@ -76,7 +78,7 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
   uint32_t AllocSlot(Slot::Kind kind);  // under mutex_; 0 if none (slot 0 is never used)
   const Slot* Lookup(uint32_t key, Slot::Kind kind) const;
 
-  mutable std::shared_mutex mutex_;
+  mutable base::SharedMutex mutex_;
   std::vector<Slot> slots_{1};
   std::vector<uint32_t> free_slots_;
 };

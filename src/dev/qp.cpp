@@ -51,7 +51,7 @@ QueuePair::QueuePair(std::shared_ptr<ProtectionDomain> pd, std::shared_ptr<Compl
     QueuePair* owner = static_cast<ErrorWork*>(item)->owner;
     std::shared_ptr<QueuePair> qp;
     {
-      std::lock_guard<std::mutex> lock(owner->state_mutex_);
+      std::lock_guard lock(owner->state_mutex_);
       qp = std::move(owner->error_work_.qp);
     }
     if (qp) qp->Modify(QpState::Error);
@@ -67,7 +67,7 @@ QueuePair::~QueuePair() {
 void QueuePair::Attach(std::shared_ptr<Link> link) {
   std::shared_ptr<Link> old;
   {
-    std::lock_guard<std::mutex> lock(state_mutex_);
+    std::lock_guard lock(state_mutex_);
     old = std::exchange(link_, link);
     SetKickTarget(link);
   }
@@ -82,16 +82,16 @@ void QueuePair::Attach(std::shared_ptr<Link> link) {
 }
 
 std::shared_ptr<Link> QueuePair::link() const {
-  std::lock_guard<std::mutex> lock(state_mutex_);
+  std::lock_guard lock(state_mutex_);
   return link_;
 }
 
 int32_t QueuePair::Modify(QpState to) {
-  std::unique_lock<std::mutex> error_lock(error_mutex_, std::defer_lock);
+  std::unique_lock error_lock(error_mutex_, std::defer_lock);
   if (to == QpState::Error || to == QpState::Reset) error_lock.lock();
   std::shared_ptr<Link> link;
   {
-    std::lock_guard<std::mutex> lock(state_mutex_);
+    std::lock_guard lock(state_mutex_);
     QpState from = state_.load();
     if (from == to && to == QpState::Error) return WV_SUCCESS;
     if (!IsLegalTransition(from, to)) return WV_INVALID_DEVICE_STATE;
@@ -125,7 +125,7 @@ void QueuePair::DeferError() {
   {
     // Errors are found on several threads at once (the engine, a poller, the CM's work): the
     // first one queues the work; the others find it queued (or the QP in Error already).
-    std::lock_guard<std::mutex> lock(state_mutex_);
+    std::lock_guard lock(state_mutex_);
     if (state_.load() == QpState::Error || error_work_.qp) return;
     error_work_.qp = shared_from_this();
   }
@@ -135,7 +135,7 @@ void QueuePair::DeferError() {
 size_t QueuePair::Flush() {
   size_t flushed = 0;
   {
-    std::lock_guard<std::mutex> lock(sq_mutex_);
+    std::lock_guard lock(sq_mutex_);
     uint64_t tail = sq_tail_.load();
     for (; sq_head_ < tail; ++sq_head_, ++flushed) {
       SendWqe& wqe = send_at(sq_head_);
@@ -145,7 +145,7 @@ size_t QueuePair::Flush() {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(rq_mutex_);
+    std::lock_guard lock(rq_mutex_);
     for (; rq_head_ < rq_tail_; ++rq_head_, ++flushed) {
       RecvWqe& wqe = rq_[rq_head_ % rq_.size()];
       recv_cq_->Push({context_, wqe.wr_id, 0, WrOpcode::Receive, WcStatus::Flushed}, false);
@@ -164,7 +164,7 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
   if (request.num_sge > kMaxSge) return WV_DATA_OVERRUN;
   Link* link;
   {
-    std::lock_guard<std::mutex> lock(sq_mutex_);
+    std::lock_guard lock(sq_mutex_);
     link = kick_;
     uint64_t tail = sq_tail_.load(std::memory_order_relaxed);
     if (tail - sq_head_ == sq_.size()) return WV_NO_MORE_ENTRIES;
@@ -225,7 +225,7 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
 }
 
 void QueuePair::SetKickTarget(const std::shared_ptr<Link>& link) {
-  std::lock_guard<std::mutex> lock(sq_mutex_);
+  std::lock_guard lock(sq_mutex_);
   // Every link attached stays alive with the QP: a poster that read kick_ may still be kicking
   // one after it was detached (a kick of a link that was shut down does nothing). A QP connects
   // once, or a few times.
@@ -236,7 +236,7 @@ void QueuePair::SetKickTarget(const std::shared_ptr<Link>& link) {
 int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge) {
   if (srq_) return WV_INVALID_DEVICE_REQUEST;
   if (num_sge > caps_.recv_sge || num_sge > kMaxSge) return WV_DATA_OVERRUN;
-  std::lock_guard<std::mutex> lock(rq_mutex_);
+  std::lock_guard lock(rq_mutex_);
   if (rq_tail_ - rq_head_ == rq_.size()) return WV_NO_MORE_ENTRIES;
   RecvWqe& wqe = rq_[rq_tail_ % rq_.size()];
   wqe.wr_id = wr_id;
@@ -257,7 +257,7 @@ int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge)
 
 void QueuePair::FinishSend(uint64_t position, WcStatus status) {
   {
-    std::lock_guard<std::mutex> lock(sq_mutex_);
+    std::lock_guard lock(sq_mutex_);
     CompleteSendLocked(position, status);
   }
   if (status != WcStatus::Success && status != WcStatus::Flushed) DeferError();
@@ -280,7 +280,7 @@ void QueuePair::CompleteSendLocked(uint64_t position, WcStatus status) {
 
 void QueuePair::FailOldest(WcStatus status) {
   {
-    std::lock_guard<std::mutex> lock(sq_mutex_);
+    std::lock_guard lock(sq_mutex_);
     for (uint64_t position = sq_head_; position < sq_tail_.load(); ++position) {
       if (!send_at(position).done) {
         CompleteSendLocked(position, status);
@@ -293,7 +293,7 @@ void QueuePair::FailOldest(WcStatus status) {
 
 bool QueuePair::TakeReceive(RecvWqe* out) {
   if (srq_) return srq_->Take(out);
-  std::lock_guard<std::mutex> lock(rq_mutex_);
+  std::lock_guard lock(rq_mutex_);
   if (rq_head_ == rq_tail_) return false;
   rq_[rq_head_ % rq_.size()].CopyTo(out);
   rq_head_++;

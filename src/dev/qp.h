@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "dev/async.h"
 #include "dev/counters.h"
 #include "dev/cq.h"
@@ -165,7 +166,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   std::mutex error_mutex_;          // held through a move to Error, so a second one waits for the flush
   std::shared_ptr<Link> link_;
 
-  std::mutex sq_mutex_;
+  base::Mutex sq_mutex_;
   // link_ for posters, read under sq_mutex_ (which they hold anyway): no lock or reference
   // count of its own on the send path. kept_links_ keeps what it points to alive.
   Link* kick_ = nullptr;
@@ -174,7 +175,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   uint64_t sq_head_ = 0;                // oldest not yet completed
   std::atomic<uint64_t> sq_tail_{0};    // next free
 
-  std::mutex rq_mutex_;
+  base::Mutex rq_mutex_;
   std::vector<RecvWqe> rq_;
   uint64_t rq_head_ = 0, rq_tail_ = 0;
 

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/mutex.h"
 #include "dev/async.h"
 #include "dev/qp.h"
 
@@ -24,7 +25,7 @@ class SharedReceiveQueue {
 
  private:
   std::shared_ptr<ProtectionDomain> pd_;
-  std::mutex mutex_;
+  base::Mutex mutex_;
   std::vector<RecvWqe> ring_;
   uint64_t head_ = 0, tail_ = 0;
   uint32_t max_sge_, limit_;

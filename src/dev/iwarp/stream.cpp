@@ -105,7 +105,7 @@ void Stream::OnNotifyArmed() {
 
 void Stream::WatchReceive(bool on) {
   {
-    std::lock_guard<std::mutex> lock(watch_mutex_);
+    std::lock_guard lock(watch_mutex_);
     if (shut_ || rx_watched_ == on) return;
     rx_watched_ = on;
     Engine::Get().Modify(fd_, on ? kWatched : 0);  // the poller drives both directions
@@ -126,7 +126,7 @@ void Stream::OnWatchTimer(Timer* timer) {
   Stream* self = static_cast<Stream*>(timer->owner);
   std::shared_ptr<Stream> keep;
   {
-    std::lock_guard<std::mutex> lock(self->watch_mutex_);
+    std::lock_guard lock(self->watch_mutex_);
     if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
     keep = std::move(self->watch_self_);
     if (!keep || self->shut_) return;
@@ -169,14 +169,14 @@ void Stream::Broken() {
 }
 
 void Stream::Abort() {
-  std::lock_guard<std::mutex> rx(rx_mutex_);
+  std::lock_guard rx(rx_mutex_);
   if (!shut_) Broken();
 }
 
 void Stream::Shutdown() {
   {
-    std::lock_guard<std::mutex> rx(rx_mutex_);
-    std::lock_guard<std::mutex> tx(tx_mutex_);
+    std::lock_guard rx(rx_mutex_);
+    std::lock_guard tx(tx_mutex_);
     if (shut_) return;
     shut_ = true;
     phase_ = RxPhase::Dead;
@@ -189,7 +189,7 @@ void Stream::Shutdown() {
     qp_.reset();
   }
   {
-    std::lock_guard<std::mutex> lock(watch_mutex_);
+    std::lock_guard lock(watch_mutex_);
     if (Engine::Get().Disarm(&watch_timer_)) watch_self_.reset();
   }
   Engine::Get().Unwatch(fd_);
@@ -227,7 +227,7 @@ void Stream::Kick() {
 
 void Stream::SendRtr() {
   {
-    std::lock_guard<std::mutex> lock(tx_mutex_);
+    std::lock_guard lock(tx_mutex_);
     rtr_pending_ = true;
   }
   Kick();
@@ -238,10 +238,10 @@ void Stream::CloseSend() {
   // received before the disconnect: a Read Request already in the socket (a probe confirming the
   // peer's last Send or Write, say) gets its Response, else that request would end flushed. So
   // the receive in progress ends first, then whatever is left in the socket is processed.
-  { std::lock_guard<std::mutex> wait(rx_mutex_); }
+  { std::lock_guard wait(rx_mutex_); }
   DriveReceive();
   {
-    std::lock_guard<std::mutex> lock(tx_mutex_);
+    std::lock_guard lock(tx_mutex_);
     close_send_ = true;
   }
   Kick();
@@ -274,7 +274,7 @@ bool Stream::SourcesGranted() const {
 bool Stream::FlushBatch() {
   // Memory read for the peer is re-checked whenever bytes leave, with deregistration held off, so
   // a region deregistered (and freed) after the Read Request was checked is never sent.
-  std::shared_lock<std::shared_mutex> sources;
+  std::shared_lock<base::SharedMutex> sources;
   if (batch_.source_count) {
     sources = std::shared_lock(qp_->pd().placement_lock());
     if (!SourcesGranted()) {
@@ -398,7 +398,7 @@ bool Stream::AddProbe(size_t reads) {
   probe_seq_++;
   counters_.Add(Counter::TxConfirmReads);
   probe_due_ = false;
-  std::lock_guard<std::mutex> lock(reads_mutex_);
+  std::lock_guard lock(reads_mutex_);
   reads_outstanding_.push_back({next_tx_, true});
   reads_queued_.fetch_add(1, std::memory_order_release);
   return true;
@@ -408,7 +408,7 @@ void Stream::ConfirmPlaced(uint64_t below) {
   for (;;) {
     uint64_t position;
     {
-      std::lock_guard<std::mutex> lock(reads_mutex_);
+      std::lock_guard lock(reads_mutex_);
       if (unconfirmed_.empty() || unconfirmed_.front().position >= below) return;
       position = unconfirmed_.front().position;
       unconfirmed_.pop_front();
@@ -423,7 +423,7 @@ void Stream::FailUnconfirmed(const TerminateMsg& term, WcStatus status) {
   DdpHeader offending;
   bool named = !term.ddp_header.empty() && DecodeDdpHeader(term.ddp_header, offending,
                                                            ReservedBits::Ignore) == DdpError::Ok;
-  std::lock_guard<std::mutex> lock(reads_mutex_);
+  std::lock_guard lock(reads_mutex_);
   while (!unconfirmed_.empty()) {
     Unconfirmed entry = unconfirmed_.front();
     unconfirmed_.pop_front();
@@ -468,7 +468,7 @@ bool Stream::FillBatch() {
     // Read Responses owed to the peer go first, at message boundaries.
     ReadResponse* response = nullptr;
     if (responses_queued_.load(std::memory_order_acquire)) {
-      std::lock_guard<std::mutex> lock(responses_mutex_);
+      std::lock_guard lock(responses_mutex_);
       response = &responses_.front();
     }
     if (response) {
@@ -478,7 +478,7 @@ bool Stream::FillBatch() {
       Sge source{response->source, response->size, 0};
       Source piece{response->source_stag, response->source + response->sent, chunk};
       {
-        std::shared_lock<std::shared_mutex> granted(qp_->pd().placement_lock());  // the CRC reads it
+        std::shared_lock<base::SharedMutex> granted(qp_->pd().placement_lock());  // the CRC reads it
         if (chunk && qp_->pd().CheckRemoteLocked(piece.stag, qpn_, piece.addr, piece.length, kRemoteRead) !=
                          KeyCheck::Ok) {
           broken_ = true;  // deregistered since the request was checked: the connection ends
@@ -492,7 +492,7 @@ bool Stream::FillBatch() {
       if (chunk) batch_.sources[batch_.source_count++] = piece;
       response->sent += chunk;
       if (last) {
-        std::lock_guard<std::mutex> lock(responses_mutex_);
+        std::lock_guard lock(responses_mutex_);
         responses_.pop_front();
         responses_queued_.fetch_sub(1, std::memory_order_release);
       }
@@ -530,7 +530,7 @@ bool Stream::FillBatch() {
         break;
       read_msn_++;
       counters_.Add(Counter::TxReads);
-      std::lock_guard<std::mutex> lock(reads_mutex_);
+      std::lock_guard lock(reads_mutex_);
       reads_outstanding_.push_back({next_tx_++, false});
       reads_queued_.fetch_add(1, std::memory_order_release);
       continue;
@@ -551,7 +551,7 @@ bool Stream::FillBatch() {
     if (last) {
       counters_.Add(is_send ? Counter::TxSends : Counter::TxWrites);
       if (is_send ? params_.confirm_sends : params_.confirm_writes) {
-        std::lock_guard<std::mutex> lock(reads_mutex_);
+        std::lock_guard lock(reads_mutex_);
         unconfirmed_.push_back({next_tx_++, is_send ? send_msn_ : 0});
         probe_due_ = true;
       } else {
@@ -567,7 +567,7 @@ void Stream::QueueTerminate(TermCode code) {
   NDWV_LOG(Info, "%s: sending Terminate (%s)", counters_.identity(), Describe(code));
   std::span<const uint8_t> offending(raw_hdr_, hdr_len_ ? 2 + hdr_len_ : 0);  // the segment at fault
   {
-    std::lock_guard<std::mutex> lock(tx_mutex_);
+    std::lock_guard lock(tx_mutex_);
     terminate_len_ = EncodeTerminate({terminate_, sizeof terminate_}, code, 1, offending,
                                      DefaultTermAttach(code));
     counters_.Add(code.layer == TermLayer::Rdmap ? Counter::TerminatesSentRdmap
@@ -726,7 +726,7 @@ bool Stream::StartSegment() {
       }
       return true;
     case RdmapOpcode::ReadResponse: {
-      std::lock_guard<std::mutex> lock(reads_mutex_);
+      std::lock_guard lock(reads_mutex_);
       if (reads_outstanding_.empty()) {
         Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
         return false;
@@ -806,7 +806,7 @@ std::pair<uint8_t*, uint64_t> Stream::Target(uint32_t offset) {
   }
 }
 
-bool Stream::LockTarget(std::shared_lock<std::shared_mutex>& placement) {
+bool Stream::LockTarget(std::shared_lock<base::SharedMutex>& placement) {
   if (payload_len_ == 0) return true;  // zero length: no key (IB C9-88)
   if (IsSend(hdr_.opcode)) {
     // A receive's buffers are granted by their L_Keys: checked under the lock, like a Write's
@@ -837,7 +837,7 @@ bool Stream::PlacePayload() {
   // neither see an unchecked FPDU complete nor change the buffer before its CRC is computed.
   uint32_t direct = payload_len_ - tail_len_;
   while (payload_done_ < direct) {
-    std::shared_lock<std::shared_mutex> placement;
+    std::shared_lock<base::SharedMutex> placement;
     if (!LockTarget(placement)) return false;
     auto [dest, room] = Target(payload_done_);
     size_t want = size_t(std::min<uint64_t>(room, direct - payload_done_));
@@ -876,7 +876,7 @@ bool Stream::FinishSegment() {
     return false;
   }
   {
-    std::shared_lock<std::shared_mutex> placement;
+    std::shared_lock<base::SharedMutex> placement;
     if (!LockTarget(placement)) return false;
     for (uint32_t placed = 0; placed < tail_len_;) {
       auto [dest, room] = Target(payload_done_);
@@ -910,7 +910,7 @@ bool Stream::FinishSegment() {
       counters_.Add(Counter::RxBytes, payload_len_);
       if (hdr_.last) {
         {
-          std::lock_guard<std::mutex> lock(reads_mutex_);
+          std::lock_guard lock(reads_mutex_);
           reads_outstanding_.pop_front();
           reads_queued_.fetch_sub(1, std::memory_order_release);
         }
@@ -935,7 +935,7 @@ bool Stream::FinishSegment() {
         }
       }
       {
-        std::lock_guard<std::mutex> lock(responses_mutex_);
+        std::lock_guard lock(responses_mutex_);
         if (read_req_.size && responses_.size() >= params_.ird) {  // probes are always answered
           Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
           return false;
@@ -963,7 +963,7 @@ bool Stream::FinishSegment() {
                           (LoadBe16(term.ddp_header.data()) & kRdmapOpcodeMask) == uint8_t(RdmapOpcode::ReadRequest);
       std::optional<uint64_t> read;
       {
-        std::lock_guard<std::mutex> lock(reads_mutex_);
+        std::lock_guard lock(reads_mutex_);
         for (const OutstandingRead& r : reads_outstanding_)
           if (!r.probe) {
             read = r.position;

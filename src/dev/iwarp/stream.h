@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "base/capture.h"
+#include "base/mutex.h"
 #include "dev/cq.h"
 #include "dev/engine.h"
 #include "dev/qp.h"
@@ -126,7 +127,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool StartSegment();
   bool PlacePayload();
   std::pair<uint8_t*, uint64_t> Target(uint32_t offset);
-  bool LockTarget(std::shared_lock<std::shared_mutex>& placement);
+  bool LockTarget(std::shared_lock<base::SharedMutex>& placement);
   bool FinishSegment();
   void Fail(wire::TermCode code, WcStatus local_status);
   void Broken();  // the socket is gone: stop and let the CM know
@@ -141,7 +142,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   uint32_t qpn_;
 
   // ---- transmit (tx_mutex_) ----
-  std::mutex tx_mutex_;
+  base::Mutex tx_mutex_;
   std::atomic<uint64_t> tx_kicks_{0};
   TxBatch batch_;
   uint64_t next_tx_ = 0;            // next send queue position to start
@@ -165,7 +166,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   size_t ReadsOutstanding();
   void ConfirmPlaced(uint64_t below);
   void FailUnconfirmed(const wire::TerminateMsg& term, WcStatus status);
-  std::mutex responses_mutex_;              // receive path adds, transmit path takes
+  base::Mutex responses_mutex_;              // receive path adds, transmit path takes
   std::deque<ReadResponse> responses_;
   // The sizes of responses_ and reads_outstanding_, readable without their locks: the transmit
   // path looks at both for every message, and they are nearly always empty.
@@ -175,7 +176,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool rtr_pending_ = false;
   std::atomic<bool> shut_{false};   // Shutdown ran (set with both locks held)
   std::atomic<bool> error_reported_{false};
-  std::mutex reads_mutex_;          // reads_outstanding_: transmit adds, receive retires
+  base::Mutex reads_mutex_;          // reads_outstanding_: transmit adds, receive retires
   bool close_send_ = false, send_closed_ = false;
   std::atomic<bool> broken_{false};
   std::atomic<bool> timed_out_{false};   // the socket ended with ETIMEDOUT (NDWV_IWARP_TIMEOUT_MS)
@@ -184,7 +185,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool rx_by_poller_ = false;             // rx_mutex_: the receive path runs on a poller
 
   // ---- receive (rx_mutex_) ----
-  std::mutex rx_mutex_;
+  base::Mutex rx_mutex_;
   std::atomic<uint64_t> rx_kicks_{0};
   RxPhase phase_ = RxPhase::Header;
   uint8_t staging_[4096];
@@ -209,7 +210,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // the socket was full), and the engine stops watching it: a wake-up per message on a busy core
   // costs more than the message. A timer gives the socket back to the engine when the polling
   // stops, and so does a Notify.
-  std::mutex watch_mutex_;
+  base::Mutex watch_mutex_;
   std::atomic<bool> rx_watched_{true};
   SpinCount polls_;
   Timer watch_timer_;

@@ -187,13 +187,13 @@ std::atomic<uint64_t> g_sinks_generation{1};
 }  // namespace
 
 void Port::AddSink(uint32_t qpn, std::weak_ptr<PacketSink> sink, const sockaddr_storage& peer) {
-  std::unique_lock<std::shared_mutex> lock(sinks_mutex_);
+  std::unique_lock<base::SharedMutex> lock(sinks_mutex_);
   sinks_[qpn] = {std::move(sink), peer};
   g_sinks_generation.fetch_add(1, std::memory_order_release);
 }
 
 void Port::RemoveSink(uint32_t qpn) {
-  std::unique_lock<std::shared_mutex> lock(sinks_mutex_);
+  std::unique_lock<base::SharedMutex> lock(sinks_mutex_);
   sinks_.erase(qpn);
   g_sinks_generation.fetch_add(1, std::memory_order_release);
 }
@@ -208,7 +208,7 @@ std::shared_ptr<PacketSink> Port::FindSink(uint32_t qpn, sockaddr_storage* peer)
   }
   // A flow's connections, else its owner's (what reached the flow before its connect()).
   for (Port* port = this; port; port = port->owner_.get()) {
-    std::shared_lock<std::shared_mutex> lock(port->sinks_mutex_);
+    std::shared_lock<base::SharedMutex> lock(port->sinks_mutex_);
     auto it = port->sinks_.find(qpn);
     if (it == port->sinks_.end()) continue;
     std::shared_ptr<PacketSink> sink = it->second.sink.lock();

@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "dev/counters.h"
 #include "dev/cq.h"
 #include "dev/engine.h"
@@ -189,7 +190,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   sockaddr_storage connected_peer_{};  // set before connected_
   PortCounters counters_;  // a flow's are its owner's
 
-  std::shared_mutex sinks_mutex_;
+  base::SharedMutex sinks_mutex_;
   struct SinkEntry {
     std::weak_ptr<PacketSink> sink;
     sockaddr_storage peer;

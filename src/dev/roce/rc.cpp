@@ -56,7 +56,7 @@ TxBatch& Tx() {
 // under the placement lock (so the region cannot be deregistered mid-copy). False if refused.
 bool ScatterChecked(ProtectionDomain& pd, const Sge* sge, uint32_t num_sge, uint64_t offset,
                     const uint8_t* data, uint64_t length) {
-  std::shared_lock<std::shared_mutex> placement(pd.placement_lock());
+  std::shared_lock<base::SharedMutex> placement(pd.placement_lock());
   uint64_t skip = offset;
   for (uint32_t i = 0; i < num_sge && length; ++i) {
     if (skip >= sge[i].length) {
@@ -119,7 +119,7 @@ void RcLink::Start() {
   port_->AddSink(qpn_, weak_from_this(), params_.peer);
   qp_->Attach(shared_from_this());
   if (params_.keepalive_ms) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard lock(mutex_);
     last_rx_ = CoarseNow();
     EnsureTimer(last_rx_ + std::chrono::milliseconds(params_.keepalive_ms));
   }
@@ -128,13 +128,13 @@ void RcLink::Start() {
 }
 
 void RcLink::Fail() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard lock(mutex_);
   if (!shut_) qp_->DeferError();
 }
 
 void RcLink::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard lock(mutex_);
     if (shut_) return;
     shut_ = true;
     if (have_recv_) {  // a message was arriving into it: flushed with the rest
@@ -154,7 +154,7 @@ void RcLink::Shutdown() {
 // ------------------------------------------------------------------------------- transmit
 
 void RcLink::Kick() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard lock(mutex_);
   Pump();
 }
 
@@ -162,7 +162,7 @@ void RcLink::PollProgress() {
   // ACKs made due by the previous poll go out now, after their messages were consumed (the lock
   // only when there is one: an empty poll is the hot path).
   if (ack_due_.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard lock(mutex_);
     if (ack_due_) Pump();
   }
   port_->Polled();
@@ -175,7 +175,7 @@ void RcLink::StillPolled() { port_->Polled(); }
 
 void RcLink::OnNotifyArmed() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard lock(mutex_);
     Pump();  // nobody will poll: nothing may wait for a poll
   }
   port_->WatchAgain();
@@ -183,7 +183,7 @@ void RcLink::OnNotifyArmed() {
 
 void RcLink::PeerGone() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard lock(mutex_);
     if (shut_) return;
     NDWV_LOG(Info, "%s: the peer's port is closed", counters_.identity());
     if (!flights_.empty()) {
@@ -203,12 +203,12 @@ void RcLink::ReportFailure() {
 }
 
 void RcLink::FlushAcks() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard lock(mutex_);
   if (ack_due_) Pump();
 }
 
 void RcLink::OnWritable() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard lock(mutex_);
   stalled_ = false;
   Pump();
 }
@@ -435,7 +435,7 @@ bool RcLink::SendResponsePacket(Response& r) {
   Sge source{r.va + offset, length, 0};
   // The source is checked again as its bytes leave, with deregistration held off: memory
   // deregistered since the request was checked is never sent.
-  std::shared_lock<std::shared_mutex> placement(qp_->pd().placement_lock());
+  std::shared_lock<base::SharedMutex> placement(qp_->pd().placement_lock());
   if (length && qp_->pd().CheckRemoteLocked(r.rkey, qpn_, source.addr, length, kRemoteRead) != KeyCheck::Ok) {
     placement.unlock();
     responses_.clear();
@@ -457,7 +457,7 @@ void RcLink::CountRequestPacket(uint32_t psn, uint32_t end_psn) {
 void RcLink::OnPackets(std::span<const Packet> packets) {
   bool first_packet = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard lock(mutex_);
     if (shut_ || failed_) return;  // (Shutdown dropped qp_)
     QpState state = qp_->state();
     if (state != QpState::Rtr && state != QpState::Rts && state != QpState::Sqd) return;
@@ -767,7 +767,7 @@ bool RcLink::ExecuteWrite(const Packet& packet) {
     return false;
   }
   if (n) {
-    std::shared_lock<std::shared_mutex> placement(pd.placement_lock());
+    std::shared_lock<base::SharedMutex> placement(pd.placement_lock());
     uint64_t target = write_va_ + write_offset_;
     if (pd.CheckRemoteLocked(write_rkey_, qpn_, target, n, kRemoteWrite) != KeyCheck::Ok) {
       placement.unlock();
@@ -834,7 +834,7 @@ void RcLink::OnTimer(Timer* timer) {
   RcLink* self = static_cast<RcLink*>(timer->owner);
   std::shared_ptr<RcLink> keep;
   {
-    std::lock_guard<std::mutex> lock(self->mutex_);
+    std::lock_guard lock(self->mutex_);
     if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
     keep = std::move(self->timer_self_);
     self->timer_armed_ = false;

@@ -27,6 +27,7 @@
 #include <memory>
 #include <mutex>
 
+#include "base/mutex.h"
 #include "dev/engine.h"
 #include "dev/qp.h"
 #include "dev/roce/port.h"
@@ -149,7 +150,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   std::weak_ptr<RcObserver> observer_;
   const uint32_t qpn_;
 
-  std::mutex mutex_;
+  base::Mutex mutex_;
   bool shut_ = false;
   bool stalled_ = false;         // the socket was full
   bool failed_ = false;          // the QP failed: nothing more goes out
