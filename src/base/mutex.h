@@ -30,7 +30,8 @@ class Mutex {
   }
 
  private:
-  static constexpr uint32_t kFree = 0, kLocked = 1, kSleepers = 2;  // kSleepers: locked, maybe waited on
+  // kSleepers: locked, and someone may be asleep waiting for it.
+  static constexpr uint32_t kFree = 0, kLocked = 1, kSleepers = 2;
 
   void LockContended() noexcept {
     // Taken as kSleepers, not kLocked: another waiter may still be asleep, and this holder's
@@ -60,14 +61,16 @@ class SharedMutex {
   }
   void unlock_shared() noexcept {
     uint32_t before = state_.fetch_sub(1, std::memory_order_release);
-    if ((before & kReaders) == 1 && (before & kWriterWaits)) state_.notify_all();  // the last reader out
+    // The last reader out wakes a waiting writer.
+    if ((before & kReaders) == 1 && (before & kWriterWaits)) state_.notify_all();
   }
 
   void lock() noexcept {
     writers_.lock();
     for (uint32_t s = state_.load(std::memory_order_relaxed);;) {
       if ((s & kReaders) == 0) {
-        if (state_.compare_exchange_weak(s, kWriter, std::memory_order_acquire, std::memory_order_relaxed))
+        if (state_.compare_exchange_weak(s, kWriter, std::memory_order_acquire,
+                                         std::memory_order_relaxed))
           return;
       } else if (!(s & kWriterWaits) &&
                  !state_.compare_exchange_weak(s, s | kWriterWaits, std::memory_order_relaxed)) {
@@ -86,7 +89,8 @@ class SharedMutex {
 
  private:
   // Readers in the low bits; readers stepping back count there for a moment too.
-  static constexpr uint32_t kWriter = 1u << 31, kWriterWaits = 1u << 30, kReaders = kWriterWaits - 1;
+  static constexpr uint32_t kWriter = 1u << 31, kWriterWaits = 1u << 30;
+  static constexpr uint32_t kReaders = kWriterWaits - 1;
 
   std::atomic<uint32_t> state_{0};
   Mutex writers_;  // one writer at a time goes for state_
