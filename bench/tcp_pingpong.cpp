@@ -32,7 +32,6 @@
 #include "bench_common.h"
 
 #include <netinet/udp.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <climits>

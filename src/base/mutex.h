@@ -68,17 +68,18 @@ class SharedMutex {
   void lock() noexcept {
     writers_.lock();
     for (uint32_t s = state_.load(std::memory_order_relaxed);;) {
+      // A failed compare-and-swap reloads s: look again.
       if ((s & kReaders) == 0) {
         if (state_.compare_exchange_weak(s, kWriter, std::memory_order_acquire,
                                          std::memory_order_relaxed))
           return;
-      } else if (!(s & kWriterWaits) &&
-                 !state_.compare_exchange_weak(s, s | kWriterWaits, std::memory_order_relaxed)) {
-        // s reloaded: look again
-      } else {
-        state_.wait(s | kWriterWaits, std::memory_order_relaxed);
-        s = state_.load(std::memory_order_relaxed);
+        continue;
       }
+      if (!(s & kWriterWaits) &&
+          !state_.compare_exchange_weak(s, s | kWriterWaits, std::memory_order_relaxed))
+        continue;
+      state_.wait(s | kWriterWaits, std::memory_order_relaxed);  // the last reader out wakes us
+      s = state_.load(std::memory_order_relaxed);
     }
   }
   void unlock() noexcept {

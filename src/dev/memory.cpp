@@ -1,6 +1,7 @@
 #include "dev/memory.h"
 
 #include <mutex>
+#include <shared_mutex>
 
 #include <ndwv/wvstatus.h>
 

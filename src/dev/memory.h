@@ -9,7 +9,6 @@
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <shared_mutex>
 #include <vector>
 
 #include "base/mutex.h"
