@@ -12,16 +12,14 @@ CompletionQueue::CompletionQueue(size_t entries) : ring_(entries) {}
 
 size_t CompletionQueue::capacity() const {
   std::lock_guard lock(mutex_);
-  return ring_.size();
+  return ring_.capacity();
 }
 
 int32_t CompletionQueue::Resize(size_t entries) {
   std::lock_guard lock(mutex_);
   size_t count = count_.load();
   if (entries < count) return WV_BUFFER_OVERFLOW;
-  std::vector<Completion> ring(entries);
-  for (size_t i = 0; i < count; ++i) ring[i] = ring_[(head_ + i) % ring_.size()];
-  ring_.swap(ring);
+  ring_.Resize(entries, head_, count);
   head_ = 0;
   return WV_SUCCESS;
 }
@@ -61,12 +59,9 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
   std::lock_guard lock(mutex_);
   size_t count = count_.load(std::memory_order_relaxed);  // written only under mutex_
   size_t n = std::min(max, count);
-  for (size_t i = 0; i < n; ++i) {
-    out[i] = ring_[head_];
-    head_ = (head_ + 1) % ring_.size();
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = ring_[head_++];
   count_.store(count - n, std::memory_order_release);
-  if (n) PrefetchEntry(ring_[head_], false);
+  if (n) ring_.Prefetch(head_, false);
   if (n < max) {
     seen_ = pushed_;
     solicited_unseen_ = 0;
@@ -82,15 +77,15 @@ void CompletionQueue::Push(const Completion& completion, bool solicited) {
     std::lock_guard lock(mutex_);
     if (broken_.load()) return;
     size_t count = count_.load();
-    if (count == ring_.size()) {
+    if (count == ring_.capacity()) {
       // Overrun: the CQ and everything completing to it are unusable from now on.
       broken_.store(true, std::memory_order_release);
       CompleteArmedLocked(WV_BUFFER_OVERFLOW, &fire);
       status = WV_BUFFER_OVERFLOW;
     } else {
-      ring_[(head_ + count) % ring_.size()] = completion;
+      ring_[head_ + count] = completion;
       count_.store(count + 1, std::memory_order_release);
-      PrefetchEntry(ring_[(head_ + count + 1) % ring_.size()], true);
+      ring_.Prefetch(head_ + count + 1, true);
       pushed_++;
       unseen_.store(true, std::memory_order_relaxed);
       bool wakes_solicited = solicited || completion.status != WcStatus::Success;

@@ -13,7 +13,7 @@
 
 #include "base/mutex.h"
 #include "dev/async.h"
-#include "dev/prefetch.h"
+#include "dev/ring.h"
 
 namespace ndwv::dev {
 
@@ -99,8 +99,8 @@ class CompletionQueue {
   static void Finish(AsyncOp* list, int32_t status);
 
   mutable base::Mutex mutex_;
-  std::vector<Completion> ring_;
-  size_t head_ = 0;  // next to poll
+  Ring<Completion> ring_;
+  uint64_t head_ = 0;  // position of the next to poll
   std::atomic<size_t> count_{0};  // written under mutex_ (no read-modify-write), read without it
   std::atomic<bool> broken_{false};
   uint64_t pushed_ = 0;          // entries ever pushed

@@ -147,7 +147,7 @@ size_t QueuePair::Flush() {
   {
     std::lock_guard lock(rq_mutex_);
     for (; rq_head_ < rq_tail_; ++rq_head_, ++flushed) {
-      RecvWqe& wqe = rq_[rq_head_ % rq_.size()];
+      RecvWqe& wqe = rq_[rq_head_];
       recv_cq_->Push({context_, wqe.wr_id, 0, WrOpcode::Receive, WcStatus::Flushed}, false);
     }
   }
@@ -167,7 +167,7 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
     std::lock_guard lock(sq_mutex_);
     link = kick_;
     uint64_t tail = sq_tail_.load(std::memory_order_relaxed);
-    if (tail - sq_head_ == sq_.size()) return WV_NO_MORE_ENTRIES;
+    if (tail - sq_head_ == sq_.capacity()) return WV_NO_MORE_ENTRIES;
     SendWqe& wqe = send_at(tail);
     wqe.wr_id = request.wr_id;
     wqe.opcode = request.opcode;
@@ -208,7 +208,7 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
       }
     }
     sq_tail_.store(tail + 1, std::memory_order_release);
-    PrefetchEntry(send_at(tail + 1), true);
+    sq_.Prefetch(tail + 1, true);
     if (state == QpState::Error) {
       CompleteSendLocked(tail, WcStatus::Flushed);  // posts to an Error QP are flushed at once
       return WV_SUCCESS;
@@ -237,8 +237,8 @@ int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge)
   if (srq_) return WV_INVALID_DEVICE_REQUEST;
   if (num_sge > caps_.recv_sge || num_sge > kMaxSge) return WV_DATA_OVERRUN;
   std::lock_guard lock(rq_mutex_);
-  if (rq_tail_ - rq_head_ == rq_.size()) return WV_NO_MORE_ENTRIES;
-  RecvWqe& wqe = rq_[rq_tail_ % rq_.size()];
+  if (rq_tail_ - rq_head_ == rq_.capacity()) return WV_NO_MORE_ENTRIES;
+  RecvWqe& wqe = rq_[rq_tail_];
   wqe.wr_id = wr_id;
   wqe.num_sge = num_sge;
   wqe.length = 0;
@@ -247,7 +247,7 @@ int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge)
     wqe.length += sge[i].length;
   }
   rq_tail_++;
-  PrefetchEntry(rq_[rq_tail_ % rq_.size()], true);
+  rq_.Prefetch(rq_tail_, true);
   if (state() == QpState::Error) {
     recv_cq_->Push({context_, wr_id, 0, WrOpcode::Receive, WcStatus::Flushed}, false);
     rq_head_ = rq_tail_;
@@ -295,9 +295,9 @@ bool QueuePair::TakeReceive(RecvWqe* out) {
   if (srq_) return srq_->Take(out);
   std::lock_guard lock(rq_mutex_);
   if (rq_head_ == rq_tail_) return false;
-  rq_[rq_head_ % rq_.size()].CopyTo(out);
+  rq_[rq_head_].CopyTo(out);
   rq_head_++;
-  PrefetchEntry(rq_[rq_head_ % rq_.size()], false);
+  rq_.Prefetch(rq_head_, false);
   return true;
 }
 

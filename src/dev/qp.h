@@ -18,7 +18,7 @@
 #include "dev/counters.h"
 #include "dev/cq.h"
 #include "dev/memory.h"
-#include "dev/prefetch.h"
+#include "dev/ring.h"
 
 namespace ndwv::dev {
 
@@ -138,7 +138,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   std::shared_ptr<Link> link() const;
   // The send queue is a ring indexed by ever-growing positions.
   uint64_t send_tail() const { return sq_tail_.load(std::memory_order_acquire); }
-  SendWqe& send_at(uint64_t position) { return sq_[position % sq_.size()]; }
+  SendWqe& send_at(uint64_t position) { return sq_[position]; }
   // Marks the request at `position` done; completes the oldest requests that are done, in order.
   // An error status also moves the QP to Error (deferred).
   void FinishSend(uint64_t position, WcStatus status);
@@ -171,12 +171,12 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   // count of its own on the send path. kept_links_ keeps what it points to alive.
   Link* kick_ = nullptr;
   std::vector<std::shared_ptr<Link>> kept_links_;
-  std::vector<SendWqe> sq_;
+  Ring<SendWqe> sq_;
   uint64_t sq_head_ = 0;                // oldest not yet completed
   std::atomic<uint64_t> sq_tail_{0};    // next free
 
   base::Mutex rq_mutex_;
-  std::vector<RecvWqe> rq_;
+  Ring<RecvWqe> rq_;
   uint64_t rq_head_ = 0, rq_tail_ = 0;
 
   // Pre-allocated so an error found on the engine always reaches the work pool.

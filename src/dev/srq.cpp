@@ -11,8 +11,8 @@ SharedReceiveQueue::SharedReceiveQueue(std::shared_ptr<ProtectionDomain> pd, uin
 int32_t SharedReceiveQueue::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge) {
   if (num_sge > max_sge_) return WV_DATA_OVERRUN;
   std::lock_guard lock(mutex_);
-  if (tail_ - head_ == ring_.size()) return WV_NO_MORE_ENTRIES;
-  RecvWqe& wqe = ring_[tail_ % ring_.size()];
+  if (tail_ - head_ == ring_.capacity()) return WV_NO_MORE_ENTRIES;
+  RecvWqe& wqe = ring_[tail_];
   wqe.wr_id = wr_id;
   wqe.num_sge = num_sge;
   wqe.length = 0;
@@ -21,7 +21,7 @@ int32_t SharedReceiveQueue::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t
     wqe.length += sge[i].length;
   }
   tail_++;
-  PrefetchEntry(ring_[tail_ % ring_.size()], true);
+  ring_.Prefetch(tail_, true);
   return WV_SUCCESS;
 }
 
@@ -30,9 +30,9 @@ bool SharedReceiveQueue::Take(RecvWqe* out) {
   {
     std::lock_guard lock(mutex_);
     if (head_ == tail_) return false;
-    ring_[head_ % ring_.size()].CopyTo(out);
+    ring_[head_].CopyTo(out);
     head_++;
-    PrefetchEntry(ring_[head_ % ring_.size()], false);
+    ring_.Prefetch(head_, false);
     if (armed_ && tail_ - head_ < limit_) std::swap(fire, armed_);
   }
   for (AsyncOp* op = fire; op;) {
@@ -48,9 +48,7 @@ int32_t SharedReceiveQueue::Modify(uint32_t depth, uint32_t limit) {
   if (depth) {
     uint64_t count = tail_ - head_;
     if (depth < count) return WV_BUFFER_OVERFLOW;
-    std::vector<RecvWqe> ring(depth);
-    for (uint64_t i = 0; i < count; ++i) ring[i] = ring_[(head_ + i) % ring_.size()];
-    ring_.swap(ring);
+    ring_.Resize(depth, head_, count);
     head_ = 0;
     tail_ = count;
   }
@@ -60,7 +58,7 @@ int32_t SharedReceiveQueue::Modify(uint32_t depth, uint32_t limit) {
 
 void SharedReceiveQueue::Query(uint32_t* depth, uint32_t* max_sge, uint32_t* limit) {
   std::lock_guard lock(mutex_);
-  *depth = uint32_t(ring_.size());
+  *depth = uint32_t(ring_.capacity());
   *max_sge = max_sge_;
   *limit = limit_;
 }

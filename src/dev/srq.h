@@ -2,11 +2,11 @@
 #pragma once
 #include <cstdint>
 #include <mutex>
-#include <vector>
 
 #include "base/mutex.h"
 #include "dev/async.h"
 #include "dev/qp.h"
+#include "dev/ring.h"
 
 namespace ndwv::dev {
 
@@ -26,7 +26,7 @@ class SharedReceiveQueue {
  private:
   std::shared_ptr<ProtectionDomain> pd_;
   base::Mutex mutex_;
-  std::vector<RecvWqe> ring_;
+  Ring<RecvWqe> ring_;
   uint64_t head_ = 0, tail_ = 0;
   uint32_t max_sge_, limit_;
   AsyncOp* armed_ = nullptr;

@@ -10,6 +10,7 @@
 
 #include "dev/cq.h"
 #include "dev/qp.h"
+#include "dev/srq.h"
 #include "wait.h"
 
 namespace ndwv::dev {
@@ -99,6 +100,61 @@ TEST_F(QpTest, QueueFullIsRefusedAtPost) {
   qp->Modify(QpState::Rts);
   for (int i = 0; i < 8; ++i) ASSERT_EQ(qp->PostSend(Send(i)), WV_SUCCESS);
   EXPECT_EQ(qp->PostSend(Send(9)), WV_NO_MORE_ENTRIES);
+}
+
+// Depths that are not a power of two: the limit is the depth asked for, round after round.
+TEST_F(QpTest, AnOddDepthIsTheLimitAndEntriesWrapInOrder) {
+  auto odd = std::make_shared<QueuePair>(pd, cq, cq, nullptr, nullptr, QpCaps{5, 3, 4, 4, 64});
+  odd->Modify(QpState::Init);
+  odd->Modify(QpState::Rtr);
+  odd->Modify(QpState::Rts);
+  Sge sge{reinterpret_cast<uint64_t>(buffer), 8, lkey};
+  uint64_t next_send = 0, next_recv = 100;
+  for (uint64_t round = 0; round < 4; ++round) {
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(odd->PostSend(Send(next_send + i)), WV_SUCCESS);
+    EXPECT_EQ(odd->PostSend(Send(99)), WV_NO_MORE_ENTRIES);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(odd->PostReceive(next_recv + i, &sge, 1), WV_SUCCESS);
+    EXPECT_EQ(odd->PostReceive(999, &sge, 1), WV_NO_MORE_ENTRIES);
+    for (uint64_t position = 5 * round; position < 5 * round + 5; ++position)
+      odd->FinishSend(position, WcStatus::Success);
+    RecvWqe wqe;
+    while (odd->TakeReceive(&wqe)) odd->CompleteReceive(wqe, 0, WcStatus::Success, false);
+    auto done = Drain();
+    ASSERT_EQ(done.size(), 8u);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(done[i].wr_id, next_send + i);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(done[5 + i].wr_id, next_recv + i);
+    next_send += 5;
+    next_recv += 3;
+  }
+}
+
+TEST(Srq, AnOddDepthIsTheLimitAndAResizeKeepsTheOrder) {
+  auto pd = std::make_shared<ProtectionDomain>();
+  SharedReceiveQueue srq(pd, 3, 1, 0);
+  Sge sge{0, 0, 0};
+  RecvWqe wqe;
+  uint64_t next = 0;
+  for (int round = 0; round < 3; ++round) {  // wrap a few times
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(srq.PostReceive(next + i, &sge, 1), WV_SUCCESS);
+    EXPECT_EQ(srq.PostReceive(99, &sge, 1), WV_NO_MORE_ENTRIES);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(srq.Take(&wqe));
+      EXPECT_EQ(wqe.wr_id, next++);
+    }
+    EXPECT_FALSE(srq.Take(&wqe));
+  }
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(srq.PostReceive(next + i, &sge, 1), WV_SUCCESS);
+  ASSERT_TRUE(srq.Take(&wqe));  // one taken, one left, then grown to five
+  EXPECT_EQ(srq.Modify(5, 0), WV_SUCCESS);
+  uint32_t depth = 0, max_sge = 0, limit = 0;
+  srq.Query(&depth, &max_sge, &limit);
+  EXPECT_EQ(depth, 5u);
+  for (int i = 2; i < 6; ++i) ASSERT_EQ(srq.PostReceive(next + i, &sge, 1), WV_SUCCESS);
+  EXPECT_EQ(srq.PostReceive(99, &sge, 1), WV_NO_MORE_ENTRIES);
+  for (int i = 1; i < 6; ++i) {
+    ASSERT_TRUE(srq.Take(&wqe));
+    EXPECT_EQ(wqe.wr_id, next + i);
+  }
 }
 
 TEST_F(QpTest, ErrorFlushesEveryRequestOnceInOrderAndLaterPostsToo) {
@@ -210,6 +266,21 @@ TEST(CqNotify, OverrunBreaksTheCqAndTellsTheArmedRequests) {
   EXPECT_TRUE(cq.broken());
   EXPECT_EQ(s.statuses, std::vector<int32_t>{WV_BUFFER_OVERFLOW});
   EXPECT_EQ(cq.Notify(NotifyType::Any, &r), WV_BUFFER_OVERFLOW);
+}
+
+TEST(CqNotify, AnOddDepthOverrunsAtTheDepthAskedFor) {
+  CompletionQueue cq(3);
+  EXPECT_EQ(cq.capacity(), 3u);
+  Completion out[3];
+  for (uint64_t round = 0; round < 3; ++round) {  // wrap a few times first
+    for (uint64_t i = 0; i < 3; ++i) cq.Push({nullptr, round * 3 + i, 0, WrOpcode::Send, WcStatus::Success}, false);
+    ASSERT_EQ(cq.Poll(out, 3), 3u);
+    for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(out[i].wr_id, round * 3 + i);
+  }
+  for (uint64_t i = 0; i < 3; ++i) cq.Push({nullptr, i, 0, WrOpcode::Send, WcStatus::Success}, false);
+  EXPECT_FALSE(cq.broken());
+  cq.Push({nullptr, 3, 0, WrOpcode::Send, WcStatus::Success}, false);  // the fourth: overrun
+  EXPECT_TRUE(cq.broken());
 }
 
 TEST(CqResize, KeepsEveryEntryAndRefusesBelowOccupancy) {
