@@ -63,6 +63,7 @@ constexpr CounterInfo kInfo[kCounters] = {
     {"rnr_retry_exceeded", kRoce | kConnection},
     {"tx_confirm_reads", kIwarp | kConnection},
     {"rx_confirm_reads", kIwarp | kConnection},
+    {"tx_coalesced", kIwarp | kConnection},
     {"terminates_sent_rdmap", kIwarp | kConnection},
     {"terminates_sent_ddp", kIwarp | kConnection},
     {"terminates_sent_llp", kIwarp | kConnection},

@@ -38,7 +38,7 @@ enum class Counter : uint16_t {
   NaksReceivedSequence, NaksReceivedRnr, NaksReceivedAccess, NaksReceivedInvalid, NaksReceivedRemoteOp,
   RetryExceeded, RnrRetryExceeded,
   // iWARP stream, per connection.
-  TxConfirmReads, RxConfirmReads,
+  TxConfirmReads, RxConfirmReads, TxCoalesced,
   TerminatesSentRdmap, TerminatesSentDdp, TerminatesSentLlp,
   TerminatesReceivedRdmap, TerminatesReceivedDdp, TerminatesReceivedLlp,
   DropsBadCrc, DropsBadDdp,

@@ -215,7 +215,7 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
     }
   }
   if (link) {
-    link->Kick();
+    link->Posted(request.length);
     // The poster's thread is active as a poller's is: it transmits what it posts, and it polls
     // (or arms a Notify) to reap the completions. The engine keeps away meanwhile (a burst of
     // posts would otherwise have it transmit alongside the poster, on a busy machine).

@@ -390,8 +390,8 @@ struct Conn : QpWatch {
     if (qp) qp->Modify(QpState::Error);
   }
 
-  void Setup() {
-    qp = std::make_shared<QueuePair>(pd, cq, cq, nullptr, context, QpCaps{16, 16, 4, 4, 64});
+  void Setup(uint32_t send_depth) {
+    qp = std::make_shared<QueuePair>(pd, cq, cq, nullptr, context, QpCaps{send_depth, 16, 4, 4, 64});
     uint32_t rkey;
     ASSERT_EQ(pd->Register(writable.region(), kRegion, kRemoteWrite | kLocalWrite, &writable.key, &rkey), WV_SUCCESS);
     ASSERT_EQ(writable.key, rkey);
@@ -454,10 +454,10 @@ class IwarpHostile : public ::testing::Test {
     conns.clear();
   }
 
-  Conn& NewConn() {
+  Conn& NewConn(uint32_t send_depth = 16) {
     conns.push_back(std::make_unique<Conn>(0xC0 + conns.size()));
     Conn& c = *conns.back();
-    c.Setup();
+    c.Setup(send_depth);
     return c;
   }
 
@@ -572,6 +572,97 @@ TEST_F(IwarpHostile, ControlWellFormedPeerIsServedAndItsFinFlushesTheRest) {
   EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
   EXPECT_TRUE(Unchanged(c.locked, "region without remote rights"));
   EXPECT_TRUE(Unchanged(c.readable, "readable region"));
+}
+
+// A peer that answers ndwv's confirming Reads late. Large Writes posted while a mebibyte sent
+// before them is unconfirmed wait to go to TCP with later ones (docs/iwarp.md): each must still
+// arrive whole and in order, and complete only once the peer's answer confirms it.
+TEST_F(IwarpHostile, ControlLargeWritesQueuedBehindAnUnconfirmedMebibyteArriveWholeAndInOrder) {
+  const base::Settings* settings = base::LoadSettings();
+  if (settings && settings->confirm == base::Settings::Confirm::None) GTEST_SKIP() << "Writes are not confirmed";
+  // 30: the last few wait with less than a batch behind them, for a poll to send them.
+  constexpr int kWrites = 30;
+  constexpr uint32_t kSize = 64 << 10, kRkey = 0x4242;
+  constexpr uint64_t kStride = 1 << 20;  // remote address of Write i: (i + 1) * kStride
+  Conn& c = NewConn(kWrites);
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  std::vector<uint8_t> source = Bytes(kSize, 40);
+  uint32_t lkey, rkey;
+  ASSERT_EQ(c.pd->Register(source.data(), source.size(), kLocalWrite, &lkey, &rkey), WV_SUCCESS);
+
+  // The peer reads everything and answers nothing yet; the test thread polls meanwhile, which
+  // sends what waits.
+  std::vector<Segment> writes, probes;
+  std::atomic<bool> read_all{false};
+  std::thread reader([&] {
+    int last_segments = 0;
+    while (last_segments < kWrites || probes.empty()) {
+      Segment s;
+      ReadFpdu(c.peer, s);
+      if (::testing::Test::HasFatalFailure()) break;
+      if (s.hdr.opcode == RdmapOpcode::RdmaWrite) {
+        last_segments += s.hdr.last;
+        writes.push_back(std::move(s));
+      } else {
+        probes.push_back(std::move(s));
+      }
+    }
+    read_all = true;
+  });
+  for (int i = 0; i < kWrites; ++i) {
+    SendWqe write{};
+    write.wr_id = 1000 + i;
+    write.opcode = WrOpcode::Write;
+    write.flags = kSignaled;
+    write.num_sge = 1;
+    write.sge[0] = {reinterpret_cast<uint64_t>(source.data()), kSize, lkey};
+    write.length = kSize;
+    write.remote_addr = (i + 1) * kStride;
+    write.rkey = kRkey;
+    ASSERT_EQ(c.qp->PostSend(write), WV_SUCCESS);
+  }
+  c.PollUntil([&] { return read_all.load(); });
+  reader.join();
+  ASSERT_TRUE(read_all) << "not every Write arrived";
+  EXPECT_TRUE(c.completions.empty()) << "a Write completed before the peer confirmed it";
+  uint64_t coalesced = c.qp->link()->counters().Get(Counter::TxCoalesced);
+  EXPECT_GE(coalesced, 1u);
+  EXPECT_LE(coalesced, uint64_t(kWrites - 16)) << "a Write waited before a mebibyte was unconfirmed";
+
+  // Whole and in order: each Write's segments in turn, its bytes exactly the source's.
+  int write = 0;
+  uint64_t offset = 0;
+  for (const Segment& s : writes) {
+    ASSERT_EQ(s.hdr.stag, kRkey);
+    ASSERT_EQ(s.hdr.to, (write + 1) * kStride + offset) << "Write " << write;
+    ASSERT_LE(offset + s.payload.size(), kSize);
+    ASSERT_EQ(memcmp(s.payload.data(), source.data() + offset, s.payload.size()), 0) << "Write " << write;
+    offset += s.payload.size();
+    ASSERT_EQ(s.hdr.last, offset == kSize) << "Write " << write;
+    if (s.hdr.last) write++, offset = 0;
+  }
+  EXPECT_EQ(write, kWrites);
+
+  // The answers: each confirms what was sent before its request, and frees the next probe.
+  for (size_t answered = 0; c.completions.size() < size_t(kWrites); ++answered) {
+    if (answered == probes.size()) {
+      Segment next;
+      ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, next));
+      ASSERT_EQ(next.hdr.opcode, RdmapOpcode::ReadRequest);
+      probes.push_back(std::move(next));
+    }
+    const Segment& probe = probes[answered];
+    ASSERT_EQ(probe.hdr.opcode, RdmapOpcode::ReadRequest);
+    ASSERT_EQ(probe.read.size, 0u);
+    c.peer.Send(Fpdu(DdpHeader::Tagged(RdmapOpcode::ReadResponse, probe.read.sink_stag, probe.read.sink_to, true),
+                     {}, c.peer.crc));
+    c.PollUntil([&] { return c.completions.size() == size_t(kWrites); }, 200ms);
+  }
+  for (int i = 0; i < kWrites; ++i) {
+    EXPECT_EQ(c.completions[i].wr_id, uint64_t(1000 + i));
+    EXPECT_EQ(c.completions[i].status, WcStatus::Success);
+  }
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
 }
 
 // ==== 1. bad MPA exchange: only that TCP connection is closed; the listener serves the next ====

@@ -85,8 +85,9 @@ constexpr uint32_t kWatched = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
 }  // namespace
 
 void Stream::PollProgress() {
-  // A stalled transmit (the socket had no room) or a Read Response owed: send now.
-  if (tx_stalled_.load(std::memory_order_relaxed) ||
+  // A stalled transmit (the socket had no room), requests left queued, or a Read Response owed:
+  // send now.
+  if (tx_stalled_.load(std::memory_order_relaxed) || tx_deferred_.load(std::memory_order_relaxed) ||
       (response_owed_.load(std::memory_order_relaxed) && response_owed_.exchange(false)))
     Kick();
   DriveReceive(true);
@@ -100,7 +101,7 @@ void Stream::StillPolled() {
 void Stream::OnNotifyArmed() {
   polls_.Reset();
   WatchReceive(true);
-  if (response_owed_.exchange(false)) Kick();
+  if (response_owed_.exchange(false) || tx_deferred_.load()) Kick();
 }
 
 void Stream::WatchReceive(bool on) {
@@ -117,7 +118,7 @@ void Stream::WatchReceive(bool on) {
     }
   }
   if (on) {
-    if (response_owed_.exchange(false)) Kick();
+    if (response_owed_.exchange(false) || tx_deferred_.load()) Kick();
     DriveReceive();  // what arrived while nobody watched
   }
 }
@@ -225,6 +226,25 @@ void Stream::Kick() {
   }
 }
 
+void Stream::Posted(uint64_t length) {
+  // A stream of large requests gains nothing from a system call each while those before them,
+  // sent and not yet confirmed placed, fill the pipe: what is posted now arrives after all of
+  // that anyway. It waits until a batch's worth is queued, or for the next empty poll, Notify, or
+  // probe answer (which confirms its predecessors and kicks us): within a round trip, as a probe
+  // is in flight or due whenever requests are unconfirmed. TCP takes 512 KiB in one call at
+  // ~1.3 times the rate of 64 KiB calls on loopback (docs/iwarp.md, "Performance notes").
+  if (length >= kCoalesceMin && length < kCoalesceBatch &&
+      unconfirmed_bytes_.load(std::memory_order_relaxed) >= kCoalesceInFlight) {
+    if (deferred_bytes_.fetch_add(length, std::memory_order_relaxed) + length < kCoalesceBatch) {
+      counters_.AddShared(Counter::TxCoalesced);  // posters share no lock
+      tx_deferred_.store(true, std::memory_order_release);
+      return;
+    }
+    deferred_bytes_.store(0, std::memory_order_relaxed);  // a batch's worth: it all goes now
+  }
+  Kick();
+}
+
 void Stream::SendRtr() {
   {
     std::lock_guard lock(tx_mutex_);
@@ -248,6 +268,10 @@ void Stream::CloseSend() {
 }
 
 void Stream::ProcessTx() {
+  // What waited is sent below: a post publishes its request before the flag, and taking the flag
+  // with an exchange makes that request visible here.
+  if (tx_deferred_.load(std::memory_order_relaxed) && tx_deferred_.exchange(false, std::memory_order_acq_rel))
+    deferred_bytes_.store(0, std::memory_order_relaxed);
   for (;;) {
     if (!batch_.empty() && !FlushBatch()) return;
     if (send_closed_ || broken_) return;
@@ -412,6 +436,7 @@ void Stream::ConfirmPlaced(uint64_t below) {
       if (unconfirmed_.empty() || unconfirmed_.front().position >= below) return;
       position = unconfirmed_.front().position;
       unconfirmed_.pop_front();
+      unconfirmed_bytes_.fetch_sub(qp_->send_at(position).length, std::memory_order_relaxed);
     }
     qp_->FinishSend(position, WcStatus::Success);
   }
@@ -428,6 +453,7 @@ void Stream::FailUnconfirmed(const TerminateMsg& term, WcStatus status) {
     Unconfirmed entry = unconfirmed_.front();
     unconfirmed_.pop_front();
     const SendWqe& wqe = qp_->send_at(entry.position);
+    unconfirmed_bytes_.fetch_sub(wqe.length, std::memory_order_relaxed);
     bool culprit = !named;
     if (named && offending.tagged() && wqe.opcode == WrOpcode::Write)
       culprit = offending.stag == wqe.rkey && offending.to >= wqe.remote_addr &&
@@ -553,6 +579,7 @@ bool Stream::FillBatch() {
       if (is_send ? params_.confirm_sends : params_.confirm_writes) {
         std::lock_guard lock(reads_mutex_);
         unconfirmed_.push_back({next_tx_++, is_send ? send_msn_ : 0});
+        unconfirmed_bytes_.fetch_add(wqe.length, std::memory_order_relaxed);
         probe_due_ = true;
       } else {
         batch_.finished[batch_.finished_count++] = next_tx_++;

@@ -63,6 +63,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
 
   // Link
   void Kick() override;
+  void Posted(uint64_t length) override;
   void PollProgress() override;
   void StillPolled() override;
   void OnNotifyArmed() override;
@@ -88,6 +89,11 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     uint64_t addr;
     uint32_t length;
   };
+  // Posted(): requests of kCoalesceMin bytes or more wait to go out together, up to
+  // kCoalesceBatch, while kCoalesceInFlight bytes are sent and unconfirmed ahead of them.
+  static constexpr uint64_t kCoalesceMin = 16 << 10;
+  static constexpr uint64_t kCoalesceInFlight = 1 << 20;
+  static constexpr uint64_t kCoalesceBatch = 512 << 10;
   // One batch of FPDUs handed to sendmsg; kept until fully written.
   static constexpr int kBatchFpdus = 16;
   static constexpr size_t kSmallFpdu = 256;
@@ -182,6 +188,10 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   std::atomic<bool> timed_out_{false};   // the socket ended with ETIMEDOUT (NDWV_IWARP_TIMEOUT_MS)
   std::atomic<bool> tx_stalled_{false};  // the last sendmsg found the socket full
   std::atomic<bool> response_owed_{false};  // a Read Response waits for the poller's next kick
+  // Posted() left requests queued: the next kick sends them (deferred_bytes_ of them, roughly).
+  std::atomic<bool> tx_deferred_{false};
+  std::atomic<uint64_t> deferred_bytes_{0};
+  std::atomic<uint64_t> unconfirmed_bytes_{0};  // the length of the requests in unconfirmed_
   bool rx_by_poller_ = false;             // rx_mutex_: the receive path runs on a poller
 
   // ---- receive (rx_mutex_) ----
