@@ -215,10 +215,11 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
     }
   }
   if (link) {
-    link->Posted(request.length);
-    // The poster's thread is active as a poller's is: it transmits what it posts, and it polls
-    // (or arms a Notify) to reap the completions. The engine keeps away meanwhile (a burst of
-    // posts would otherwise have it transmit alongside the poster, on a busy machine).
+    link->Posted(request);
+    // The poster's thread is active as a poller's is: it transmits what it posts (or leaves it for
+    // the next kick: Link::Posted), and it polls (or arms a Notify) to reap the completions. The
+    // engine keeps away meanwhile (a burst of posts would otherwise have it transmit alongside the
+    // poster, on a busy machine).
     link->StillPolled();
   }
   return WV_SUCCESS;

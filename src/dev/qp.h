@@ -96,9 +96,9 @@ class Link : public ProgressSource {
  public:
   virtual ~Link() = default;
   virtual void Kick() = 0;      // send work is waiting
-  // A send request of `length` bytes was posted. A transport may leave it queued for a moment,
-  // to send it with the next ones, when something already in flight is sure to kick it.
-  virtual void Posted(uint64_t /*length*/) { Kick(); }
+  // A send request was posted. A transport may leave it queued for a moment, to send it with the
+  // next ones, when something already in flight is sure to kick it.
+  virtual void Posted(const SendWqe& /*request*/) { Kick(); }
   virtual void Shutdown() = 0;  // stop all progress and release the connection; idempotent
   // The connection's counters and identity: the transport counts, the QP adds its flushes.
   ConnectionCounters& counters() { return counters_; }

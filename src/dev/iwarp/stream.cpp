@@ -226,14 +226,16 @@ void Stream::Kick() {
   }
 }
 
-void Stream::Posted(uint64_t length) {
+void Stream::Posted(const SendWqe& request) {
   // A stream of large requests gains nothing from a system call each while those before them,
   // sent and not yet confirmed placed, fill the pipe: what is posted now arrives after all of
   // that anyway. It waits until a batch's worth is queued, or for the next empty poll, Notify, or
   // probe answer (which confirms its predecessors and kicks us): within a round trip, as a probe
   // is in flight or due whenever requests are unconfirmed. TCP takes 512 KiB in one call at
   // ~1.3 times the rate of 64 KiB calls on loopback (docs/iwarp.md, "Performance notes").
-  if (length >= kCoalesceMin && length < kCoalesceBatch &&
+  const uint64_t length = request.length;
+  bool carries_data = request.opcode == WrOpcode::Send || request.opcode == WrOpcode::Write;
+  if (carries_data && length >= kCoalesceMin && length < kCoalesceBatch &&
       unconfirmed_bytes_.load(std::memory_order_relaxed) >= kCoalesceInFlight) {
     if (deferred_bytes_.fetch_add(length, std::memory_order_relaxed) + length < kCoalesceBatch) {
       counters_.AddShared(Counter::TxCoalesced);  // posters share no lock

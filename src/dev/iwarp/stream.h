@@ -63,7 +63,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
 
   // Link
   void Kick() override;
-  void Posted(uint64_t length) override;
+  void Posted(const SendWqe& request) override;
   void PollProgress() override;
   void StillPolled() override;
   void OnNotifyArmed() override;
