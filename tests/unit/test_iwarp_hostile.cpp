@@ -26,6 +26,7 @@
 #include <ndwv/wvstatus.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <chrono>
