@@ -87,7 +87,7 @@ constexpr uint32_t kWatched = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
 void Stream::PollProgress() {
   // A stalled transmit (the socket had no room), requests left queued, or a Read Response owed:
   // send now.
-  if (tx_stalled_.load(std::memory_order_relaxed) || tx_deferred_.load(std::memory_order_relaxed) ||
+  if (tx_stalled_.load(std::memory_order_relaxed) || deferred_bytes_.load(std::memory_order_relaxed) ||
       (response_owed_.load(std::memory_order_relaxed) && response_owed_.exchange(false)))
     Kick();
   DriveReceive(true);
@@ -101,7 +101,7 @@ void Stream::StillPolled() {
 void Stream::OnNotifyArmed() {
   polls_.Reset();
   WatchReceive(true);
-  if (response_owed_.exchange(false) || tx_deferred_.load()) Kick();
+  if (response_owed_.exchange(false) || deferred_bytes_.load()) Kick();
 }
 
 void Stream::WatchReceive(bool on) {
@@ -118,7 +118,7 @@ void Stream::WatchReceive(bool on) {
     }
   }
   if (on) {
-    if (response_owed_.exchange(false) || tx_deferred_.load()) Kick();
+    if (response_owed_.exchange(false) || deferred_bytes_.load()) Kick();
     DriveReceive();  // what arrived while nobody watched
   }
 }
@@ -237,12 +237,12 @@ void Stream::Posted(const SendWqe& request) {
   bool carries_data = request.opcode == WrOpcode::Send || request.opcode == WrOpcode::Write;
   if (carries_data && length >= kCoalesceMin && length < kCoalesceBatch &&
       unconfirmed_bytes_.load(std::memory_order_relaxed) >= kCoalesceInFlight) {
-    if (deferred_bytes_.fetch_add(length, std::memory_order_relaxed) + length < kCoalesceBatch) {
+    // Release: the request was published before; whoever takes the count (an exchange) sees it.
+    if (deferred_bytes_.fetch_add(length, std::memory_order_acq_rel) + length < kCoalesceBatch) {
       counters_.AddShared(Counter::TxCoalesced);  // posters share no lock
-      tx_deferred_.store(true, std::memory_order_release);
       return;
     }
-    deferred_bytes_.store(0, std::memory_order_relaxed);  // a batch's worth: it all goes now
+    deferred_bytes_.exchange(0, std::memory_order_acq_rel);  // a batch's worth: it all goes now
   }
   Kick();
 }
@@ -270,10 +270,9 @@ void Stream::CloseSend() {
 }
 
 void Stream::ProcessTx() {
-  // What waited is sent below: a post publishes its request before the flag, and taking the flag
-  // with an exchange makes that request visible here.
-  if (tx_deferred_.load(std::memory_order_relaxed) && tx_deferred_.exchange(false, std::memory_order_acq_rel))
-    deferred_bytes_.store(0, std::memory_order_relaxed);
+  // What waited is sent below: taking the count with an exchange makes the requests posted
+  // before it visible here.
+  if (deferred_bytes_.load(std::memory_order_relaxed)) deferred_bytes_.exchange(0, std::memory_order_acq_rel);
   for (;;) {
     if (!batch_.empty() && !FlushBatch()) return;
     if (send_closed_ || broken_) return;

@@ -188,8 +188,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   std::atomic<bool> timed_out_{false};   // the socket ended with ETIMEDOUT (NDWV_IWARP_TIMEOUT_MS)
   std::atomic<bool> tx_stalled_{false};  // the last sendmsg found the socket full
   std::atomic<bool> response_owed_{false};  // a Read Response waits for the poller's next kick
-  // Posted() left requests queued: the next kick sends them (deferred_bytes_ of them, roughly).
-  std::atomic<bool> tx_deferred_{false};
+  // The bytes of the requests Posted() left queued (nonzero: some wait); the next kick sends them.
   std::atomic<uint64_t> deferred_bytes_{0};
   std::atomic<uint64_t> unconfirmed_bytes_{0};  // the length of the requests in unconfirmed_
   bool rx_by_poller_ = false;             // rx_mutex_: the receive path runs on a poller
