@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh build -DNDWV_TESTS=OFF
+scripts/build.sh --pgo build -DNDWV_TESTS=OFF
 export NDWV_BENCH_SIZES=${NDWV_BENCH_SIZES:-8,4096,65536,1048576}
 export NDWV_BENCH_ITERS=${NDWV_BENCH_ITERS:-2000}
 port=$((20000 + RANDOM % 20000))

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The training run of a profile-guided build: scripts/pgo-train.sh <build dir>, on a library built
+# with -DNDWV_PGO=GENERATE (scripts/build.sh --pgo does all three steps). Runs the ND tools as
+# server and client on 127.0.0.1, on both transports: send/receive, RDMA Write and Read, small
+# and large, latency and streams. The profile is what an HPC program does most: small messages
+# one at a time and large transfers back to back. About 30 s on 2 cores.
+set -euo pipefail
+dir=$1
+tools="$dir/tools"
+export NDWV_BENCH_ITERS=20000  # per size; large sizes take fewer (the tools' own rule)
+port=$((30000 + RANDOM % 10000))
+
+listening() { ss -Hltn "sport = :$1" | grep -q . || ss -Hlun "sport = :$1" | grep -q .; }
+
+run_pair() {  # sizes tool options...
+  local sizes=$1 tool=$2; shift 2
+  NDWV_BENCH_SIZES=$sizes timeout 60 "$tools/$tool" -s "$@" "127.0.0.1:$port" >/dev/null &
+  local server=$!
+  for _ in $(seq 50); do listening "$port" && break; sleep 0.1; done
+  NDWV_BENCH_SIZES=$sizes timeout 60 "$tools/$tool" -c "$@" "127.0.0.1:$port" >/dev/null
+  wait "$server"
+  port=$((port + 1))
+}
+
+for NDWV_TRANSPORTS in iwarp roce; do
+  export NDWV_TRANSPORTS
+  run_pair 8,64,4096,65536 ndpingpong -p
+  run_pair 8,4096 ndrpingpong -p
+  run_pair 4096,65536,1048576 ndrping -p -w
+  run_pair 4096,65536 ndrping -p -r
+  run_pair 65536,1048576 ndping -p
+done
