@@ -3,12 +3,13 @@
 # with -DNDWV_PGO=GENERATE (scripts/build.sh --pgo does all three steps). Runs the ND tools as
 # server and client on 127.0.0.1, on both transports: send/receive, RDMA Write and Read, small
 # and large, latency and streams. The profile is what an HPC program does most: small messages
-# one at a time and large transfers back to back. About 30 s on 2 cores.
+# one at a time and large transfers back to back. About 20 s on 2 cores.
 set -euo pipefail
 dir=$1
 tools="$dir/tools"
 export NDWV_BENCH_ITERS=20000  # per size; large sizes take fewer (the tools' own rule)
 port=$((30000 + RANDOM % 10000))
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # a server whose client failed
 
 listening() { ss -Hltn "sport = :$1" | grep -q . || ss -Hlun "sport = :$1" | grep -q .; }
 

@@ -659,13 +659,14 @@ bool Stream::Fill(size_t need) {
   }
   while (staging_end_ < need) {
     ssize_t n = recv(fd_, staging_ + staging_end_, sizeof staging_ - staging_end_, MSG_DONTWAIT);
+    int error = n < 0 ? errno : 0;  // once: a poll that finds nothing ends here
     if (capture_) [[unlikely]] capture_->Received(staging_ + staging_end_, n);
     if (n > 0) {
       staging_end_ += size_t(n);
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    if (error == EINTR) continue;
+    if (error == EAGAIN || error == EWOULDBLOCK) return false;
     if (n == 0 && phase_ == RxPhase::Header && staging_end_ == 0) {
       // The peer closed its half at a message boundary: a graceful disconnect.
       phase_ = RxPhase::Dead;
@@ -675,7 +676,7 @@ bool Stream::Fill(size_t need) {
       qp_->DeferError();  // the peer stopped: flush; the close that follows is our half
       return false;
     }
-    if (n < 0 && NoAnswer(errno)) timed_out_ = true;
+    if (NoAnswer(error)) timed_out_ = true;
     Broken();  // reset, timed out, or the stream ended inside an FPDU
     return false;
   }
@@ -877,11 +878,12 @@ bool Stream::PlacePayload() {
       staging_begin_ += size_t(n);
     } else {
       n = recv(fd_, dest, want, MSG_DONTWAIT);
+      int error = n < 0 ? errno : 0;
       if (capture_) [[unlikely]] capture_->Received(dest, n);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+      if (error == EINTR) continue;
+      if (error == EAGAIN || error == EWOULDBLOCK) return false;
       if (n <= 0) {
-        if (n < 0 && NoAnswer(errno)) timed_out_ = true;
+        if (NoAnswer(error)) timed_out_ = true;
         Broken();
         return false;
       }
