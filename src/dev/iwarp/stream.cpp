@@ -659,7 +659,7 @@ bool Stream::Fill(size_t need) {
   }
   while (staging_end_ < need) {
     ssize_t n = recv(fd_, staging_ + staging_end_, sizeof staging_ - staging_end_, MSG_DONTWAIT);
-    int error = n < 0 ? errno : 0;  // once: a poll that finds nothing ends here
+    int error = n < 0 ? errno : 0;  // read once, before the capture hook can change it
     if (capture_) [[unlikely]] capture_->Received(staging_ + staging_end_, n);
     if (n > 0) {
       staging_end_ += size_t(n);
