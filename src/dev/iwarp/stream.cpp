@@ -636,11 +636,13 @@ void Stream::ProcessRx() {
       case RxPhase::Payload: progress = PlacePayload(); break;
       case RxPhase::Trailer:
         progress = FinishSegment();
-        // A poller that owns the socket gets its completion back now: asking the socket for
-        // the next message first would cost it a system call that finds nothing. (The engine,
-        // woken by edges, must read until the socket is empty.)
+        // A poller that owns the socket gets control back at the end of a message, with nothing
+        // read ahead: asking the socket for the next message first would cost it a system call
+        // that finds nothing before it sees the completion, or the placed Write, that it waits
+        // for (a Read Request read meanwhile is answered with its next post or poll). The
+        // engine, woken by edges, must read until the socket is empty.
         if (progress && rx_by_poller_ && hdr_.last && staging_begin_ == staging_end_ &&
-            (IsSend(hdr_.opcode) || hdr_.opcode == RdmapOpcode::ReadResponse) && !rx_watched_relaxed())
+            !rx_watched_relaxed())
           return;
         break;
       case RxPhase::Dead: return;
