@@ -10,13 +10,8 @@ export NDWV_BENCH_SIZES=${NDWV_BENCH_SIZES:-8,4096,65536,1048576}
 export NDWV_BENCH_ITERS=${NDWV_BENCH_ITERS:-2000}
 port=$((20000 + RANDOM % 20000))
 run_pair() {  # tool, options...  (NDWV_TRANSPORTS from the environment)
-  local tool=$1; shift
-  echo "=== ${NDWV_TRANSPORTS%%+*}: $tool $* (server and client on 127.0.0.1:$port)"
-  timeout 120 "build/tools/$tool" -s "$@" "127.0.0.1:$port" >/dev/null &
-  local server=$!
-  sleep 0.3
-  timeout 120 "build/tools/$tool" -c "$@" "127.0.0.1:$port"
-  wait "$server"
+  echo "=== ${NDWV_TRANSPORTS%%+*}: $* (server and client on 127.0.0.1:$port)"
+  scripts/tool-pair.sh build "$port" "$@"
   port=$((port + 1))
 }
 for NDWV_TRANSPORTS in iwarp roce; do

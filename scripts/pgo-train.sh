@@ -6,20 +6,12 @@
 # one at a time and large transfers back to back. About 20 s on 2 cores.
 set -euo pipefail
 dir=$1
-tools="$dir/tools"
 export NDWV_BENCH_ITERS=20000  # per size; large sizes take fewer (the tools' own rule)
 port=$((30000 + RANDOM % 10000))
-trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # a server whose client failed
-
-listening() { ss -Hltn "sport = :$1" | grep -q . || ss -Hlun "sport = :$1" | grep -q .; }
+export TOOL_PAIR_TIMEOUT=60
 
 run_pair() {  # sizes tool options...
-  local sizes=$1 tool=$2; shift 2
-  NDWV_BENCH_SIZES=$sizes timeout 60 "$tools/$tool" -s "$@" "127.0.0.1:$port" >/dev/null &
-  local server=$!
-  for _ in $(seq 50); do listening "$port" && break; sleep 0.1; done
-  NDWV_BENCH_SIZES=$sizes timeout 60 "$tools/$tool" -c "$@" "127.0.0.1:$port" >/dev/null
-  wait "$server"
+  NDWV_BENCH_SIZES=$1 "$(dirname "$0")/tool-pair.sh" "$dir" "$port" "${@:2}" >/dev/null
   port=$((port + 1))
 }
 

@@ -84,12 +84,15 @@ namespace {
 constexpr uint32_t kWatched = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
 }  // namespace
 
+bool Stream::TakeWaitingTransmit() {
+  // Loads first: an empty poll asks this every time, and mostly nothing waits.
+  return deferred_bytes_.load(std::memory_order_relaxed) ||
+         (response_owed_.load(std::memory_order_relaxed) && response_owed_.exchange(false));
+}
+
 void Stream::PollProgress() {
-  // A stalled transmit (the socket had no room), requests left queued, or a Read Response owed:
-  // send now.
-  if (tx_stalled_.load(std::memory_order_relaxed) || deferred_bytes_.load(std::memory_order_relaxed) ||
-      (response_owed_.load(std::memory_order_relaxed) && response_owed_.exchange(false)))
-    Kick();
+  // A stalled transmit (the socket had no room) too: send now.
+  if (tx_stalled_.load(std::memory_order_relaxed) || TakeWaitingTransmit()) Kick();
   DriveReceive(true);
   StillPolled();
 }
@@ -101,7 +104,7 @@ void Stream::StillPolled() {
 void Stream::OnNotifyArmed() {
   polls_.Reset();
   WatchReceive(true);
-  if (response_owed_.exchange(false) || deferred_bytes_.load()) Kick();
+  if (TakeWaitingTransmit()) Kick();
 }
 
 void Stream::WatchReceive(bool on) {
@@ -118,7 +121,7 @@ void Stream::WatchReceive(bool on) {
     }
   }
   if (on) {
-    if (response_owed_.exchange(false) || deferred_bytes_.load()) Kick();
+    if (TakeWaitingTransmit()) Kick();
     DriveReceive();  // what arrived while nobody watched
   }
 }

@@ -128,6 +128,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool rx_watched_relaxed() const { return rx_watched_.load(std::memory_order_relaxed); }
   void ProcessRx();
   void WatchReceive(bool on);
+  // Whether requests left queued or a Read Response owed wait for a kick (the flag is taken).
+  bool TakeWaitingTransmit();
   static void OnWatchTimer(Timer* timer);
   bool Fill(size_t need);  // staging holds `need` unread bytes; false on EAGAIN (or dead)
   bool StartSegment();
