@@ -7,7 +7,7 @@
 set -euo pipefail
 dir=$1
 export NDWV_BENCH_ITERS=20000  # per size; large sizes take fewer (the tools' own rule)
-port=$((30000 + RANDOM % 10000))
+port=$((20000 + RANDOM % 12000))  # below the ephemeral range (32768-60999): no outgoing connection holds it
 export TOOL_PAIR_TIMEOUT=60
 
 run_pair() {  # sizes tool options...
