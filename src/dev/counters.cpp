@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 
+#include "base/fork.h"
 #include "base/log.h"
 #include "base/settings.h"
 #include "dev/address.h"
@@ -319,7 +320,7 @@ void StartCounterReports(const std::vector<Transport>& transports) {
       std::atexit(&WriteReport);
       return;
     }
-    if (pipe2(g_signal_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+    if (base::OpenPipe(g_signal_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
       NDWV_LOG(Error, "NDWV_COUNTERS=signal: no pipe (%s)", strerror(errno));
       return;
     }

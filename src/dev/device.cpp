@@ -1,12 +1,12 @@
 #include "dev/device.h"
 
 #include <netinet/in.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "base/fork.h"
 #include "base/settings.h"
 #include "dev/iwarp/endpoint.h"
 #include "dev/roce/endpoint.h"
@@ -74,10 +74,10 @@ bool Device::ServesAddress(const sockaddr* address, socklen_t length) {
   // Port 0: only the address matters. Binding succeeds exactly for the host's own addresses.
   if (probe.ss_family == AF_INET) reinterpret_cast<sockaddr_in&>(probe).sin_port = 0;
   else reinterpret_cast<sockaddr_in6&>(probe).sin6_port = 0;
-  int fd = socket(probe.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int fd = base::OpenSocket(probe.ss_family, SOCK_DGRAM | SOCK_CLOEXEC);
   if (fd < 0) return false;
   bool ours = bind(fd, reinterpret_cast<sockaddr*>(&probe), need) == 0;
-  close(fd);
+  base::CloseDescriptor(fd);
   return ours;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/fork.h"
 #include "base/settings.h"
 
 namespace ndwv::dev {
@@ -20,8 +21,8 @@ Engine& Engine::Get() {
 }
 
 Engine::Engine() {
-  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epoll_fd_ = base::OpenDescriptor([] { return epoll_create1(EPOLL_CLOEXEC); });
+  wake_fd_ = base::OpenDescriptor([] { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); });
   if (epoll_fd_ < 0 || wake_fd_ < 0) {
     perror("ndwv: engine");
     abort();

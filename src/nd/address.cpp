@@ -2,11 +2,12 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <limits>
+
+#include "base/fork.h"
 
 namespace ndwv::nd {
 
@@ -116,7 +117,7 @@ HRESULT RouteSource(const sockaddr* remote, WV_SOCKADDR* local) {
   if (target.Sa.sa_family == AF_INET6 && target.Sin6.sin6_port == 0)
     target.Sin6.sin6_port = htons(9);
 
-  int s = socket(target.Sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int s = base::OpenSocket(target.Sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC);
   if (s < 0) return ND_UNSUCCESSFUL;
   HRESULT hr = ND_SUCCESS;
   socklen_t length = sizeof(*local);
@@ -129,7 +130,7 @@ HRESULT RouteSource(const sockaddr* remote, WV_SOCKADDR* local) {
   } else {
     *local = WithoutPort(&local->Sa);
   }
-  close(s);
+  base::CloseDescriptor(s);
   return hr;
 }
 

@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "base/fork.h"
 #include "base/overlapped.h"
 
 namespace ndwv::nd {
@@ -63,7 +64,10 @@ class Shared {
 
   void Hold() noexcept { holds_.fetch_add(1, std::memory_order_relaxed); }
   void Unhold() noexcept {
-    if (holds_.fetch_sub(1, std::memory_order_acq_rel) == 1) Destroy();
+    // In a forked child, an object of the parent's stays: its destructor would reach the
+    // device's threads, which did not follow the fork (base/fork.h).
+    if (holds_.fetch_sub(1, std::memory_order_acq_rel) == 1 && born_ == base::ForkGeneration())
+      Destroy();
   }
 
  protected:
@@ -81,6 +85,7 @@ class Shared {
  private:
   std::atomic<ULONG> clients_{1};  // the creator's reference
   std::atomic<ULONG> holds_{1};    // the one owned by the clients
+  const uint32_t born_ = base::ForkGeneration();
 };
 
 // A hold on one of our objects (the library's internal reference).

@@ -32,7 +32,8 @@ HRESULT Provider::ResolveAddress(const sockaddr* pAddress, ULONG cbAddress, UINT
   if (pAdapterId == nullptr) return ND_INVALID_PARAMETER_3;
   WV_SOCKADDR ip = WithoutPort(pAddress);
   WV_DEVICE_ADDRESS device{};
-  if (FAILED(wv_->TranslateAddress(&ip.Sa, &device))) return ND_INVALID_ADDRESS;
+  if (HRESULT hr = wv_->TranslateAddress(&ip.Sa, &device); FAILED(hr))
+    return hr == WV_DEVICE_REMOVED ? ND_DEVICE_REMOVED : ND_INVALID_ADDRESS;
   *pAdapterId = device.DeviceGuid;  // the ND adapter id is the device GUID
   return ND_SUCCESS;
 }

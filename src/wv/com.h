@@ -5,6 +5,8 @@
 
 #include <ndwv/winverbs.h>
 
+#include "base/fork.h"
+
 namespace ndwv::wv {
 
 template <typename Interface, const IID&... kIids>
@@ -23,7 +25,9 @@ class Unknown : public Interface {
   ULONG AddRef() override { return refs_.fetch_add(1, std::memory_order_relaxed) + 1; }
   ULONG Release() override {
     ULONG left = refs_.fetch_sub(1, std::memory_order_acq_rel) - 1;
-    if (left == 0) delete this;
+    // In a forked child, an object of the parent's stays: its destructor would reach the
+    // device's threads, which did not follow the fork (base/fork.h).
+    if (left == 0 && born_ == base::ForkGeneration()) delete this;
     return left;
   }
 
@@ -32,6 +36,7 @@ class Unknown : public Interface {
 
  private:
   std::atomic<ULONG> refs_{1};
+  const uint32_t born_ = base::ForkGeneration();
 };
 
 // Holds one reference to a COM object.

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "base/fork.h"
 #include "base/settings.h"
 #include "dev/engine.h"
 #include "wv/objects.h"
@@ -26,7 +27,10 @@ base::HandleRef RetainedFile(HANDLE file) {
 Provider::Provider() : file_(base::CreateOverlappedFile()) {}
 Provider::~Provider() { CloseHandle(file_); }
 
+// Every entry to the devices first: in a child forked from a process whose device was up, the
+// device is gone (base/fork.h).
 HRESULT Provider::QueryDeviceList(NET64* guids, SIZE_T* size) {
+  if (base::ForkedFromDevice()) return WV_DEVICE_REMOVED;
   if (!size) return WV_INVALID_PARAMETER;
   const auto& devices = dev::Device::All();
   SIZE_T need = devices.size() * sizeof(NET64);
@@ -40,12 +44,14 @@ HRESULT Provider::QueryDeviceList(NET64* guids, SIZE_T* size) {
 }
 
 HRESULT Provider::QueryDevice(NET64 guid, WV_DEVICE_ATTRIBUTES* attributes) {
+  if (base::ForkedFromDevice()) return WV_DEVICE_REMOVED;
   dev::Device* device = dev::Device::Find(guid);
   if (!device) return WV_INVALID_ADDRESS;
   return Device::Describe(device, attributes);
 }
 
 HRESULT Provider::TranslateAddress(const sockaddr* address, WV_DEVICE_ADDRESS* device_address) {
+  if (base::ForkedFromDevice()) return WV_DEVICE_REMOVED;
   if (!address || !device_address) return WV_INVALID_PARAMETER;
   socklen_t length = address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   const auto& devices = dev::Device::All();
@@ -57,6 +63,7 @@ HRESULT Provider::TranslateAddress(const sockaddr* address, WV_DEVICE_ADDRESS* d
 }
 
 HRESULT Provider::OpenDevice(NET64 guid, IWVDevice** device) {
+  if (base::ForkedFromDevice()) return WV_DEVICE_REMOVED;
   if (!device) return WV_INVALID_PARAMETER;
   dev::Device* found = dev::Device::Find(guid);
   if (!found) return WV_INVALID_ADDRESS;
@@ -65,6 +72,7 @@ HRESULT Provider::OpenDevice(NET64 guid, IWVDevice** device) {
 }
 
 HRESULT Provider::CreateConnectEndpoint(HANDLE file, IWVConnectEndpoint** endpoint) {
+  if (base::ForkedFromDevice()) return WV_DEVICE_REMOVED;
   if (!endpoint) return WV_INVALID_PARAMETER;
   base::HandleRef retained = RetainedFile(file);
   if (!retained) return WV_INVALID_HANDLE;

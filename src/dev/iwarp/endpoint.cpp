@@ -16,6 +16,7 @@
 
 #include <ndwv/wvstatus.h>
 
+#include "base/fork.h"
 #include "base/log.h"
 #include "base/settings.h"
 #include "dev/address.h"
@@ -70,7 +71,7 @@ void Endpoint::CloseSocket() {
   if (watching_) Engine::Get().Unwatch(fd_);
   watching_ = false;
   ReleaseTcpPort(fd_);
-  close(fd_);
+  base::CloseDescriptor(fd_);
   fd_ = -1;
   capture_.reset();
 }
@@ -146,7 +147,7 @@ void TuneConnectionSocket(int fd) {
 }  // namespace
 
 int32_t Endpoint::OpenSocket(int family) {
-  fd_ = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  fd_ = base::OpenSocket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd_ < 0) return WV_INSUFFICIENT_RESOURCES;
   TuneConnectionSocket(fd_);
   int32_t status = BindNdTcpPort(fd_, local_);
@@ -201,7 +202,9 @@ void Endpoint::OnListenReady() {
   for (;;) {
     sockaddr_storage peer{};
     socklen_t len = sizeof peer;
-    int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = base::OpenDescriptor([&] {
+      return accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    });
     if (fd < 0) return;
     // Handshakes that failed or timed out are over: they do not hold a backlog slot.
     std::erase_if(handshaking_, [](const std::shared_ptr<Endpoint>& child) {
@@ -209,7 +212,7 @@ void Endpoint::OnListenReady() {
       return child->state_ == State::Closed;
     });
     if (handshaking_.size() + requests_.queued() >= size_t(backlog_)) {
-      close(fd);  // backlog full: the peer's Connect is refused
+      base::CloseDescriptor(fd);  // backlog full: the peer's Connect is refused
       continue;
     }
     TuneConnectionSocket(fd);

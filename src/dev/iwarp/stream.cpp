@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 
+#include "base/fork.h"
 #include "base/log.h"
 #include "dev/address.h"
 #include "wire/bytes.h"
@@ -199,7 +200,7 @@ void Stream::Shutdown() {
   Engine::Get().Unwatch(fd_);
   if (capture_) [[unlikely]] capture_->SentFin();  // close() sends it, if shutdown() did not
   ReleaseTcpPort(fd_);
-  close(fd_);
+  base::CloseDescriptor(fd_);
 }
 
 // ---------------------------------------------------------------------------------- transmit

@@ -1,7 +1,6 @@
 #include "dev/roce/endpoint.h"
 
 #include <netinet/in.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +10,7 @@
 
 #include <ndwv/wvstatus.h>
 
+#include "base/fork.h"
 #include "base/log.h"
 #include "base/settings.h"
 #include "dev/address.h"
@@ -32,7 +32,7 @@ uint32_t RandomPsn() {
 // RETH + payload + ICRC, fit the route's IP MTU without fragmentation), or the errno of a host
 // with no route there (ENETUNREACH...).
 int ProbeRoute(const sockaddr_storage& peer, uint8_t* mtu_code) {
-  int fd = socket(peer.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int fd = base::OpenSocket(peer.ss_family, SOCK_DGRAM | SOCK_CLOEXEC);
   if (fd < 0) return errno;
   int ip_mtu = 1500, error = 0;
   socklen_t len = sizeof ip_mtu;
@@ -41,7 +41,7 @@ int ProbeRoute(const sockaddr_storage& peer, uint8_t* mtu_code) {
   else if (getsockopt(fd, peer.ss_family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6,
                       peer.ss_family == AF_INET ? IP_MTU : IPV6_MTU, &ip_mtu, &len) != 0)
     ip_mtu = 1500;
-  close(fd);
+  base::CloseDescriptor(fd);
   size_t overhead = (peer.ss_family == AF_INET ? 20 : 40) + 8 + kBthLen + kRethLen + kIcrcLen;
   *mtu_code = 1;
   for (uint8_t code = 5; code > 1; --code)
@@ -60,12 +60,12 @@ uint8_t PathMtuCode(const sockaddr_storage& peer) {
 
 // The local address the host would send to `peer` from (port 0).
 bool RouteSource(const sockaddr_storage& peer, sockaddr_storage* local) {
-  int fd = socket(peer.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int fd = base::OpenSocket(peer.ss_family, SOCK_DGRAM | SOCK_CLOEXEC);
   if (fd < 0) return false;
   socklen_t len = sizeof *local;
   bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) == 0 &&
             getsockname(fd, reinterpret_cast<sockaddr*>(local), &len) == 0;
-  close(fd);
+  base::CloseDescriptor(fd);
   SetPort(*local, 0);
   return ok;
 }

@@ -17,6 +17,7 @@
 #include <ndwv/wvstatus.h>
 
 #include "base/capture.h"
+#include "base/fork.h"
 #include "base/log.h"
 #include "base/settings.h"
 #include "dev/address.h"
@@ -56,7 +57,7 @@ CmConfig AgentConfig() {
 }  // namespace
 
 int Port::OpenSocket(int family) {
-  int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int fd = base::OpenSocket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) return -1;
   // Ask for big buffers; as root, past the system limit (a lost datagram costs a retransmit).
   for (int option : {SO_RCVBUF, SO_SNDBUF}) setsockopt(fd, SOL_SOCKET, option, &kSocketBuffer, sizeof kSocketBuffer);
@@ -95,7 +96,7 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
   sockaddr_storage bound = local;
   *status = BindNdPort(fd, bound);
   if (*status != WV_SUCCESS) {
-    close(fd);
+    base::CloseDescriptor(fd);
     return nullptr;
   }
   std::shared_ptr<Port> port(new Port(fd, bound, Describe(bound), nullptr));
@@ -127,7 +128,7 @@ std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const s
       connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) != 0) {
     NDWV_LOG(Debug, "roce port %s: no flow to %s (%s)", owner->name_.c_str(), Describe(peer).c_str(),
              strerror(errno));
-    close(fd);
+    base::CloseDescriptor(fd);
     return nullptr;
   }
   std::shared_ptr<Port> flow(new Port(fd, owner->local_, name, owner));
@@ -174,7 +175,7 @@ Port::~Port() {
     if (it != Ports().end() && it->second.expired()) Ports().erase(it);
   }
   Engine::Get().Unwatch(fd_);
-  close(fd_);
+  base::CloseDescriptor(fd_);
   NDWV_LOG(Debug, "roce port %s closed", name_.c_str());
 }
 
