@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include <ndwv/wvstatus.h>
+
 #include "base/fork.h"
 #include "base/settings.h"
 #include "dev/iwarp/endpoint.h"
@@ -62,23 +64,23 @@ Device* Device::Find(uint64_t guid) {
   return nullptr;
 }
 
-bool Device::ServesAddress(const sockaddr* address, socklen_t length) {
-  if (!address) return false;
+int32_t Device::CheckServedAddress(const sockaddr* address, socklen_t length) {
+  if (!address) return WV_INVALID_ADDRESS;
   sockaddr_storage probe{};
   socklen_t need;
   if (address->sa_family == AF_INET) need = sizeof(sockaddr_in);
   else if (address->sa_family == AF_INET6) need = sizeof(sockaddr_in6);
-  else return false;
-  if (length < need) return false;
+  else return WV_INVALID_ADDRESS;
+  if (length < need) return WV_INVALID_ADDRESS;
   memcpy(&probe, address, need);
   // Port 0: only the address matters. Binding succeeds exactly for the host's own addresses.
   if (probe.ss_family == AF_INET) reinterpret_cast<sockaddr_in&>(probe).sin_port = 0;
   else reinterpret_cast<sockaddr_in6&>(probe).sin6_port = 0;
   int fd = base::OpenSocket(probe.ss_family, SOCK_DGRAM | SOCK_CLOEXEC);
-  if (fd < 0) return false;
+  if (fd < 0) return WV_INSUFFICIENT_RESOURCES;
   bool ours = bind(fd, reinterpret_cast<sockaddr*>(&probe), need) == 0;
   base::CloseDescriptor(fd);
-  return ours;
+  return ours ? WV_SUCCESS : WV_INVALID_ADDRESS;
 }
 
 std::shared_ptr<ConnectEndpoint> Device::CreateEndpoint() const {

@@ -116,8 +116,9 @@ HRESULT Adapter::BindableAddress(const sockaddr* requested, WV_SOCKADDR* bindabl
   }
   WV_SOCKADDR ip = WithoutPort(requested);
   WV_DEVICE_ADDRESS owner{};
-  if (FAILED(wv_->TranslateAddress(&ip.Sa, &owner)) || owner.DeviceGuid != guid_)
-    return ND_INVALID_ADDRESS;
+  HRESULT hr = wv_->TranslateAddress(&ip.Sa, &owner);
+  if (hr == WV_INSUFFICIENT_RESOURCES) return ND_INSUFFICIENT_RESOURCES;  // out of descriptors
+  if (FAILED(hr) || owner.DeviceGuid != guid_) return ND_INVALID_ADDRESS;
   return ND_SUCCESS;
 }
 

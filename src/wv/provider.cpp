@@ -55,7 +55,9 @@ HRESULT Provider::TranslateAddress(const sockaddr* address, WV_DEVICE_ADDRESS* d
   if (!address || !device_address) return WV_INVALID_PARAMETER;
   socklen_t length = address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   const auto& devices = dev::Device::All();
-  if (devices.empty() || !dev::Device::ServesAddress(address, length)) return WV_INVALID_ADDRESS;
+  if (devices.empty()) return WV_INVALID_ADDRESS;
+  if (int32_t status = dev::Device::CheckServedAddress(address, length); status != WV_SUCCESS)
+    return status;
   device_address->DeviceGuid = devices.front()->guid();
   device_address->Pkey = 0xFFFF;
   device_address->PortNumber = 1;
