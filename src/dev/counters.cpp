@@ -108,6 +108,7 @@ constexpr CounterInfo kInfo[kCounters] = {
     {"cm_rep_timeouts", kRoce},
     {"cm_dreq_timeouts", kRoce},
     {"cm_drops", kRoce},
+    {"accepts_refused", kIwarp},
 };
 
 const char* TransportName(Transport t) { return t == Transport::Roce ? "RoCEv2" : "iWARP"; }

@@ -53,6 +53,8 @@ enum class Counter : uint16_t {
   CmReqReceived, CmMraReceived, CmRejReceived, CmRepReceived, CmRtuReceived, CmDreqReceived,
   CmDrepReceived,
   CmRetransmits, CmDuplicateAnswers, CmReqTimeouts, CmRepTimeouts, CmDreqTimeouts, CmDrops,
+  // Added later, at the end: a counter's index never changes (ndwv.h).
+  AcceptsRefused,  // iWARP connection setup, per adapter
   Count
 };
 inline constexpr size_t kCounters = size_t(Counter::Count);

@@ -2,7 +2,9 @@
 // getters' size protocols, local and peer addresses, and the three ways to be refused (passive
 // Reject, no listener, active Reject or release before CompleteConnect).
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -10,8 +12,10 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
+#include <ndwv/ndwv.h>
 
 #include "harness.h"
 
@@ -505,6 +509,72 @@ TEST(IntegrationConnect, ConnectorsShareTheProcessPortWithNdwvRocePort) {
     }
     for (int i = 0; i < 2; ++i) servers.Send(i, {uint64_t(0x50 + i), 0, 0, 0});
     for (int i = 0; i < 2; ++i) ServerTeardown(peer, servers.At(i));
+  });
+}
+
+
+// The iWARP adapter's total of counter `name` in this process.
+uint64_t AdapterCounter(const char* name) {
+  std::vector<ndwv_counter_row> rows(ndwv_counters_snapshot(nullptr, 0) + 8);
+  rows.resize(ndwv_counters_snapshot(rows.data(), rows.size()));
+  for (const ndwv_counter_row& row : rows)
+    if (row.qpn == 0 && std::strcmp(row.transport, "iWARP") == 0) return ndwv_counter_value(&row, name);
+  IT_FAIL("no iWARP adapter row in the counters");
+}
+
+// A process that has run out of descriptors (iWARP: every connection is a socket of its own).
+// Bind fails with ND_INSUFFICIENT_RESOURCES, not a misleading address error. Its
+// listener refuses the pending connection at once, instead of leaving it to the peer's timeout,
+// and counts it; the engine does not spin on the listener, which stays readable meanwhile (a spin
+// would count a refusal per turn). Once descriptors are free again the same listener serves the
+// next Connect.
+IT_PEER(descriptor_starved_server) {
+  Adapter adapter;
+  Endpoint server(adapter, Ctx(0x5E));
+  uint16_t port = StartListening(adapter, server.listener);
+  // A low limit first, so that filling the table takes a few hundred descriptors at most.
+  rlimit saved{};
+  IT_CHECK(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit low = saved;
+  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 256);
+  IT_CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<int> fillers;
+  for (int fd; (fd = fcntl(0, F_DUPFD_CLOEXEC, 0)) >= 0;) fillers.push_back(fd);
+  IT_CHECK_EQ(EMFILE, errno);
+  // A Bind, which needs a socket, says why it fails.
+  sockaddr_in any = Loopback(0);
+  Ref<IND2Connector> unbound = adapter.CreateConnector();
+  IT_CHECK_HR(ND_INSUFFICIENT_RESOURCES, unbound->Bind(reinterpret_cast<sockaddr*>(&any), sizeof any));
+  parent.SendValue("port", port);
+  parent.Expect("connect ended");
+  for (int fd : fillers) close(fd);
+  IT_CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  parent.Send("room");
+  server.connector = GetConnectionRequest(adapter, server.listener.get());
+  IT_OK(Accept(server.connector.get(), server.qp.get(), 4, 4));
+  parent.Send("accepted");
+  ServerTeardown(parent, server);
+  IT_CHECK_EQ(uint64_t(1), AdapterCounter("accepts_refused"));
+}
+
+TEST(IntegrationConnect, AListenerOutOfDescriptorsRefusesAtOnceAndRecovers) {
+  if (TransportIsRoce()) GTEST_SKIP() << "an iWARP listener's accept(); RoCE's CM takes no descriptor";
+  RunWithPeer("descriptor_starved_server", [](Channel& peer) {
+    Adapter adapter;
+    uint16_t port = uint16_t(peer.ReceiveValue("port"));
+    {
+      Endpoint client(adapter, Ctx(0xC1));
+      client.connector = adapter.CreateConnector();
+      IT_CHECK_HR(ND_CONNECTION_REFUSED, Connect(client.connector.get(), client.qp.get(), port, 4, 4));
+    }
+    peer.Send("connect ended");
+    peer.Expect("room");
+    Endpoint client(adapter, Ctx(0xC1));
+    client.connector = adapter.CreateConnector();
+    IT_OK(Connect(client.connector.get(), client.qp.get(), port, 4, 4));
+    CompleteConnect(client.connector.get());
+    peer.Expect("accepted");
+    ClientTeardown(peer, client);
   });
 }
 

@@ -120,6 +120,9 @@ void Endpoint::HandleTimeoutLocked(Finisher& finish) {
       NDWV_LOG(Info, "%s: peer did not close in time", identity_.c_str());
       FinishDisconnect(WV_TIMEOUT);
       break;
+    case State::Listening:  // accepting paused (RefusePending): watch the queue again
+      Engine::Get().Modify(fd_, EPOLLIN);
+      break;
     default:
       break;
   }
@@ -128,6 +131,14 @@ void Endpoint::HandleTimeoutLocked(Finisher& finish) {
 // ---------------------------------------------------------------------------- addresses
 
 namespace {
+
+// One descriptor held in reserve for a listener in a process out of descriptors: given up for a
+// moment, it lets the listener take the pending connection off its queue and close it. Opened at
+// the first Listen (when descriptors are surely available); used on the engine thread only.
+int& SpareDescriptor() {
+  static int spare = base::OpenDescriptor([] { return open("/dev/null", O_RDONLY | O_CLOEXEC); });
+  return spare;
+}
 
 // A connection's socket: no Nagle delay; and a dead peer or link is found within
 // NDWV_IWARP_TIMEOUT_MS, data outstanding or not (TCP_USER_TIMEOUT, and keepalives when idle).
@@ -192,6 +203,7 @@ int32_t Endpoint::Listen(int backlog) {
   int one = 1;
   setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (listen(fd_, backlog_) != 0) return WV_INSUFFICIENT_RESOURCES;
+  SpareDescriptor();  // reserved now, while descriptors are available
   SetState(State::Listening);
   watching_ = true;
   Engine::Get().Watch(fd_, EPOLLIN, weak_from_this());
@@ -205,7 +217,11 @@ void Endpoint::OnListenReady() {
     int fd = base::OpenDescriptor([&] {
       return accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     });
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;  // the latter: that peer gave up
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) RefusePending();
+      return;
+    }
     // Handshakes that failed or timed out are over: they do not hold a backlog slot.
     std::erase_if(handshaking_, [](const std::shared_ptr<Endpoint>& child) {
       std::lock_guard<std::mutex> lock(child->mutex_);
@@ -232,6 +248,28 @@ void Endpoint::OnListenReady() {
     handshaking_.push_back(child);
     Engine::Get().Watch(fd, EPOLLIN | EPOLLRDHUP, child);
   }
+}
+
+void Endpoint::RefusePending() {
+  // The queue's head would keep the socket readable: the engine would spin on it, and the peer
+  // would wait for its timeout. Refused, the peer's Connect fails at once.
+  int& spare = SpareDescriptor();
+  int fd = -1;
+  if (spare >= 0) {
+    base::CloseDescriptor(spare);
+    fd = base::OpenDescriptor([this] { return accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC); });
+    if (fd >= 0) base::CloseDescriptor(fd);
+    spare = base::OpenDescriptor([] { return open("/dev/null", O_RDONLY | O_CLOEXEC); });
+  }
+  if (fd >= 0) {
+    AdapterCounters(Transport::Iwarp).AddShared(Counter::AcceptsRefused);
+    NDWV_LOG(Warn, "%s: out of descriptors: a connection was refused", identity_.c_str());
+    return;
+  }
+  // No spare (another thread took the one just freed): look again in a moment instead of spinning.
+  NDWV_LOG(Warn, "%s: out of descriptors: accepting paused", identity_.c_str());
+  Engine::Get().Modify(fd_, 0);
+  ArmTimer(kAcceptPauseMs);
 }
 
 int32_t Endpoint::GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) {

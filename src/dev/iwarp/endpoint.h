@@ -70,6 +70,8 @@ class Endpoint final : public ConnectEndpoint,
   void HandleTimeoutLocked(Finisher& finish);  // the phase's time is up (mutex_ held)
 
   void OnListenReady();
+  void RefusePending();  // out of descriptors: refuse the queue's head, or pause accepting
+  static constexpr uint32_t kAcceptPauseMs = 100;
   void OnConnectReady(Finisher& finish);
   bool ReadMpaFrame(wire::MpaKind kind);  // true when a whole frame is in mpa_buffer_
   void OnMpaReply(Finisher& finish);
