@@ -1,6 +1,8 @@
 // ndinfo: the NetworkDirect addresses of this host, each adapter's ND2_ADAPTER_INFO (addresses
 // with the same AdapterId are one adapter; field lines as ndadapterinfo prints them) and the
 // NDWV_ settings with their defaults and meanings.
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -20,7 +22,8 @@ const char kUsage[] =
     "ndinfo [--env [--markdown]] [-l logFile] [-h] [<ip>]\n"
     "\n"
     "Lists the NetworkDirect addresses, then each adapter's ND2_ADAPTER_INFO (addresses with\n"
-    "the same AdapterId are one adapter), then the NDWV_ environment settings.\n"
+    "the same AdapterId are one adapter), the descriptor limit, then the NDWV_ environment\n"
+    "settings.\n"
     "\n"
     "  --env           print only the NDWV_ settings: name, default, meaning\n"
     "  --markdown      with --env: the settings as the Markdown configuration reference\n"
@@ -28,6 +31,22 @@ const char kUsage[] =
     "  -l, --logFile f write stdout (and append stderr) to file f\n"
     "  -h, --help      this text\n"
     "  <ip>            only the adapter that owns this address (a.b.c.d or IPv6)\n";
+
+// The limit no ND2_ADAPTER_INFO field reports: descriptors. Users otherwise meet it as a failed
+// Connect or Accept at the 1025th connection.
+void PrintDescriptorLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  auto text = [](rlim_t value) {
+    return value == RLIM_INFINITY ? std::string("unlimited") : std::to_string(value);
+  };
+  std::printf("Descriptors (RLIMIT_NOFILE): %s, hard limit %s. iWARP holds one socket per\n"
+              "connection and per listener; RoCE one per bound port, and one per connection\n"
+              "on a listener's port while any are left. When none is left, Bind returns\n"
+              "ND_INSUFFICIENT_RESOURCES and an iWARP listener refuses incoming connections\n"
+              "(counter accepts_refused).\n\n",
+              text(limit.rlim_cur).c_str(), text(limit.rlim_max).c_str());
+}
 
 void PrintSettings() {
   std::printf("Settings (NDWV_ environment variables):\n");
@@ -168,6 +187,7 @@ int main(int argc, char* argv[]) {
   }
   StartWatchdog("ndinfo");
   int rc = envOnly ? 0 : ListAdapters(only);
+  if (!envOnly) PrintDescriptorLimit();
   PrintSettings();
   return rc;
 }
