@@ -121,7 +121,7 @@ void Endpoint::HandleTimeoutLocked(Finisher& finish) {
       FinishDisconnect(WV_TIMEOUT);
       break;
     case State::Listening:  // accepting paused (RefusePending): watch the queue again
-      Engine::Get().Modify(fd_, EPOLLIN);
+      if (fd_ >= 0 && watching_) Engine::Get().Modify(fd_, EPOLLIN);
       break;
     default:
       break;
@@ -254,13 +254,15 @@ void Endpoint::RefusePending() {
   // The queue's head would keep the socket readable: the engine would spin on it, and the peer
   // would wait for its timeout. Refused, the peer's Connect fails at once.
   int& spare = SpareDescriptor();
-  int fd = -1;
+  int fd = -1, error = EMFILE;
   if (spare >= 0) {
     base::CloseDescriptor(spare);
     fd = base::OpenDescriptor([this] { return accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC); });
+    error = errno;
     if (fd >= 0) base::CloseDescriptor(fd);
     spare = base::OpenDescriptor([] { return open("/dev/null", O_RDONLY | O_CLOEXEC); });
   }
+  if (fd < 0 && (error == EAGAIN || error == EWOULDBLOCK)) return;  // nothing was pending
   if (fd >= 0) {
     AdapterCounters(Transport::Iwarp).AddShared(Counter::AcceptsRefused);
     NDWV_LOG(Warn, "%s: out of descriptors: a connection was refused", identity_.c_str());
