@@ -528,27 +528,42 @@ uint64_t AdapterCounter(const char* name) {
 // and counts it; the engine does not spin on the listener, which stays readable meanwhile (a spin
 // would count a refusal per turn). Once descriptors are free again the same listener serves the
 // next Connect.
+// Fills this process's descriptor table (under a soft limit of 256, so that it takes a few hundred
+// at most) until End() or destruction, which give the descriptors and the limit back.
+class DescriptorFamine {
+ public:
+  DescriptorFamine() {
+    IT_CHECK(getrlimit(RLIMIT_NOFILE, &saved_) == 0);
+    rlimit low = saved_;
+    low.rlim_cur = std::min<rlim_t>(saved_.rlim_cur, 256);
+    IT_CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    for (int fd; (fd = fcntl(0, F_DUPFD_CLOEXEC, 0)) >= 0;) fillers_.push_back(fd);
+    IT_CHECK_EQ(EMFILE, errno);
+  }
+  ~DescriptorFamine() { End(); }
+  void End() {
+    for (int fd : fillers_) close(fd);
+    fillers_.clear();
+    setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+
+ private:
+  rlimit saved_{};
+  std::vector<int> fillers_;
+};
+
 IT_PEER(descriptor_starved_server) {
   Adapter adapter;
   Endpoint server(adapter, Ctx(0x5E));
   uint16_t port = StartListening(adapter, server.listener);
-  // A low limit first, so that filling the table takes a few hundred descriptors at most.
-  rlimit saved{};
-  IT_CHECK(getrlimit(RLIMIT_NOFILE, &saved) == 0);
-  rlimit low = saved;
-  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 256);
-  IT_CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
-  std::vector<int> fillers;
-  for (int fd; (fd = fcntl(0, F_DUPFD_CLOEXEC, 0)) >= 0;) fillers.push_back(fd);
-  IT_CHECK_EQ(EMFILE, errno);
+  DescriptorFamine famine;
   // A Bind, which needs a socket, says why it fails.
   sockaddr_in any = Loopback(0);
   Ref<IND2Connector> unbound = adapter.CreateConnector();
   IT_CHECK_HR(ND_INSUFFICIENT_RESOURCES, unbound->Bind(reinterpret_cast<sockaddr*>(&any), sizeof any));
   parent.SendValue("port", port);
   parent.Expect("connect ended");
-  for (int fd : fillers) close(fd);
-  IT_CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  famine.End();
   parent.Send("room");
   server.connector = GetConnectionRequest(adapter, server.listener.get());
   IT_OK(Accept(server.connector.get(), server.qp.get(), 4, 4));
@@ -579,6 +594,58 @@ TEST(IntegrationConnect, AListenerOutOfDescriptorsRefusesAtOnceAndRecovers) {
     IT_OK(Connect(client.connector.get(), client.qp.get(), port, 4, 4));
     CompleteConnect(client.connector.get());
     peer.Expect("accepted");
+    ClientTeardown(peer, client);
+  });
+}
+
+
+// RoCE: a connection on a listener's port gets a socket of its own only while descriptors last;
+// without one it shares the port's. A listener in a process out of descriptors still accepts,
+// and the connection carries data both ways.
+IT_PEER(roce_descriptor_starved_server) {
+  Adapter adapter;
+  Endpoint server(adapter, Ctx(0x5E));
+  uint8_t box[64] = {};
+  Mr mr(adapter, box, sizeof box, kSinkFlags);
+  ND2_SGE sge = {box, ULONG(sizeof box), mr.token()};
+  IT_OK(server.qp->Receive(Ctx(0x100), &sge, 1));
+  uint16_t port = StartListening(adapter, server.listener);
+  DescriptorFamine famine;
+  parent.SendValue("port", port);
+  server.connector = GetConnectionRequest(adapter, server.listener.get());
+  IT_OK(Accept(server.connector.get(), server.qp.get(), 4, 4));
+  parent.Send("accepted");
+  ExpectCompletion(server.receiveCq, {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x100), Ctx(0x5E), 64},
+                   "the client's message");
+  CheckPattern(box, sizeof box, kClientDataSeed, "the client's message");
+  FillPattern(box, sizeof box, kServerDataSeed);
+  IT_OK(server.qp->Send(Ctx(0x200), &sge, 1, 0));
+  ExpectCompletion(server.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x200), Ctx(0x5E)}, "the answer");
+  ServerTeardown(parent, server);
+}
+
+TEST(IntegrationConnect, ARoceListenerOutOfDescriptorsStillAccepts) {
+  if (!TransportIsRoce()) GTEST_SKIP() << "RoCE's flow sockets; an iWARP connection is a socket";
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "the sanitizers' runtime needs descriptors of its own";
+#endif
+  RunWithPeer("roce_descriptor_starved_server", [](Channel& peer) {
+    Adapter adapter;
+    Endpoint client(adapter, Ctx(0xC1), {.separateCqs = true});
+    uint8_t box[64];
+    Mr mr(adapter, box, sizeof box, kSinkFlags);
+    ND2_SGE sge = {box, ULONG(sizeof box), mr.token()};
+    IT_OK(client.qp->Receive(Ctx(0x100), &sge, 1));
+    ConnectTo(peer, client);
+    uint8_t out[64];
+    FillPattern(out, sizeof out, kClientDataSeed);
+    Mr outMr(adapter, out, sizeof out, kSourceFlags);
+    ND2_SGE outSge = {out, ULONG(sizeof out), outMr.token()};
+    IT_OK(client.qp->Send(Ctx(0x200), &outSge, 1, 0));
+    ExpectCompletion(client.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x200), Ctx(0xC1)}, "send");
+    ExpectCompletion(client.receiveCq, {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x100), Ctx(0xC1), 64},
+                     "the server's answer");
+    CheckPattern(box, sizeof box, kServerDataSeed, "the server's answer");
     ClientTeardown(peer, client);
   });
 }

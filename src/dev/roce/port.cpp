@@ -116,7 +116,11 @@ std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const s
   if (it != Ports().end())
     if (auto flow = it->second.lock()) return flow;
   int fd = OpenSocket(owner->local_.ss_family);
-  if (fd < 0) return nullptr;
+  if (fd < 0) {
+    NDWV_LOG(Info, "roce port %s: no socket for a flow to %s (%s): the port's own carries it",
+             owner->name_.c_str(), Describe(peer).c_str(), strerror(errno));
+    return nullptr;
+  }
   // Every socket on the port must allow sharing it, and only this user's sockets may join; the
   // owner's own Bind did not (so another process's Bind of the port still fails). Until the
   // connect() below, the kernel may hand the new socket a datagram meant for the owner: a flow
