@@ -135,8 +135,9 @@ namespace {
 // One descriptor held in reserve for a listener in a process out of descriptors: given up for a
 // moment, it lets the listener take the pending connection off its queue and close it. Opened at
 // the first Listen (when descriptors are surely available); used on the engine thread only.
+int OpenSpare() { return base::OpenDescriptor([] { return open("/dev/null", O_RDONLY | O_CLOEXEC); }); }
 int& SpareDescriptor() {
-  static int spare = base::OpenDescriptor([] { return open("/dev/null", O_RDONLY | O_CLOEXEC); });
+  static int spare = OpenSpare();
   return spare;
 }
 
@@ -259,15 +260,15 @@ void Endpoint::RefusePending() {
     base::CloseDescriptor(spare);
     fd = base::OpenDescriptor([this] { return accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC); });
     error = errno;
-    if (fd >= 0) base::CloseDescriptor(fd);
-    spare = base::OpenDescriptor([] { return open("/dev/null", O_RDONLY | O_CLOEXEC); });
+    base::CloseDescriptor(fd);
+    spare = OpenSpare();
   }
-  if (fd < 0 && (error == EAGAIN || error == EWOULDBLOCK)) return;  // nothing was pending
   if (fd >= 0) {
     AdapterCounters(Transport::Iwarp).AddShared(Counter::AcceptsRefused);
     NDWV_LOG(Warn, "%s: out of descriptors: a connection was refused", identity_.c_str());
     return;
   }
+  if (error == EAGAIN || error == EWOULDBLOCK) return;  // nothing was pending
   // No spare (another thread took the one just freed): look again in a moment instead of spinning.
   NDWV_LOG(Warn, "%s: out of descriptors: accepting paused", identity_.c_str());
   Engine::Get().Modify(fd_, 0);
