@@ -27,7 +27,7 @@ int32_t CompletionQueue::Resize(size_t entries) {
 void CompletionQueue::TellSources(bool empty) {
   static const bool lend_thread = base::LoadSettings() ? base::LoadSettings()->poll_progress : true;
   if (lend_thread && sources_mutex_.try_lock()) {
-    for (ProgressSource* source : sources_) empty ? source->PollProgress() : source->StillPolled();
+    for (ProgressSource* source : lenders_) empty ? source->PollProgress() : source->StillPolled();
     sources_mutex_.unlock();
   }
 }
@@ -120,7 +120,7 @@ void CompletionQueue::Finish(AsyncOp* list, int32_t status) {
 int32_t CompletionQueue::Notify(NotifyType type, AsyncOp* op) {
   {
     std::lock_guard lock(sources_mutex_);
-    for (ProgressSource* source : sources_) source->OnNotifyArmed();
+    for (ProgressSource* source : lenders_) source->OnNotifyArmed();
   }
   AsyncOp* fire = nullptr;
   {
@@ -155,12 +155,33 @@ void CompletionQueue::CancelNotifies() {
 
 void CompletionQueue::AttachSource(ProgressSource* source) {
   std::lock_guard lock(sources_mutex_);
-  sources_.push_back(source);
+  ++sources_;
+  if (lending_ && sources_ <= kMaxLendingSources) {
+    lenders_.push_back(source);
+    return;
+  }
+  if (lending_) {
+    // One source too many: from now on every source of this CQ stays with the engine.
+    lending_ = false;
+    for (ProgressSource* lender : lenders_) Withhold(lender);
+    lenders_.clear();
+  }
+  Withhold(source);
 }
 
 void CompletionQueue::DetachSource(ProgressSource* source) {
   std::lock_guard lock(sources_mutex_);
-  sources_.erase(std::remove(sources_.begin(), sources_.end(), source), sources_.end());
+  --sources_;
+  if (lending_) {
+    lenders_.erase(std::find(lenders_.begin(), lenders_.end(), source));
+  } else {
+    source->withheld_.fetch_sub(1, std::memory_order_relaxed);
+    lending_ = sources_ == 0;
+  }
+}
+
+void CompletionQueue::Withhold(ProgressSource* source) {
+  if (source->withheld_.fetch_add(1, std::memory_order_relaxed) == 0) source->OnNotifyArmed();
 }
 
 }  // namespace ndwv::dev

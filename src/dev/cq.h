@@ -35,41 +35,68 @@ struct Completion {
 enum class NotifyType { Errors = 0, Any = 1, Solicited = 2 };
 
 // Something that can make receive progress when a poller lends it its thread (a connected QP).
-struct ProgressSource {
+class ProgressSource {
+ public:
   virtual void PollProgress() = 0;    // a poller found the CQ empty and lends its thread
-  // A poller reaped completions, or the application posted: its thread is active and will poll
-  // (lending itself) or arm a Notify.
+  // A poller reaped completions, or the application posted: its thread is active, but it may go
+  // on to wait without polling (on memory, for an RDMA Write): not a reason to leave the engine.
   virtual void StillPolled() = 0;
-  virtual void OnNotifyArmed() = 0;   // someone waits for an event: progress must not need a poller
+  // Progress must not need a poller from now on: someone waits for an event, or a CQ this source
+  // feeds stopped lending its pollers.
+  virtual void OnNotifyArmed() = 0;
+
+  // Whether pollers may take this source from the engine: not while any CQ it feeds has too many
+  // sources to lend its pollers to each (CompletionQueue::kMaxLendingSources).
+  bool Lendable() const { return withheld_.load(std::memory_order_relaxed) == 0; }
+
  protected:
   ~ProgressSource() = default;
+
+ private:
+  friend class CompletionQueue;
+  std::atomic<uint32_t> withheld_{0};  // CQs that withhold their pollers (their sources_mutex_)
 };
 
 // While a poller lends its thread, the transport keeps its socket from the engine: on a busy
 // machine a wake-up per packet costs more than the packet (the woken engine preempts a poller, or
-// holds the socket while preempted). kSpinningPolls polls (PollProgress or StillPolled: polls and
-// posts) mean "a poller spins"; few, so that the engine lets go soon after the polling starts
-// again (a writer reports a poll per few completions). Fewer than half as many within kPollIdle:
-// the engine watches again.
+// holds the socket while preempted). kSpinningPolls empty polls in a row mean "a poller spins":
+// only an empty poll drives receive progress, so only a run of them proves a thread will go on
+// driving it. Posts and polls that reap completions do not count: an application that waits on
+// memory for an RDMA Write posts and reaps between its waits, and nothing would read its socket
+// while it waits. Once the engine is away, any polling or posting keeps it away; fewer than half
+// kSpinningPolls of them within kPollIdle and the engine watches again.
 inline constexpr uint32_t kSpinningPolls = 8;
 inline constexpr std::chrono::milliseconds kPollIdle{10};
 
-// The polls a transport counts for that rule. A hint, not an exact count: a plain load and store
-// per poll (no read-modify-write), so two pollers may count once.
+// The polls a transport counts for that rule. Hints, not exact counts: a plain load and store per
+// poll (no read-modify-write), so two pollers may count once.
 class SpinCount {
  public:
-  // Counts a poll; true at the one that makes the pollers spinning.
-  bool Count() {
-    uint32_t polls = polls_.load(std::memory_order_relaxed) + 1;
-    polls_.store(polls, std::memory_order_relaxed);
-    return polls == kSpinningPolls;
+  // Counts an empty poll; true at the one that makes the pollers spinning.
+  bool CountEmptyPoll() {
+    Bump(active_);
+    return Bump(empty_run_) == kSpinningPolls;
   }
-  void Reset() { polls_.store(0, std::memory_order_relaxed); }
+  // A poll that reaped completions, or a post: ends a run of empty polls.
+  void CountActivity() {
+    Bump(active_);
+    if (empty_run_.load(std::memory_order_relaxed)) empty_run_.store(0, std::memory_order_relaxed);
+  }
+  void Reset() {
+    empty_run_.store(0, std::memory_order_relaxed);
+    active_.store(0, std::memory_order_relaxed);
+  }
   // Every kPollIdle while the engine keeps away: whether the polling went on, and a new count.
-  bool StillSpinning() { return polls_.exchange(0, std::memory_order_relaxed) >= kSpinningPolls / 2; }
+  bool StillSpinning() { return active_.exchange(0, std::memory_order_relaxed) >= kSpinningPolls / 2; }
 
  private:
-  std::atomic<uint32_t> polls_{0};
+  static uint32_t Bump(std::atomic<uint32_t>& counter) {
+    uint32_t value = counter.load(std::memory_order_relaxed) + 1;
+    counter.store(value, std::memory_order_relaxed);
+    return value;
+  }
+  std::atomic<uint32_t> empty_run_{0};  // empty polls since the last activity
+  std::atomic<uint32_t> active_{0};     // polls and posts since the timer last looked
 };
 
 class CompletionQueue {
@@ -90,11 +117,21 @@ class CompletionQueue {
   void CancelNotifies();                         // armed requests complete WV_CANCELLED
   bool broken() const { return broken_.load(std::memory_order_acquire); }
 
+  // A transport that feeds this CQ. It must be detached before it is destroyed.
   void AttachSource(ProgressSource* source);
   void DetachSource(ProgressSource* source);
 
+  // A poller lends its thread to every source in turn: worth it while they are few (a ping-pong,
+  // a few peers), a cost per empty poll when there are many. Past this count the CQ's sources
+  // stay with the engine, which learns which sockets are ready from epoll, so that a poll or a
+  // Notify costs the same for 10 QPs or 10,000; the CQ lends its pollers again once all its
+  // sources are gone.
+  static constexpr size_t kMaxLendingSources = 4;
+
  private:
   void TellSources(bool empty);  // empty: PollProgress (the poller lends its thread), else StillPolled
+  // A source that pollers of this CQ no longer visit: it goes back to the engine (sources_mutex_).
+  static void Withhold(ProgressSource* source);
   void CompleteArmedLocked(int32_t status, AsyncOp** done);
   static void Finish(AsyncOp* list, int32_t status);
 
@@ -111,7 +148,9 @@ class CompletionQueue {
   NotifyType armed_type_ = NotifyType::Errors;  // strongest type armed
 
   base::Mutex sources_mutex_;
-  std::vector<ProgressSource*> sources_;
+  size_t sources_ = 0;                   // attached
+  std::vector<ProgressSource*> lenders_; // every source while the CQ lends its pollers, else empty
+  bool lending_ = true;                  // sources_ has not exceeded kMaxLendingSources since it was 0
   std::atomic<uint32_t> reaping_polls_{0};  // polls that found entries (a hint, not exact)
 };
 

@@ -64,21 +64,29 @@ QueuePair::~QueuePair() {
   Flush();
 }
 
-void QueuePair::Attach(std::shared_ptr<Link> link) {
+bool QueuePair::Attach(std::shared_ptr<Link> link) {
+  // Serialized with a move to Error, which detaches the link it finds from the CQs: a link
+  // attached after it would stay a source of the CQs, and be polled after its destruction.
+  std::lock_guard error_lock(error_mutex_);
   std::shared_ptr<Link> old;
   {
     std::lock_guard lock(state_mutex_);
+    QpState state = state_.load();
+    if (state == QpState::Error || state == QpState::Reset) return false;
     old = std::exchange(link_, link);
     SetKickTarget(link);
   }
-  if (old) {
-    send_cq_->DetachSource(old.get());
-    recv_cq_->DetachSource(old.get());
-  }
+  if (old) DetachFromCqs(old.get());
   if (link) {
     recv_cq_->AttachSource(link.get());
     if (send_cq_ != recv_cq_) send_cq_->AttachSource(link.get());
   }
+  return true;
+}
+
+void QueuePair::DetachFromCqs(Link* link) {
+  recv_cq_->DetachSource(link);
+  if (send_cq_ != recv_cq_) send_cq_->DetachSource(link);
 }
 
 std::shared_ptr<Link> QueuePair::link() const {
@@ -100,14 +108,20 @@ int32_t QueuePair::Modify(QpState to) {
       NDWV_LOG(Debug, "%s: %s -> %s", link_->counters().identity(), ToString(from), ToString(to));
     else
       NDWV_LOG(Debug, "qp %u: %s -> %s", qpn_, ToString(from), ToString(to));
-    if (to != QpState::Error && to != QpState::Reset) return WV_SUCCESS;
-    link = std::exchange(link_, nullptr);
-    SetKickTarget(nullptr);
+    if (to == QpState::Error || to == QpState::Reset) {
+      link = std::exchange(link_, nullptr);
+      SetKickTarget(nullptr);
+    } else if (to == QpState::Rts) {
+      link = link_;
+    }
+  }
+  if (to != QpState::Error && to != QpState::Reset) {
+    if (link) link->Kick();  // requests posted in RTR waited for RTS
+    return WV_SUCCESS;
   }
   if (link) {
     // Stop the wire first: nothing may place data into a buffer once its request is flushed.
-    send_cq_->DetachSource(link.get());
-    recv_cq_->DetachSource(link.get());
+    DetachFromCqs(link.get());
     link->Shutdown();
   }
   size_t flushed = Flush();
@@ -156,13 +170,21 @@ size_t QueuePair::Flush() {
 
 int32_t QueuePair::PostSend(const SendWqe& request) {
   QpState state = this->state();
-  if (state != QpState::Rts && state != QpState::Sqd && state != QpState::Error)
+  // In RTR with a link: the passive side of a connection whose Accept has not completed. A
+  // receive may have completed already (the peer sends as soon as it is connected), and an
+  // answer posted then is taken, as an HCA does; the link holds it until the QP reaches RTS.
+  if (state != QpState::Rts && state != QpState::Sqd && state != QpState::Error &&
+      !(state == QpState::Rtr && HasLink()))
     return WV_CONNECTION_INVALID;
   bool is_inline = request.flags & kInline;
   if (is_inline ? request.length > caps_.max_inline : request.num_sge > caps_.send_sge)
     return is_inline ? WV_BUFFER_OVERFLOW : WV_DATA_OVERRUN;
   if (request.num_sge > kMaxSge) return WV_DATA_OVERRUN;
-  Link* link;
+  // A reference, not a pointer: what the link sends may complete, and the application release
+  // the QP (and with it the link) on another thread, before Posted returns (a completion-port
+  // worker releasing a connection as soon as its last Send completed). Nothing below touches
+  // the QP after Posted.
+  std::shared_ptr<Link> link;
   {
     std::lock_guard lock(sq_mutex_);
     link = kick_;
@@ -215,23 +237,18 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
     }
   }
   if (link) {
-    link->Posted(request);
-    // The poster's thread is active as a poller's is: it transmits what it posts (or leaves it for
-    // the next kick: Link::Posted), and it polls (or arms a Notify) to reap the completions. The
-    // engine keeps away meanwhile (a burst of posts would otherwise have it transmit alongside the
-    // poster, on a busy machine).
+    // The poster's thread is active: an engine that pollers sent away stays away (a burst of
+    // posts would otherwise have it transmit alongside the poster, on a busy machine). A post
+    // alone never sends it away (SpinCount, dev/cq.h).
     link->StillPolled();
+    link->Posted(request);
   }
   return WV_SUCCESS;
 }
 
 void QueuePair::SetKickTarget(const std::shared_ptr<Link>& link) {
   std::lock_guard lock(sq_mutex_);
-  // Every link attached stays alive with the QP: a poster that read kick_ may still be kicking
-  // one after it was detached (a kick of a link that was shut down does nothing). A QP connects
-  // once, or a few times.
-  if (link && (kept_links_.empty() || kept_links_.back() != link)) kept_links_.push_back(link);
-  kick_ = link.get();
+  kick_ = link;  // a poster that took it may still kick it after this (a shut link does nothing)
 }
 
 int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge) {

@@ -137,8 +137,14 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   int32_t PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge);
 
   // ---- for the transport ----
-  void Attach(std::shared_ptr<Link> link);
+  // Makes `link` the QP's transport and a progress source of its CQs. False if the QP is in Error
+  // (or Reset) already: the link must not run.
+  [[nodiscard]] bool Attach(std::shared_ptr<Link> link);
   std::shared_ptr<Link> link() const;
+  bool HasLink() const {
+    std::lock_guard lock(state_mutex_);
+    return link_ != nullptr;
+  }
   // The send queue is a ring indexed by ever-growing positions.
   uint64_t send_tail() const { return sq_tail_.load(std::memory_order_acquire); }
   SendWqe& send_at(uint64_t position) { return sq_[position]; }
@@ -154,6 +160,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
  private:
   size_t Flush();  // returns the requests flushed
   void SetKickTarget(const std::shared_ptr<Link>& link);
+  void DetachFromCqs(Link* link);  // once from each CQ (the two may be one)
   void CompleteSendLocked(uint64_t position, WcStatus status);
 
   const uint32_t qpn_;
@@ -170,10 +177,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   std::shared_ptr<Link> link_;
 
   base::Mutex sq_mutex_;
-  // link_ for posters, read under sq_mutex_ (which they hold anyway): no lock or reference
-  // count of its own on the send path. kept_links_ keeps what it points to alive.
-  Link* kick_ = nullptr;
-  std::vector<std::shared_ptr<Link>> kept_links_;
+  std::shared_ptr<Link> kick_;  // link_ for posters, read under sq_mutex_ (which they hold anyway)
   Ring<SendWqe> sq_;
   uint64_t sq_head_ = 0;                // oldest not yet completed
   std::atomic<uint64_t> sq_tail_{0};    // next free

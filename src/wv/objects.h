@@ -55,6 +55,8 @@ class ProtectionDomain;
 class CompletionQueue final : public Unknown<IWVCompletionQueue, IID_IWVOverlapped, IID_IWVCompletionQueue> {
  public:
   CompletionQueue(Device* device, base::HandleRef file, size_t entries);
+  // A Notify still armed completes WV_CANCELLED, as when a handle with I/O pending is closed.
+  ~CompletionQueue() override;
   HRESULT CancelOverlappedRequests() override;
   HRESULT GetOverlappedResult(OVERLAPPED* overlapped, DWORD* bytes, BOOL wait) override;
   HRESULT Resize(SIZE_T* entries) override;
@@ -74,6 +76,7 @@ class SharedReceiveQueue final
     : public Unknown<IWVSharedReceiveQueue, IID_IWVOverlapped, IID_IWVSharedReceiveQueue> {
  public:
   SharedReceiveQueue(ProtectionDomain* pd, base::HandleRef file, std::shared_ptr<dev::SharedReceiveQueue> srq);
+  ~SharedReceiveQueue() override;  // as CompletionQueue's
   HRESULT CancelOverlappedRequests() override;
   HRESULT GetOverlappedResult(OVERLAPPED* overlapped, DWORD* bytes, BOOL wait) override;
   HRESULT Query(SIZE_T* max_wr, SIZE_T* max_sge, SIZE_T* limit) override;

@@ -83,6 +83,8 @@ SharedReceiveQueue::SharedReceiveQueue(ProtectionDomain* pd, base::HandleRef fil
                                        std::shared_ptr<dev::SharedReceiveQueue> srq)
     : pd_(pd), file_(std::move(file)), srq_(std::move(srq)) {}
 
+SharedReceiveQueue::~SharedReceiveQueue() { srq_->CancelNotifies(); }
+
 HRESULT SharedReceiveQueue::CancelOverlappedRequests() {
   srq_->CancelNotifies();
   return WV_SUCCESS;

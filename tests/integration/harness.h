@@ -228,6 +228,8 @@ class Ov {
   // else waits (bounded) for the event and asks GetOverlappedResult. Fails on timeout (after
   // canceling the object's requests).
   HRESULT Finish(HRESULT issued, const char* what, int ms = kWaitMs);
+  // Whether the request issued with Prepare() has completed (HasOverlappedIoCompleted).
+  bool Completed() const { return HasOverlappedIoCompleted(&ov_); }
 
  private:
   OVERLAPPED ov_{};

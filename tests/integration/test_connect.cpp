@@ -650,5 +650,80 @@ TEST(IntegrationConnect, ARoceListenerOutOfDescriptorsStillAccepts) {
   });
 }
 
+// ---- data before Accept completes ---------------------------------------------------------------
+
+// The MS-MPI connection pattern (Microsoft's ndmpic): the passive side pre-posts a receive,
+// issues Accept and goes on polling; the active side sends as soon as CompleteConnect returns.
+// The receive may complete before the Accept does, and the passive side answers at once: the
+// Send must be taken (ND_SUCCESS) and reach the peer, as on an HCA, whatever the order of the
+// two completions. Many connections, so that the answer lands in that window on some of them
+// (the server reports how many).
+constexpr int kEarlyCycles = 100;
+constexpr size_t kEarlyMessage = 32;
+
+IT_PEER(early_answer_client) {
+  Adapter adapter;
+  uint16_t port = uint16_t(parent.ReceiveValue("port"));
+  for (int cycle = 0; cycle < kEarlyCycles; ++cycle) {
+    Endpoint client(adapter, Ctx(0xC1));
+    std::vector<uint8_t> out(kEarlyMessage), in(kEarlyMessage, 0xEE);
+    FillPattern(out.data(), out.size(), 2 * cycle);
+    Mr outMr(adapter, out.data(), out.size(), kSourceFlags), inMr(adapter, in.data(), in.size(), kSinkFlags);
+    ND2_SGE receive = {in.data(), ULONG(in.size()), inMr.token()};
+    IT_OK(client.qp->Receive(Ctx(0x10), &receive, 1));
+    client.connector = adapter.CreateConnector();
+    IT_OK(Connect(client.connector.get(), client.qp.get(), port, 0, 0));
+    CompleteConnect(client.connector.get());
+    ND2_SGE send = {out.data(), ULONG(out.size()), outMr.token()};
+    IT_OK(client.qp->Send(Ctx(0x20), &send, 1, 0));  // at once: the server's Accept may still run
+    // The send's completion and the answer's, in either order.
+    bool sent = false, answered = false;
+    while (!sent || !answered) {
+      ND2_RESULT r = NextCompletion(client.cq.get(), "the client's send or the server's answer");
+      bool send = r.RequestType == Nd2RequestTypeSend && r.RequestContext == Ctx(0x20) && !sent;
+      bool answer = r.RequestType == Nd2RequestTypeReceive && r.RequestContext == Ctx(0x10) &&
+                    r.BytesTransferred == kEarlyMessage && !answered;
+      IT_CHECK_MSG(r.Status == ND_SUCCESS && (send || answer), Describe(r));
+      (send ? sent : answered) = true;
+    }
+    CheckPattern(in.data(), in.size(), 2 * cycle + 1, "the server's answer");
+    IT_OK(Disconnect(client.connector.get()));
+    parent.Barrier("cycle");
+  }
+}
+
+TEST(IntegrationConnect, AnAnswerToTheFirstMessageIsTakenBeforeAcceptCompletes) {
+  RunWithPeer("early_answer_client", [](Channel& peer) {
+    Adapter adapter;
+    Ref<IND2Listener> listener;
+    peer.SendValue("port", StartListening(adapter, listener));
+    int early = 0;
+    for (int cycle = 0; cycle < kEarlyCycles; ++cycle) {
+      Endpoint server(adapter, Ctx(0x5E));
+      std::vector<uint8_t> in(kEarlyMessage, 0xEE), out(kEarlyMessage);
+      FillPattern(out.data(), out.size(), 2 * cycle + 1);
+      Mr inMr(adapter, in.data(), in.size(), kSinkFlags), outMr(adapter, out.data(), out.size(), kSourceFlags);
+      ND2_SGE receive = {in.data(), ULONG(in.size()), inMr.token()};
+      IT_OK(server.qp->Receive(Ctx(0x10), &receive, 1));
+      server.connector = GetConnectionRequest(adapter, listener.get());
+      Ov acceptOv;
+      HRESULT issued =
+          server.connector->Accept(server.qp.get(), 0, 0, nullptr, 0, acceptOv.Prepare(server.connector.get()));
+      ExpectCompletion(server.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x10), Ctx(0x5E),
+                                         int64_t(kEarlyMessage)}, "the client's message");
+      CheckPattern(in.data(), in.size(), 2 * cycle, "the client's message");
+      bool accepted = issued != ND_PENDING || acceptOv.Completed();
+      ND2_SGE send = {out.data(), ULONG(out.size()), outMr.token()};
+      IT_OK(server.qp->Send(Ctx(0x20), &send, 1, 0));
+      if (!accepted) ++early;
+      IT_OK(acceptOv.Finish(issued, "IND2Connector::Accept"));
+      ExpectCompletion(server.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x20)}, "server send");
+      peer.Barrier("cycle");
+      IT_OK(Disconnect(server.connector.get()));
+    }
+    std::printf("answers posted before Accept completed: %d of %d\n", early, kEarlyCycles);
+  });
+}
+
 }  // namespace
 }  // namespace ndit

@@ -296,5 +296,105 @@ TEST(CqResize, KeepsEveryEntryAndRefusesBelowOccupancy) {
   EXPECT_EQ(out[2].wr_id, 3u);
 }
 
+
+// ---- pollers lend their thread to few sources only -------------------------------------------------
+
+// A transport that counts what the CQ asks of it.
+struct CountingSource : Link {
+  int progress = 0, still = 0, armed = 0, kicks = 0;
+  void PollProgress() override { ++progress; }
+  void StillPolled() override { ++still; }
+  void OnNotifyArmed() override { ++armed; }
+  void Kick() override { ++kicks; }
+  void Shutdown() override {}
+};
+
+TEST(CqSources, PollersVisitFewSourcesAndLeaveManyToTheEngine) {
+  CompletionQueue cq(16);
+  constexpr size_t kFew = CompletionQueue::kMaxLendingSources;
+  std::vector<CountingSource> sources(kFew + 2);
+  for (size_t i = 0; i < kFew; ++i) cq.AttachSource(&sources[i]);
+  Completion out[4];
+  EXPECT_EQ(cq.Poll(out, 4), 0u);
+  for (size_t i = 0; i < kFew; ++i) {
+    EXPECT_EQ(sources[i].progress, 1) << i;  // an empty poll lends its thread to each
+    EXPECT_TRUE(sources[i].Lendable());
+  }
+  // One more: every source goes back to the engine (once), and polls visit none of them.
+  cq.AttachSource(&sources[kFew]);
+  cq.AttachSource(&sources[kFew + 1]);
+  for (auto& s : sources) {
+    EXPECT_EQ(s.armed, 1);
+    EXPECT_FALSE(s.Lendable());
+  }
+  EXPECT_EQ(cq.Poll(out, 4), 0u);
+  Recorder notify;
+  EXPECT_EQ(cq.Notify(NotifyType::Any, &notify), WV_PENDING);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    EXPECT_EQ(sources[i].progress, i < kFew ? 1 : 0) << i;
+    EXPECT_EQ(sources[i].armed, 1) << i;  // Notify does not walk them either
+  }
+  // Back below the limit, pollers still keep away until every source has gone.
+  for (size_t i = 1; i < sources.size(); ++i) cq.DetachSource(&sources[i]);
+  EXPECT_EQ(cq.Poll(out, 4), 0u);
+  EXPECT_EQ(sources[0].progress, 1);
+  cq.DetachSource(&sources[0]);
+  for (auto& s : sources) EXPECT_TRUE(s.Lendable());
+  cq.AttachSource(&sources[0]);
+  EXPECT_EQ(cq.Poll(out, 4), 0u);
+  EXPECT_EQ(sources[0].progress, 2);
+  cq.DetachSource(&sources[0]);
+  cq.CancelNotifies();
+}
+
+TEST(CqSources, ASourceOfTwoCqsIsLentOnlyWhileNeitherHasTooMany) {
+  CompletionQueue small(16), big(16);
+  constexpr size_t kFew = CompletionQueue::kMaxLendingSources;
+  std::vector<CountingSource> crowd(kFew);
+  CountingSource both;
+  small.AttachSource(&both);
+  EXPECT_TRUE(both.Lendable());
+  for (auto& s : crowd) big.AttachSource(&s);
+  big.AttachSource(&both);  // the big CQ's fifth
+  EXPECT_FALSE(both.Lendable());
+  Completion out[1];
+  EXPECT_EQ(small.Poll(out, 1), 0u);
+  EXPECT_EQ(both.progress, 1);  // the small CQ's pollers still drive it, the engine watches too
+  big.DetachSource(&both);
+  EXPECT_TRUE(both.Lendable());
+  for (auto& s : crowd) big.DetachSource(&s);
+  small.DetachSource(&both);
+}
+
+// A send posted on the passive side before Accept completed (the QP in RTR, its link attached)
+// is taken and waits; the move to RTS kicks the link to send it.
+TEST_F(QpTest, ASendPostedInRtrWithALinkWaitsForRts) {
+  ASSERT_EQ(qp->Modify(QpState::Init), WV_SUCCESS);
+  ASSERT_EQ(qp->Modify(QpState::Rtr), WV_SUCCESS);
+  EXPECT_EQ(qp->PostSend(Send(1)), WV_CONNECTION_INVALID);  // no connection yet
+  auto link = std::make_shared<CountingSource>();
+  ASSERT_TRUE(qp->Attach(link));
+  EXPECT_EQ(qp->PostSend(Send(2)), WV_SUCCESS);
+  int kicks = link->kicks;
+  ASSERT_EQ(qp->Modify(QpState::Rts), WV_SUCCESS);
+  EXPECT_EQ(link->kicks, kicks + 1);
+  ASSERT_EQ(qp->Modify(QpState::Error), WV_SUCCESS);
+  std::vector<Completion> flushed = Drain();
+  ASSERT_EQ(flushed.size(), 1u);
+  EXPECT_EQ(flushed[0].wr_id, 2u);
+  EXPECT_EQ(flushed[0].status, WcStatus::Flushed);
+}
+
+// A link attached after the QP failed would stay a progress source of its CQs after the flush
+// detached the links it knew: the attach is refused.
+TEST_F(QpTest, ALinkIsNotAttachedToAFailedQp) {
+  ASSERT_EQ(qp->Modify(QpState::Error), WV_SUCCESS);
+  auto link = std::make_shared<CountingSource>();
+  EXPECT_FALSE(qp->Attach(link));
+  Completion out[1];
+  EXPECT_EQ(cq->Poll(out, 1), 0u);
+  EXPECT_EQ(link->progress, 0);  // not a source of the CQ
+}
+
 }  // namespace
 }  // namespace ndwv::dev

@@ -686,15 +686,19 @@ int32_t Endpoint::Disconnect(DisconnectRequest* request) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (disconnect_called_) return WV_CONNECTION_INVALID;  // a connector disconnects once
   switch (state_) {
-    case State::Connected:
+    case State::Connected: {
       SetState(State::ActiveDisconnect);
       disconnect_ = request;
+      disconnect_called_ = true;
       finish.AddList(notify_ops_, WV_CONNECTION_DISCONNECTED);
       ArmTimer(Config().disconnect_timeout_ms);
+      std::shared_ptr<Stream> stream = stream_;
       lock.unlock();
-      stream_->CloseSend();
-      disconnect_called_ = true;
+      // Nothing of ours is touched from here on: the close may complete the Disconnect at once,
+      // and the application release the connector on another thread before we return.
+      stream->CloseSend();
       return WV_PENDING;
+    }
     case State::PassiveDisconnect:
     case State::Disconnected:
       // The peer closed already (or the connection died): only the flush is left.

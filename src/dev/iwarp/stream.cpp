@@ -95,12 +95,10 @@ void Stream::PollProgress() {
   // A stalled transmit (the socket had no room) too: send now.
   if (tx_stalled_.load(std::memory_order_relaxed) || TakeWaitingTransmit()) Kick();
   DriveReceive(true);
-  StillPolled();
+  if (polls_.CountEmptyPoll() && Lendable()) WatchReceive(false);
 }
 
-void Stream::StillPolled() {
-  if (polls_.Count()) WatchReceive(false);
-}
+void Stream::StillPolled() { polls_.CountActivity(); }
 
 void Stream::OnNotifyArmed() {
   polls_.Reset();
@@ -147,7 +145,10 @@ void Stream::OnWatchTimer(Timer* timer) {
 void Stream::Start() {
   watch_timer_.fire = &Stream::OnWatchTimer;
   watch_timer_.owner = this;
-  qp_->Attach(shared_from_this());
+  if (!qp_->Attach(shared_from_this())) {
+    Abort();  // the QP failed (Flush) before its connection started: the connection ends
+    return;
+  }
   Engine::Get().Watch(fd_, kWatched, weak_from_this());
   DriveReceive();  // bytes may have arrived before the socket was watched
 }
@@ -537,6 +538,9 @@ bool Stream::FillBatch() {
         AddProbe(ReadsOutstanding());
       break;
     }
+    // Posted before the RTR arrived (an answer to the first message while Accept completes): it
+    // waits for the move to RTS, which kicks us.
+    if (qp_->state() == QpState::Rtr) break;
     SendWqe& wqe = qp_->send_at(next_tx_);
     if (probe_due_ && wqe.opcode != WrOpcode::Write && wqe.opcode != WrOpcode::Send) {
       if (!AddProbe(ReadsOutstanding())) break;

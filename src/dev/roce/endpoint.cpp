@@ -230,9 +230,11 @@ RcParams Endpoint::BaseLinkParams() const {
   return p;
 }
 
-void Endpoint::StartLink(const RcParams& params, std::shared_ptr<Port> data_port) {
+bool Endpoint::StartLink(const RcParams& params, std::shared_ptr<Port> data_port) {
   link_ = std::make_shared<RcLink>(data_port ? std::move(data_port) : port_, qp_, params, weak_from_this());
-  link_->Start();
+  if (link_->Start()) return true;
+  link_.reset();  // the QP failed (Flush) while its connection was being set up
+  return false;
 }
 
 int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
@@ -315,7 +317,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     link.rnr_retry = rep_.rnr_retry_count;
     // An own port is connected to the peer's already; on the shared port the data travels
     // through a flow to the peer's port, as an accepted connection's does.
-    StartLink(link, exclusive_port_ ? nullptr : Port::OpenFlow(port_, peer_port_));
+    if (!StartLink(link, exclusive_port_ ? nullptr : Port::OpenFlow(port_, peer_port_))) return WV_CONNECTION_INVALID;
     qp_.reset();
     port_->Cm([&](CmAgent& agent) { return agent.SendRtu(comm_id_); });
     SetState(State::Connected);
@@ -341,7 +343,10 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   link.rnr_retry = req_.rnr_retry_count;
   // The data travels through a flow to the peer's port (port.h), opened before the REP: the
   // peer's first packets follow it.
-  StartLink(link, Port::OpenFlow(port_, peer_port_));
+  if (!StartLink(link, Port::OpenFlow(port_, peer_port_))) {
+    qp_.reset();
+    return WV_CONNECTION_ABORTED;
+  }
   qp_.reset();
   uint8_t private_data[kMaxPrivateData] = {};
   memcpy(private_data, params.data, std::min<size_t>(params.data_length, kMaxPrivateData));

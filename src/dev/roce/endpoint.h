@@ -67,7 +67,8 @@ class Endpoint final : public ConnectEndpoint,
   void OnRequest(const CmEvent& event);  // listener: a REQ for our service
   void Adopt(Endpoint& child);           // the GetRequest target takes the request (ListenQueue)
   // The link sends and receives through `data_port` (null: port_).
-  void StartLink(const RcParams& params, std::shared_ptr<Port> data_port = nullptr);
+  // False if the QP failed meanwhile (the link is not started).
+  [[nodiscard]] bool StartLink(const RcParams& params, std::shared_ptr<Port> data_port = nullptr);
   void FinishDisconnect(int32_t status);
   void PeerDisconnected(Finisher& finish);  // the close exchange is over: flush and tell
   RcParams BaseLinkParams() const;

@@ -391,8 +391,10 @@ void Port::UpdateWatchLocked() {
   Engine::Get().Modify(fd_, (watching_in_ ? uint32_t(EPOLLIN) : 0u) | (watching_out_ ? uint32_t(EPOLLOUT) : 0u));
 }
 
-void Port::Polled() {
-  if (!polls_.Count()) return;
+void Port::PolledActive() { polls_.CountActivity(); }
+
+void Port::PolledEmpty() {
+  if (!polls_.CountEmptyPoll()) return;
   std::lock_guard<std::mutex> lock(watch_mutex_);
   if (!watching_in_) return;
   watching_in_ = false;

@@ -118,8 +118,10 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // A poller found its CQ empty and drives this port. While pollers spin, the engine stops
   // watching the socket: on a busy machine a wake-up per datagram costs more than the datagram
   // (the woken engine preempts a poller, or holds the receive lock while preempted). A timer
-  // gives the socket back to the engine when the polling stops; so does WatchAgain.
-  void Polled();
+  // gives the socket back to the engine when the polling stops; so does WatchAgain. (The rule:
+  // SpinCount, dev/cq.h.)
+  void PolledEmpty();
+  void PolledActive();  // a poll that reaped completions, or a post
   void WatchAgain();  // someone will wait for an event (CQ Notify): the engine must watch
 
   // ---- CM (not on a flow: its owner has the agent) ----

@@ -114,10 +114,10 @@ RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const 
 
 RcLink::~RcLink() { Shutdown(); }
 
-void RcLink::Start() {
+bool RcLink::Start() {
   counters_.Register(Transport::Roce, qpn_, params_.dest_qpn, port_->local(), params_.peer);
+  if (!qp_->Attach(shared_from_this())) return false;
   port_->AddSink(qpn_, weak_from_this(), params_.peer);
-  qp_->Attach(shared_from_this());
   if (params_.keepalive_ms) {
     std::lock_guard lock(mutex_);
     last_rx_ = CoarseNow();
@@ -125,6 +125,7 @@ void RcLink::Start() {
   }
   NDWV_LOG(Debug, "%s: RC link up, mtu %u, sq psn %u, rq psn %u, ird %u, ord %u", counters_.identity(),
            params_.mtu, params_.sq_psn, params_.rq_psn, params_.ird, params_.ord);
+  return true;
 }
 
 void RcLink::Fail() {
@@ -165,13 +166,13 @@ void RcLink::PollProgress() {
     std::lock_guard lock(mutex_);
     if (ack_due_) Pump();
   }
-  port_->Polled();
+  if (Lendable()) port_->PolledEmpty();
   t_polling = true;
   port_->DriveReceive(true);
   t_polling = false;
 }
 
-void RcLink::StillPolled() { port_->Polled(); }
+void RcLink::StillPolled() { port_->PolledActive(); }
 
 void RcLink::OnNotifyArmed() {
   {
@@ -333,6 +334,7 @@ bool RcLink::SendRequests() {
       continue;
     }
     if (next_position_ == qp_->send_tail()) break;
+    if (qp_->state() == QpState::Rtr) break;  // posted before establishment: the move to RTS kicks us
     uint32_t oldest = flights_.empty() ? next_psn_ : flights_.front().first_psn;
     if (uint32_t(PsnDiff(next_psn_, oldest)) >= kWindow) break;
     SendWqe& wqe = qp_->send_at(next_position_);

@@ -65,7 +65,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
          std::weak_ptr<RcObserver> observer);
   ~RcLink() override;
 
-  void Start();  // attaches to the QP and to the port
+  [[nodiscard]] bool Start();  // attaches to the QP and to the port; false if the QP is in Error
   // The connection is over (closed by the CM, or its owner let go): the QP moves to Error on
   // the work pool, which flushes it and shuts this link down.
   void Fail();
