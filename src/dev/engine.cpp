@@ -82,10 +82,16 @@ void Engine::Arm(Timer* timer, std::chrono::milliseconds delay) {
   bool wake;
   {
     std::lock_guard<std::mutex> lock(timer_mutex_);
+    Clock::time_point before = timer->deadline;
     timer->deadline = Clock::now() + delay;
     if (!timer->armed) {
       timer->armed = true;
       timers_.push_back(timer);
+      HeapUp(timers_.size() - 1);
+    } else if (timer->deadline < before) {
+      HeapUp(timer->slot);
+    } else {
+      HeapDown(timer->slot);
     }
     // The loop is woken only for a deadline before the one it sleeps until: it finds later ones
     // when it wakes, and recomputes before it sleeps again anyway (timers armed from its own
@@ -103,9 +109,49 @@ void Engine::Arm(Timer* timer, std::chrono::milliseconds delay) {
 bool Engine::Disarm(Timer* timer) {
   std::lock_guard<std::mutex> lock(timer_mutex_);
   if (!timer->armed) return false;
-  timer->armed = false;
-  timers_.erase(std::find(timers_.begin(), timers_.end(), timer));
+  HeapRemove(timer);
   return true;
+}
+
+void Engine::HeapPlace(Timer* timer, size_t slot) {
+  timers_[slot] = timer;
+  timer->slot = slot;
+}
+
+void Engine::HeapUp(size_t slot) {
+  Timer* timer = timers_[slot];
+  while (slot > 0) {
+    size_t parent = (slot - 1) / 2;
+    if (!(timer->deadline < timers_[parent]->deadline)) break;
+    HeapPlace(timers_[parent], slot);
+    slot = parent;
+  }
+  HeapPlace(timer, slot);
+}
+
+void Engine::HeapDown(size_t slot) {
+  Timer* timer = timers_[slot];
+  size_t n = timers_.size();
+  for (;;) {
+    size_t child = 2 * slot + 1;
+    if (child >= n) break;
+    if (child + 1 < n && timers_[child + 1]->deadline < timers_[child]->deadline) ++child;
+    if (!(timers_[child]->deadline < timer->deadline)) break;
+    HeapPlace(timers_[child], slot);
+    slot = child;
+  }
+  HeapPlace(timer, slot);
+}
+
+void Engine::HeapRemove(Timer* timer) {
+  size_t slot = timer->slot;
+  timer->armed = false;
+  Timer* last = timers_.back();
+  timers_.pop_back();
+  if (last == timer) return;
+  HeapPlace(last, slot);
+  HeapUp(slot);
+  HeapDown(last->slot);
 }
 
 bool Engine::IsArmed(const Timer* timer) {
@@ -147,26 +193,21 @@ int Engine::NextTimeoutMs() {
     sleeps_until_ = Clock::time_point::max();
     return -1;
   }
-  auto next = std::min_element(timers_.begin(), timers_.end(),
-                               [](Timer* a, Timer* b) { return a->deadline < b->deadline; });
-  sleeps_until_ = (*next)->deadline;
-  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>((*next)->deadline - Clock::now());
+  sleeps_until_ = timers_.front()->deadline;
+  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(sleeps_until_ - Clock::now());
   return int(std::max<int64_t>(0, wait.count() + 1));
 }
 
 void Engine::FireDueTimers() {
+  // The timers due now: one re-armed by its own fire waits for the next turn of the loop.
+  const Clock::time_point now = Clock::now();
   for (;;) {
     Timer* due = nullptr;
     {
       std::lock_guard<std::mutex> lock(timer_mutex_);
-      auto now = Clock::now();
-      for (auto it = timers_.begin(); it != timers_.end(); ++it) {
-        if ((*it)->deadline <= now) {
-          due = *it;
-          due->armed = false;
-          timers_.erase(it);
-          break;
-        }
+      if (!timers_.empty() && timers_.front()->deadline <= now) {
+        due = timers_.front();
+        HeapRemove(due);
       }
     }
     if (!due) return;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "dev/engine.h"
 #include "wait.h"
@@ -54,6 +55,58 @@ TEST(EngineTimer, DisarmedBeforeItFallsDueItNeverFires) {
   EXPECT_FALSE(Engine::Get().IsArmed(&owner.timer));
   std::this_thread::sleep_for(100ms);  // past its deadline: a firing would have come
   EXPECT_EQ(owner.fired.load(), 0);
+}
+
+
+// Many timers armed out of order, some re-armed earlier or later and some disarmed: every one
+// still armed fires once, in the order of its deadline (the heap's order), none of the others.
+TEST(EngineTimer, ManyTimersFireOnceEachInDeadlineOrder) {
+  constexpr int kTimers = 400;
+  struct Tick {
+    Timer timer;
+    int id = 0;
+    std::atomic<int> fired{0};
+  };
+  static std::mutex order_mutex;
+  static std::vector<int> order;
+  order.clear();
+  std::vector<Tick> ticks(kTimers);
+  std::vector<int> delay_ms(kTimers);
+  for (int i = 0; i < kTimers; ++i) {
+    ticks[i].id = i;
+    ticks[i].timer.owner = &ticks[i];
+    ticks[i].timer.fire = [](Timer* t) {
+      auto* tick = static_cast<Tick*>(t->owner);
+      tick->fired++;
+      std::lock_guard<std::mutex> lock(order_mutex);
+      order.push_back(tick->id);
+    };
+    delay_ms[i] = 300 + (i * 7919) % kTimers;  // a permutation of 300..699 ms
+    Engine::Get().Arm(&ticks[i].timer, std::chrono::milliseconds(delay_ms[i]));
+  }
+  for (int i = 0; i < kTimers; i += 5) {  // re-armed: alternately earlier and later
+    delay_ms[i] = i % 2 ? delay_ms[i] - 150 : delay_ms[i] + 150;
+    Engine::Get().Arm(&ticks[i].timer, std::chrono::milliseconds(delay_ms[i]));
+  }
+  int disarmed = 0;
+  for (int i = 3; i < kTimers; i += 7) {
+    ASSERT_TRUE(Engine::Get().Disarm(&ticks[i].timer));
+    delay_ms[i] = -1;
+    ++disarmed;
+  }
+  ASSERT_TRUE(WaitUntil([&] {
+    std::lock_guard<std::mutex> lock(order_mutex);
+    return int(order.size()) == kTimers - disarmed;
+  }, 5s));
+  std::this_thread::sleep_for(50ms);
+  for (int i = 0; i < kTimers; ++i) EXPECT_EQ(ticks[i].fired.load(), delay_ms[i] < 0 ? 0 : 1) << i;
+  std::lock_guard<std::mutex> lock(order_mutex);
+  ASSERT_EQ(int(order.size()), kTimers - disarmed);
+  // Every arming came before the earliest deadline (150 ms at least), so the timers fire in the
+  // order of the deadlines they were given.
+  for (size_t k = 1; k < order.size(); ++k)
+    EXPECT_LE(ticks[order[k - 1]].timer.deadline, ticks[order[k]].timer.deadline)
+        << "timer " << order[k - 1] << " then " << order[k];
 }
 
 }  // namespace
