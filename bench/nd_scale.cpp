@@ -24,11 +24,11 @@ namespace {
 
 using ndtool::NdRef;
 using scale::Figures;
+using scale::Loopback;
 using scale::NowUs;
 
 constexpr ULONG_PTR kAdapterKey = 1, kControlKey = 2;
 constexpr ULONG kQueueDepth = 2;  // a QP has at most one receive and one send outstanding
-constexpr std::uint64_t kGraceUs = 10000000;  // for connects in flight when setup's bound passes
 
 const char kUsage[] =
     "  --cqs C              completion queues the QPs share, round robin (default 1)\n"
@@ -78,14 +78,6 @@ Figures LibraryCounters() {
     f[std::string("nd.") + name] = sum;
   }
   return f;
-}
-
-sockaddr_in Loopback(unsigned port) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(std::uint16_t(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return sa;
 }
 
 // ---- what the client and the server share -----------------------------------------------------
@@ -188,6 +180,12 @@ class NdSide {
     ledger_.Completed(kind, StatusName(hr), Phase(), expected);
   }
 
+  // A synchronous call that failed: a request and its unexpected completion.
+  void Refused(const char* kind, HRESULT hr) {
+    ledger_.Posted(kind);
+    Record(kind, hr, false);
+  }
+
   IND2Overlapped* Object(const Op& op) const {
     switch (op.kind) {
       case OpKind::GetConnectionRequest: return listener_.get();
@@ -282,7 +280,7 @@ class NdSide {
       outstanding_++;
       return;
     }
-    Record("Receive", hr, false);
+    Record("Receive", hr, false);  // the post refused: its completion
   }
 
   bool PostSend(Conn& c, ULONG length) {
@@ -396,29 +394,19 @@ class Client : public scale::ClientSide, public NdSide {
     return t ? t : "unknown transport";
   }
   Figures Counters() override { return open_ ? LibraryCounters() : Figures{}; }
-  unsigned Lost() override { return lost_; }
-  unsigned Failed() override { return failed_; }
 
   unsigned Setup(std::uint64_t untilUs, std::vector<std::uint64_t>* times) override {
     phase_ = "setup";
     times_ = times;
-    unsigned next = 0;
-    while (established_ + failed_ < o_.connections) {
-      while (connecting_ < o_.outstanding && next < o_.connections) StartConnect(*conns_[next++]);
-      if (NowUs() >= untilUs || (connecting_ == 0 && next >= o_.connections)) break;
-      Pump(WaitMsUntil(untilUs));
-    }
-    // Past the bound no connect starts; those in flight have a grace period, then are canceled.
-    std::uint64_t grace = NowUs() + kGraceUs;
-    while (connecting_ > 0 && NowUs() < grace) Pump(WaitMsUntil(grace));
-    if (connecting_ > 0) {
-      cancelingSetup_ = true;
-      for (auto& c : conns_)
-        if (c->state == State::Connecting || c->state == State::Completing) c->connector->CancelOverlappedRequests();
-      grace = NowUs() + kGraceUs;
-      while (connecting_ > 0 && NowUs() < grace) Pump(WaitMsUntil(grace));
-    }
-    return established_;
+    return ConnectAll(
+        o_, untilUs, [this](unsigned i) { StartConnect(*conns_[i]); },
+        [this](std::uint64_t until) { Pump(WaitMsUntil(until)); },
+        [this] {
+          cancelingSetup_ = true;
+          for (auto& c : conns_)
+            if (c->state == State::Connecting || c->state == State::Completing)
+              c->connector->CancelOverlappedRequests();
+        });
   }
 
   unsigned Idle(std::uint64_t untilUs) override {
@@ -433,9 +421,7 @@ class Client : public scale::ClientSide, public NdSide {
     for (auto& cp : conns_) {
       Conn& c = *cp;
       if (c.state != State::Up || c.lost) continue;
-      std::uint32_t words[2] = {c.index, 0x6e647363};  // index, "ndsc"
-      std::memcpy(c.sendSlot, words, sizeof words);
-      for (unsigned i = sizeof words; i < o_.size; ++i) c.sendSlot[i] = char(c.index * 31 + i);
+      scale::FillMessage(c.sendSlot, c.index, o_.size);
       c.awaiting = true;
       awaiting_++;
       sendsDue_++;
@@ -482,9 +468,7 @@ class Client : public scale::ClientSide, public NdSide {
     if (SUCCEEDED(hr)) hr = CreateConnector(c);
     if (SUCCEEDED(hr)) hr = c.connector->Bind(adapter_->peerSource(), adapter_->peerSourceLength());
     if (FAILED(hr)) {
-      const char* what = !c.qp ? "CreateQueuePair" : !c.connector ? "CreateConnector" : "Bind";
-      ledger_.Posted(what);
-      Record(what, hr, false);
+      Refused(!c.qp ? "CreateQueuePair" : !c.connector ? "CreateConnector" : "Bind", hr);
       c.state = State::Failed;
       failed_++;
       return;
@@ -590,7 +574,6 @@ class Client : public scale::ClientSide, public NdSide {
   std::string phase_ = "start";
   std::vector<std::uint64_t>* times_ = nullptr;
   bool cancelingSetup_ = false;
-  unsigned connecting_ = 0, established_ = 0, failed_ = 0, lost_ = 0;
   unsigned awaiting_ = 0, sendsDue_ = 0, answered_ = 0;
   unsigned disconnecting_ = 0, closed_ = 0;
 };
@@ -608,7 +591,7 @@ class Server : public NdSide {
  public:
   Server(const scale::Options& o, scale::Ledger& ledger)
       : NdSide(o, ledger),
-        control_(o.serveFd, [this](const std::string& name) { return Count(name); },
+        control_(o.serveFd, [this](const std::string& name) { return counts_(name); },
                  [this] { return AllFigures(); }) {
     sockaddr_in local = Loopback(o.port);
     const sockaddr* address = reinterpret_cast<const sockaddr*>(&local);
@@ -652,19 +635,11 @@ class Server : public NdSide {
  private:
   const std::string& Phase() const override { return control_.phase(); }
 
-  double Count(const std::string& name) const {
-    if (name == "accepted") return accepted_;
-    if (name == "echoed") return echoed_;
-    if (name == "closed") return closed_;
-    if (name == "lost") return lost_;
-    return 0;
-  }
-
   Figures AllFigures() {
     return scale::SampleProcess([this](Figures& f) {
       if (open_)
         for (auto& [k, v] : LibraryCounters()) f[k] = v;
-      for (const char* name : {"accepted", "echoed", "closed", "lost"}) f[name] = Count(name);
+      counts_.AddTo(f);
     });
   }
 
@@ -678,10 +653,8 @@ class Server : public NdSide {
   void IssueRequests() {
     while (listenerPending_ < o_.outstanding && requested_ < o_.connections && !closing_) {
       Conn& c = *conns_[requested_++];
-      HRESULT hr = CreateConnector(c);
-      if (FAILED(hr)) {
-        ledger_.Posted("CreateConnector");
-        Record("CreateConnector", hr, false);
+      if (HRESULT hr = CreateConnector(c); FAILED(hr)) {
+        Refused("CreateConnector", hr);
         c.state = State::Failed;
         continue;
       }
@@ -705,10 +678,8 @@ class Server : public NdSide {
           return;
         }
         IssueRequests();
-        hr = CreateQueuePair(c);
-        if (FAILED(hr)) {
-          ledger_.Posted("CreateQueuePair");
-          Record("CreateQueuePair", hr, false);
+        if (hr = CreateQueuePair(c); FAILED(hr)) {
+          Refused("CreateQueuePair", hr);
           c.state = State::Failed;
           return;
         }
@@ -725,7 +696,7 @@ class Server : public NdSide {
           return;
         }
         c.state = State::Up;
-        accepted_++;
+        counts_.accepted++;
         Issue(c.notify, OpKind::NotifyDisconnect, [&](OVERLAPPED* ov) { return c.connector->NotifyDisconnect(ov); });
         return;
       case OpKind::NotifyDisconnect:
@@ -733,7 +704,7 @@ class Server : public NdSide {
         Record("NotifyDisconnect", hr, (phase == "teardown" && hr == ND_SUCCESS) || canceled);
         if (phase != "teardown" && !closing_) {
           c.lost = true;
-          lost_++;
+          counts_.lost++;
         }
         if (c.state == State::Up && !closing_) {
           c.state = State::Disconnecting;
@@ -743,7 +714,7 @@ class Server : public NdSide {
       case OpKind::Disconnect:
         Record("Disconnect", hr, SUCCEEDED(hr) || c.lost);
         c.state = State::Closed;
-        closed_++;
+        counts_.closed++;
         if (c.pending == 0) {
           c.connector.Reset();
           c.qp.Reset();
@@ -760,7 +731,7 @@ class Server : public NdSide {
     const bool flush = r.Status == ND_CANCELED && (phase == "teardown" || closing_);
     if (r.RequestType == Nd2RequestTypeSend) {
       Record("Send", r.Status, r.Status == ND_SUCCESS || flush);
-      if (r.Status == ND_SUCCESS) echoed_++;
+      if (r.Status == ND_SUCCESS) counts_.echoed++;
       return;
     }
     Record("Receive", r.Status, (r.Status == ND_SUCCESS && phase == "echo") || flush);
@@ -772,8 +743,9 @@ class Server : public NdSide {
     PostSend(c, r.BytesTransferred);
   }
 
+  scale::ServerCounts counts_;
   scale::ServerControl control_;
-  unsigned requested_ = 0, accepted_ = 0, echoed_ = 0, closed_ = 0, lost_ = 0;
+  unsigned requested_ = 0;
 };
 
 // The process this program becomes with --serve: exits through _exit, so that the detached
@@ -793,18 +765,7 @@ class Server : public NdSide {
 }  // namespace
 
 int main(int argc, char** argv) {
-  scale::Options o = scale::ParseOptions(argc, argv, "nd_scale [options]", kUsage, true);
-  const bool serving = o.serveFd >= 0;
-  scale::g_program = serving ? "nd_scale server" : "nd_scale";
-  // iWARP: a socket per connection in each process; RoCE: one per connector bound and per
-  // connection on the listener's port. Plus the library's own few and the program's.
-  scale::EnsureDescriptors(scale::g_program, o.connections + 64, serving);
-  if (serving) ServeAndExit(o);
-
-  scale::ServerProcess server;
-  server.Start(argc, argv);
-  std::string ready = server.Expect("ready", "start listening", 30000);
-  unsigned port = unsigned(scale::Get(scale::ParseFigures(ready), "port"));
-  Client client(o, port);
-  return scale::RunClient(client, o, server, "nd_scale");
+  return scale::Main(
+      argc, argv, "nd_scale", kUsage, true, [](const scale::Options& o) -> int { ServeAndExit(o); },
+      [](const scale::Options& o, unsigned port) { return std::make_unique<Client>(o, port); });
 }

@@ -181,6 +181,7 @@ for k in $(echo "$ks" | tr ',' ' '); do
   row "connected"                  setup 'printf "%d/%d", f("done"), f("of")'
   row "seconds"                    setup 'printf "%.3f", f("seconds")'
   row "conn/s"                     setup 'printf "%.0f", f("rate")'
+  row "lost during setup"          setup 'printf "%d", f("lost")'
   row "slowest tenth of N, conn/s" setup 'n = split(s("tenths"), t, ","); m = ""; for (j = 1; j <= n; j++) if (m == "" || t[j] + 0 < m) m = t[j] + 0; if (m != "") printf "%.0f", m'
   row "CPU s, client"              setup 'printf "%.3f", f("c.cpu_ms") / 1000'
   row "CPU s, server"              setup 'printf "%.3f", f("s.cpu_ms") / 1000'
@@ -190,7 +191,7 @@ for k in $(echo "$ks" | tr ',' ' '); do
   row "descriptors, server"        setup 'printf "%d", f("s.fds")'
   row "threads, client/server"     setup 'printf "%d/%d", f("c.threads"), f("s.threads")'
   echo "idle ($idle s)"
-  row "still up"                   idle 'printf "%d/%d", f("done"), f("of")'
+  row "still up (of those up before)" idle 'printf "%d/%d", f("done"), f("of")'
   row "CPU ms, client"             idle 'printf "%.1f", f("c.cpu_ms")'
   row "CPU ms, server"             idle 'printf "%.1f", f("s.cpu_ms")'
   row "kernel packets sent"        idle 'printf "%d", f("kernel.tcp_out_segs") + f("kernel.udp_out_datagrams")'
@@ -200,6 +201,7 @@ for k in $(echo "$ks" | tr ',' ' '); do
   row "RSS MiB, client/server"     idle 'printf "%.1f/%.1f", f("c.rss_kb") / 1024, f("s.rss_kb") / 1024'
   echo "echo-all (one message on every connection)"
   row "answered"                   echo 'printf "%d/%d", f("done"), f("of")'
+  row "lost during echo"           echo 'printf "%d", f("lost")'
   row "seconds"                    echo 'printf "%.3f", f("seconds")'
   row "CPU ms, client"             echo 'printf "%.1f", f("c.cpu_ms")'
   row "CPU ms, server"             echo 'printf "%.1f", f("s.cpu_ms")'

@@ -13,9 +13,11 @@
 // executable.
 #pragma once
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -137,6 +139,22 @@ inline Options ParseOptions(int argc, char** argv, const char* synopsis, const c
   if (optind != argc) Die(std::string("unexpected argument '") + argv[optind] + "'");
   o.cqs = std::min(o.cqs, o.connections);
   return o;
+}
+
+inline sockaddr_in Loopback(unsigned port) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(std::uint16_t(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return sa;
+}
+
+// The echo message of connection `index`: its number, a tag, then a pattern of its own, so that an
+// answer that comes back on the wrong connection or altered does not compare equal.
+inline void FillMessage(char* slot, unsigned index, unsigned size) {
+  const std::uint32_t words[2] = {index, 0x6e647363};  // "ndsc"
+  std::memcpy(slot, words, sizeof words);
+  for (unsigned i = sizeof words; i < size; ++i) slot[i] = char(index * 31 + i);
 }
 
 // Raises the descriptor limit to the hard limit and says whether `need` descriptors fit; a run
@@ -535,6 +553,23 @@ class Ledger {
 
 // ---- the server's side of the control protocol ---------------------------------------------------
 
+// What a server counts, for the client's "end" waits and its figures: connections accepted,
+// answers sent, connections closed, and connections lost (ended by the peer before teardown).
+struct ServerCounts {
+  unsigned accepted = 0, echoed = 0, closed = 0, lost = 0;
+
+  double operator()(const std::string& name) const {
+    if (name == "accepted") return accepted;
+    if (name == "echoed") return echoed;
+    if (name == "closed") return closed;
+    if (name == "lost") return lost;
+    return 0;
+  }
+  void AddTo(Figures& f) const {
+    for (const char* name : {"accepted", "echoed", "closed", "lost"}) f[name] = (*this)(name);
+  }
+};
+
 // The server's event loop hands it the client's lines and calls Check() after every event; it
 // answers with the server's figures. `counter(name)` reads one of the server's counts
 // ("accepted", "echoed", "closed", "lost") cheaply, as Check() runs after every event; `figures()`
@@ -631,18 +666,44 @@ class ClientSide {
   virtual void Release(std::uint64_t untilUs) = 0;
   // Library counters (ndwv), prefixed "nd."; none for TCP.
   virtual Figures Counters() { return {}; }
-  // Connections found lost (before teardown), and connects that failed.
-  virtual unsigned Lost() = 0;
-  virtual unsigned Failed() = 0;
+  // Connections that ended by themselves (before teardown), and connects that failed.
+  unsigned Lost() const { return lost_; }
+  unsigned Failed() const { return failed_; }
   Ledger ledger;
+
+ protected:
+  static constexpr std::uint64_t kGraceUs = 10000000;
+
+  // Setup's loop: keeps K connects in flight (`start(i)` starts connection i) until N are
+  // established or have failed, or `untilUs`; `pump(untilUs)` handles what comes. Past the bound
+  // no connect starts, and those in flight have a grace period, then `cancel()` and another.
+  template <class Start, class Pump, class Cancel>
+  unsigned ConnectAll(const Options& o, std::uint64_t untilUs, Start&& start, Pump&& pump, Cancel&& cancel) {
+    unsigned next = 0;
+    while (established_ + failed_ < o.connections) {
+      while (connecting_ < o.outstanding && next < o.connections) start(next++);
+      if (NowUs() >= untilUs || (connecting_ == 0 && next >= o.connections)) break;
+      pump(untilUs);
+    }
+    std::uint64_t grace = NowUs() + kGraceUs;
+    while (connecting_ > 0 && NowUs() < grace) pump(grace);
+    if (connecting_ > 0) {
+      cancel();
+      grace = NowUs() + kGraceUs;
+      while (connecting_ > 0 && NowUs() < grace) pump(grace);
+    }
+    return established_;
+  }
+
+  unsigned connecting_ = 0, established_ = 0, failed_ = 0, lost_ = 0;
 };
 
 struct PhaseReport {
   std::string name, what;  // "setup", "connected"
   unsigned done = 0, of = 0;
   double seconds = 0;
-  bool complete = true;
-  std::string flag;  // what is wrong, printed after the figures (default: not complete in its bound)
+  unsigned lost = 0;  // connections that ended by themselves during the phase (client's view)
+  bool complete = true;  // within its bound
   Figures client0, client1, server0, server1, kernel0, kernel1;
   std::vector<double> tenths;  // setup: connections per second in each tenth of N
 };
@@ -675,7 +736,8 @@ inline void PrintPhase(const PhaseReport& p, double rate, const char* rateUnit) 
   else
     std::printf("%s: %u of %u %s %.3f s", p.name.c_str(), p.done, p.of, p.what.c_str(), p.seconds);
   if (rate > 0) std::printf(": %.0f %s", rate, rateUnit);
-  if (!p.complete) std::printf("  ** %s **", p.flag.empty() ? "INCOMPLETE within its bound" : p.flag.c_str());
+  if (!p.complete) std::printf("  ** INCOMPLETE within its bound **");
+  if (p.lost) std::printf("  ** %u LOST **", p.lost);
   std::printf("\n");
   if (!p.tenths.empty()) {
     std::printf("  per tenth (conn/s):");
@@ -689,8 +751,8 @@ inline void PrintPhase(const PhaseReport& p, double rate, const char* rateUnit) 
   std::printf("  kernel: %.0f TCP segments, %.0f UDP datagrams sent (this network namespace)\n", segs,
               dgrams);
 
-  std::printf("@ phase=%s done=%u of=%u complete=%d seconds=%.6f rate=%.3f", p.name.c_str(), p.done,
-              p.of, p.complete ? 1 : 0, p.seconds, rate);
+  std::printf("@ phase=%s done=%u of=%u lost=%u complete=%d seconds=%.6f rate=%.3f", p.name.c_str(),
+              p.done, p.of, p.lost, p.complete ? 1 : 0, p.seconds, rate);
   for (const auto& [side, a, b] :
        {std::tuple{"c", &p.client0, &p.client1}, std::tuple{"s", &p.server0, &p.server1}}) {
     std::printf(" %s.cpu_ms=%.3f %s.rss_kb=%.0f %s.fds=%.0f %s.threads=%.0f", side,
@@ -749,9 +811,13 @@ inline int RunClient(ClientSide& side, const Options& o, ServerProcess& server, 
     p.client0 = SampleProcess(counters);
     p.kernel0 = SampleKernel();
   };
+  unsigned lostSoFar = 0;
   auto sample = [&](PhaseReport& p) {
     p.client1 = SampleProcess(counters);
     p.kernel1 = SampleKernel();
+    p.lost = side.Lost() - lostSoFar;
+    lostSoFar += p.lost;
+    if (p.lost) failures.push_back(p.name + ": " + std::to_string(p.lost) + " connections lost");
   };
   auto end = [&](PhaseReport& p, const char* counter, unsigned target, int waitMs) {
     Figures s = ParseFigures(server.Ask("end " + p.name + " " + counter + " " + std::to_string(target) +
@@ -766,6 +832,18 @@ inline int RunClient(ClientSide& side, const Options& o, ServerProcess& server, 
     return s;
   };
 
+  // A phase that did not finish in its bound; `of` is what it should have done.
+  auto incomplete = [&](PhaseReport& p, unsigned of, const char* verb) {
+    p.complete = false;
+    failures.push_back(p.name + ": " + std::to_string(p.done) + " of " + std::to_string(of) + " " + verb +
+                       " within " + std::to_string(o.boundSeconds) + " s");
+  };
+  // What is left of a phase's bound that began at t0, in ms.
+  auto leftMs = [&](std::uint64_t t0) {
+    std::uint64_t spent = NowUs() - t0, bound = std::uint64_t(boundMs) * 1000;
+    return int((bound - std::min(spent, bound)) / 1000);
+  };
+
   // (a) setup
   PhaseReport setup;
   begin(setup, "setup", "connected in", o.connections);
@@ -776,33 +854,26 @@ inline int RunClient(ClientSide& side, const Options& o, ServerProcess& server, 
   sample(setup);
   Watch("setup: the server's figures", o.boundSeconds + 30);
   // Setup ends when the server has accepted them all, not when the client's side is done.
-  std::uint64_t left = std::uint64_t(boundMs) * 1000 - std::min<std::uint64_t>(NowUs() - t0, std::uint64_t(boundMs) * 1000);
-  end(setup, "accepted", setup.done, int(left / 1000));
+  end(setup, "accepted", setup.done, leftMs(t0));
   setup.seconds = double(NowUs() - t0) / 1e6;
   for (auto& t : times) t -= t0;
   setup.tenths = Tenths(times, o.connections);
   if (setup.done < o.connections) {
-    setup.complete = false;
-    failures.push_back("setup: " + std::to_string(setup.done) + " of " + std::to_string(o.connections) +
-                       " connected within " + std::to_string(o.boundSeconds) + " s (" + std::to_string(side.Failed()) + " connects failed or canceled)");
+    incomplete(setup, o.connections, "connected");
+    failures.back() += " (" + std::to_string(side.Failed()) + " connects failed or canceled)";
   }
   PrintPhase(setup, setup.seconds > 0 ? setup.done / setup.seconds : 0, "conn/s");
   const unsigned accepted = unsigned(Get(setup.server1, "accepted"));
 
   // (b) idle
   PhaseReport idle;
-  begin(idle, "idle", "still up after", setup.done);
+  begin(idle, "idle", "still up after", setup.done - setup.lost);
   Watch("idle", o.idleSeconds + 30);
   t0 = NowUs();
   idle.done = side.Idle(t0 + std::uint64_t(o.idleSeconds) * 1000000);
   idle.seconds = double(NowUs() - t0) / 1e6;
   sample(idle);
   end(idle, "accepted", 0, 0);
-  if (idle.done < setup.done) {
-    idle.complete = false;
-    idle.flag = std::to_string(setup.done - idle.done) + " LOST";
-    failures.push_back("idle: " + idle.flag + " of " + std::to_string(setup.done) + " connections");
-  }
   PrintPhase(idle, 0, "");
 
   // (c) echo-all
@@ -815,11 +886,7 @@ inline int RunClient(ClientSide& side, const Options& o, ServerProcess& server, 
   echo.seconds = double(NowUs() - t0) / 1e6;
   sample(echo);
   end(echo, "echoed", sent, echo.done == sent ? replyMs : 0);
-  if (echo.done < sent || sent < idle.done) {
-    echo.complete = false;
-    failures.push_back("echo: " + std::to_string(echo.done) + " of " + std::to_string(idle.done) +
-                       " answered within " + std::to_string(o.boundSeconds) + " s");
-  }
+  if (echo.done < sent || sent < idle.done) incomplete(echo, idle.done, "answered");
   PrintPhase(echo, echo.seconds > 0 ? echo.done / echo.seconds : 0, "answers/s");
 
   // (d) teardown
@@ -829,15 +896,10 @@ inline int RunClient(ClientSide& side, const Options& o, ServerProcess& server, 
   t0 = NowUs();
   teardown.done = side.Teardown(t0 + std::uint64_t(boundMs) * 1000);
   sample(teardown);
-  left = std::uint64_t(boundMs) * 1000 - std::min<std::uint64_t>(NowUs() - t0, std::uint64_t(boundMs) * 1000);
   Watch("teardown: the server's figures", o.boundSeconds + 30);
-  end(teardown, "closed", accepted, int(left / 1000));
+  end(teardown, "closed", accepted, leftMs(t0));
   teardown.seconds = double(NowUs() - t0) / 1e6;
-  if (teardown.done < setup.done) {
-    teardown.complete = false;
-    failures.push_back("teardown: " + std::to_string(teardown.done) + " of " + std::to_string(setup.done) +
-                       " disconnected within " + std::to_string(o.boundSeconds) + " s");
-  }
+  if (teardown.done < setup.done) incomplete(teardown, setup.done, "disconnected");
   PrintPhase(teardown, teardown.seconds > 0 ? teardown.done / teardown.seconds : 0, "conn/s");
 
   // Release (both sides: what they hold afterwards shows what was not given back), then both
@@ -897,6 +959,29 @@ inline int RunClient(ClientSide& side, const Options& o, ServerProcess& server, 
   std::printf("result: FAILED\n");
   for (const auto& f : failures) std::printf("  %s\n", f.c_str());
   return kExitFailed;
+}
+
+// main() of both programs: the options and the descriptor check, then either the server
+// (--serve: `serve(options)` returns its exit status) or the client, which starts the server,
+// builds its side with `makeClient(options, serverPort)` and runs the phases.
+template <class Serve, class MakeClient>
+int Main(int argc, char** argv, const char* program, const char* extraUsage, bool takesCqs, Serve&& serve,
+         MakeClient&& makeClient) {
+  const std::string synopsis = std::string(program) + " [options]";
+  Options o = ParseOptions(argc, argv, synopsis.c_str(), extraUsage, takesCqs);
+  const bool serving = o.serveFd >= 0;
+  static std::string name;
+  name = std::string(program) + (serving ? " server" : "");
+  g_program = name.c_str();
+  // A socket per connection in each process (TCP, iWARP; RoCE: per bound connector and per
+  // connection on the listener's port), plus the library's few and the program's own.
+  EnsureDescriptors(g_program, o.connections + 64, serving);
+  if (serving) return serve(o);
+  ServerProcess server;
+  server.Start(argc, argv);
+  std::string ready = server.Expect("ready", "start listening", 30000);
+  auto client = makeClient(o, unsigned(Get(ParseFigures(ready), "port")));
+  return RunClient(*client, o, server, program);
 }
 
 }  // namespace scale

@@ -15,28 +15,21 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 
+#include <memory>
+
 #include "scale_common.h"
 
 namespace {
 
 using scale::Figures;
+using scale::Loopback;
 using scale::NowUs;
-
-constexpr std::uint64_t kGraceUs = 10000000;  // for connects in flight when setup's bound passes
 
 const char kUsage[] = "The client starts the server itself (the same program with --serve); see bench/README.md.\n";
 
 std::string ErrnoName(int err) {
   const char* name = strerrorname_np(err);
   return name ? name : "errno " + std::to_string(err);
-}
-
-sockaddr_in Loopback(unsigned port) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(std::uint16_t(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return sa;
 }
 
 enum class State { Idle, Connecting, Up, Closing, Closed, Failed };
@@ -134,29 +127,19 @@ class Client : public scale::ClientSide, public TcpSide {
   }
 
   std::string Transport() override { return "TCP"; }
-  unsigned Lost() override { return lost_; }
-  unsigned Failed() override { return failed_; }
 
   unsigned Setup(std::uint64_t untilUs, std::vector<std::uint64_t>* times) override {
     phase_ = "setup";
     times_ = times;
-    unsigned next = 0;
-    while (established_ + failed_ < o_.connections) {
-      while (connecting_ < o_.outstanding && next < o_.connections) StartConnect(next++);
-      if (NowUs() >= untilUs || (connecting_ == 0 && next >= o_.connections)) break;
-      Pump(untilUs);
-    }
-    // Past the bound no connect starts; those in flight have a grace period, then are abandoned.
-    const std::uint64_t grace = NowUs() + kGraceUs;
-    while (connecting_ > 0 && NowUs() < grace) Pump(grace);
-    for (auto& c : conns_)
-      if (c.state == State::Connecting) {
-        ledger.Completed("connect", "abandoned", phase_, true);
-        CloseConn(c, State::Failed);
-        connecting_--;
-        failed_++;
-      }
-    return established_;
+    return ConnectAll(
+        o_, untilUs, [this](unsigned i) { StartConnect(i); }, [this](std::uint64_t until) { Pump(until); },
+        [this] {
+          for (auto& c : conns_)
+            if (c.state == State::Connecting) {
+              connecting_--;
+              ConnectFailed(c, "abandoned", true);
+            }
+        });
   }
 
   unsigned Idle(std::uint64_t untilUs) override {
@@ -171,9 +154,7 @@ class Client : public scale::ClientSide, public TcpSide {
     for (unsigned i = 0; i < conns_.size(); ++i) {
       Conn& c = conns_[i];
       if (c.state != State::Up || c.lost) continue;
-      std::uint32_t words[2] = {i, 0x6e647363};  // index, "ndsc"
-      std::memcpy(c.sendSlot, words, sizeof words);
-      for (unsigned b = sizeof words; b < o_.size; ++b) c.sendSlot[b] = char(i * 31 + b);
+      scale::FillMessage(c.sendSlot, i, o_.size);
       if (!WriteMessage(c, c.sendSlot, "echo")) continue;
       ledger.Posted("echo");
       c.awaiting = true;
@@ -225,12 +206,7 @@ class Client : public scale::ClientSide, public TcpSide {
     if (!err && connect(c.fd, reinterpret_cast<const sockaddr*>(&server_), sizeof server_) != 0 &&
         errno != EINPROGRESS)
       err = errno;
-    if (err) {
-      ledger.Completed("connect", ErrnoName(err), phase_, false);
-      CloseConn(c, State::Failed);
-      failed_++;
-      return;
-    }
+    if (err) return ConnectFailed(c, ErrnoName(err), false);
     c.state = State::Connecting;
     connecting_++;
     Watch(EPOLL_CTL_ADD, c.fd, EPOLLOUT, i);  // writable: the handshake is over, either way
@@ -249,12 +225,7 @@ class Client : public scale::ClientSide, public TcpSide {
       socklen_t len = sizeof err;
       getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
       connecting_--;
-      if (err) {
-        ledger.Completed("connect", ErrnoName(err), phase_, false);
-        CloseConn(c, State::Failed);
-        failed_++;
-        return;
-      }
+      if (err) return ConnectFailed(c, ErrnoName(err), false);
       ledger.Completed("connect", "established", phase_, phase_ == "setup");
       ledger.Posted("connection");
       c.state = State::Up;
@@ -288,6 +259,12 @@ class Client : public scale::ClientSide, public TcpSide {
     }
   }
 
+  void ConnectFailed(Conn& c, const std::string& why, bool expected) {
+    ledger.Completed("connect", why, phase_, expected);
+    CloseConn(c, State::Failed);
+    failed_++;
+  }
+
   // The connection has ended: ours (teardown) or by itself (lost).
   void EndConnection(Conn& c, const std::string& why) {
     bool ours = c.state == State::Closing;
@@ -307,7 +284,6 @@ class Client : public scale::ClientSide, public TcpSide {
   sockaddr_in server_;
   std::string phase_ = "start";
   std::vector<std::uint64_t>* times_ = nullptr;
-  unsigned connecting_ = 0, established_ = 0, failed_ = 0, lost_ = 0;
   unsigned awaiting_ = 0, answered_ = 0, closing_ = 0, closed_ = 0;
 };
 
@@ -319,7 +295,7 @@ class Server : public TcpSide {
  public:
   Server(const scale::Options& o, scale::Ledger& ledger)
       : TcpSide(o),
-        control_(o.serveFd, [this](const std::string& name) { return Count(name); },
+        control_(o.serveFd, [this](const std::string& name) { return counts_(name); },
                  [this] { return AllFigures(); }) {
     ledger_ = &ledger;
     sockaddr_in local = Loopback(o.port);
@@ -367,18 +343,8 @@ class Server : public TcpSide {
   }
 
  private:
-  double Count(const std::string& name) const {
-    if (name == "accepted") return accepted_;
-    if (name == "echoed") return echoed_;
-    if (name == "closed") return closed_;
-    if (name == "lost") return lost_;
-    return 0;
-  }
-
   Figures AllFigures() {
-    return scale::SampleProcess([this](Figures& f) {
-      for (const char* name : {"accepted", "echoed", "closed", "lost"}) f[name] = Count(name);
-    });
+    return scale::SampleProcess([this](Figures& f) { counts_.AddTo(f); });
   }
 
   void AcceptAll() {
@@ -393,14 +359,14 @@ class Server : public TcpSide {
         return;
       }
       ledger_->Posted("accept");
-      if (accepted_ >= conns_.size()) {  // more than the client asked for
+      if (counts_.accepted >= conns_.size()) {  // more than the client asked for
         ledger_->Completed("accept", "unasked connection", control_.phase(), false);
         close(fd);
         continue;
       }
       ledger_->Completed("accept", "accepted", control_.phase(), control_.phase() == "setup");
       ledger_->Posted("connection");
-      unsigned i = accepted_++;
+      unsigned i = counts_.accepted++;
       conns_[i].fd = fd;
       conns_[i].state = State::Up;
       Watch(EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, i);
@@ -422,38 +388,31 @@ class Server : public TcpSide {
                            closed && phase == "teardown");
         if (phase != "teardown") {
           c.lost = true;
-          lost_++;
+          counts_.lost++;
         }
         CloseConn(c, State::Closed);
-        closed_++;
+        counts_.closed++;
         return;
       }
       ledger_->Posted("receive");
       ledger_->Completed("receive", "received", phase, phase == "echo");
-      if (WriteMessage(c, c.recvSlot, phase.c_str())) echoed_++;
+      if (WriteMessage(c, c.recvSlot, phase.c_str())) counts_.echoed++;
     }
   }
 
+  scale::ServerCounts counts_;
   scale::ServerControl control_;
   int listener_ = -1;
-  unsigned accepted_ = 0, echoed_ = 0, closed_ = 0, lost_ = 0;
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  scale::Options o = scale::ParseOptions(argc, argv, "tcp_scale [options]", kUsage, false);
-  const bool serving = o.serveFd >= 0;
-  scale::g_program = serving ? "tcp_scale server" : "tcp_scale";
-  scale::EnsureDescriptors(scale::g_program, o.connections + 64, serving);
-  if (serving) {
-    scale::Ledger ledger;
-    Server server(o, ledger);
-    return server.Run();
-  }
-  scale::ServerProcess server;
-  server.Start(argc, argv);
-  std::string ready = server.Expect("ready", "start listening", 30000);
-  Client client(o, unsigned(scale::Get(scale::ParseFigures(ready), "port")));
-  return scale::RunClient(client, o, server, "tcp_scale");
+  return scale::Main(
+      argc, argv, "tcp_scale", kUsage, false,
+      [](const scale::Options& o) {
+        scale::Ledger ledger;
+        return Server(o, ledger).Run();
+      },
+      [](const scale::Options& o, unsigned port) { return std::make_unique<Client>(o, port); });
 }
