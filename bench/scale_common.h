@@ -119,7 +119,7 @@ inline Options ParseOptions(int argc, char** argv, const char* synopsis, const c
     switch (c) {
       case 'n': o.connections = ParseNumber("--connections", optarg, 1, 1000000); break;
       case 'k': o.outstanding = ParseNumber("--outstanding", optarg, 1, 100000); break;
-      case kSize: o.size = ParseNumber("--size", optarg, 16, 1u << 20); break;
+      case kSize: o.size = ParseNumber("--size", optarg, 16, 65536); break;
       case kIdle: o.idleSeconds = ParseNumber("--idle", optarg, 0, 86400); break;
       case kCqs:
         if (!takesCqs) Die("--cqs: only nd_scale has completion queues");
@@ -370,7 +370,7 @@ class LineChannel {
       int r = poll(&p, 1, wait);
       if (r < 0 && errno == EINTR) continue;
       if (r == 0) return false;
-      if (!ReadSome()) return TakeLine(line);
+      ReadSome();
     }
   }
 
@@ -666,13 +666,14 @@ class ClientSide {
   virtual void Release(std::uint64_t untilUs) = 0;
   // Library counters (ndwv), prefixed "nd."; none for TCP.
   virtual Figures Counters() { return {}; }
+  static constexpr unsigned kGraceS = 10;  // for connects in flight when setup's bound passes
   // Connections that ended by themselves (before teardown), and connects that failed.
   unsigned Lost() const { return lost_; }
   unsigned Failed() const { return failed_; }
   Ledger ledger;
 
  protected:
-  static constexpr std::uint64_t kGraceUs = 10000000;
+  static constexpr std::uint64_t kGraceUs = kGraceS * 1000000ull;
 
   // Setup's loop: keeps K connects in flight (`start(i)` starts connection i) until N are
   // established or have failed, or `untilUs`; `pump(untilUs)` handles what comes. Past the bound
@@ -847,7 +848,7 @@ inline int RunClient(ClientSide& side, const Options& o, ServerProcess& server, 
   // (a) setup
   PhaseReport setup;
   begin(setup, "setup", "connected in", o.connections);
-  Watch("setup", o.boundSeconds + 30);
+  Watch("setup", o.boundSeconds + 2 * ClientSide::kGraceS + 30);
   std::uint64_t t0 = NowUs();
   std::vector<std::uint64_t> times;
   setup.done = side.Setup(t0 + std::uint64_t(boundMs) * 1000, &times);
