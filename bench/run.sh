@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # bench/run.sh -- ndwv's tools against plain-socket references, side by side, in one run.
 #
-#   bench/run.sh [--full] [--repeat N] [BUILD_DIR]        (BUILD_DIR default: <repo>/build-bench)
+#   bench/run.sh [--full] [--repeat N] [--scale N] [BUILD_DIR]   (BUILD_DIR default: <repo>/build-bench)
+#
+# --scale N adds bench/scale.sh N (N connections: setup, idle, echo-all, teardown against plain
+# TCP) after the summary; its exit status (non-zero when connections were lost or a phase ran past
+# its bound) becomes this script's.
 #
 # Builds nothing: run `cmake --build BUILD_DIR` first. Every ndwv measurement is followed at once
 # by its reference measurement; the summary gives ratios against targets. A measurement, not a
@@ -71,17 +75,20 @@ usage() {
   sed -n '2,4p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   echo "  --full       all sizes 1 B..4 MiB, with per-size tables (longer run)"
   echo "  --repeat N   run every pair N times (alternating) and keep the best figure"
+  echo "  --scale N    then bench/scale.sh N: N connections against plain TCP (bench/README.md)"
   echo "See the comment at the top of this script for the environment and the assumptions."
 }
 
 full=0
 repeat=1
+scale=""
 build=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --full) full=1 ;;
     --repeat) [ $# -ge 2 ] || { usage >&2; exit 2; }; repeat=$2; shift ;;
     --repeat=*) repeat=${1#--repeat=} ;;
+    --scale) [ $# -ge 2 ] || { usage >&2; exit 2; }; scale=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "run.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
     *) build=$1 ;;
@@ -631,4 +638,9 @@ else
   echo "no target could be checked (ndwv tools not built in $build/tools)"
 fi
 echo "raw output: $logdir"
+if [ -n "$scale" ]; then
+  echo
+  "$here/scale.sh" --build "$build" "$scale"
+  exit $?
+fi
 exit 0
