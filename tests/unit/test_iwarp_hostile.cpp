@@ -393,13 +393,13 @@ struct Conn : QpWatch {
 
   void Setup(uint32_t send_depth) {
     qp = std::make_shared<QueuePair>(pd, cq, cq, nullptr, context, QpCaps{send_depth, 16, 4, 4, 64});
-    uint32_t rkey;
-    ASSERT_EQ(pd->Register(writable.region(), kRegion, kRemoteWrite | kLocalWrite, &writable.key, &rkey), WV_SUCCESS);
-    ASSERT_EQ(writable.key, rkey);
-    ASSERT_EQ(pd->Register(locked.region(), kRegion, kLocalWrite, &locked.key, &rkey), WV_SUCCESS);
-    ASSERT_EQ(pd->Register(readable.region(), kRegion, kRemoteRead, &readable.key, &rkey), WV_SUCCESS);
-    ASSERT_EQ(pd->Register(recv.region(), recv.length, kLocalWrite, &recv.key, &rkey), WV_SUCCESS);
-    ASSERT_EQ(pd->Register(local.region(), kRegion, kLocalWrite, &local.key, &rkey), WV_SUCCESS);
+    for (Buffer* b : {&writable, &locked, &readable, &local})
+      ASSERT_EQ(pd->Register(b->region(), kRegion, b == &writable   ? kRemoteWrite | kLocalWrite
+                                                   : b == &readable ? kRemoteRead
+                                                                    : kLocalWrite,
+                             &b->key, &b->rkey),
+                WV_SUCCESS);
+    ASSERT_EQ(pd->Register(recv.region(), recv.length, kLocalWrite, &recv.key, &recv.rkey), WV_SUCCESS);
     ep = Device::All()[0]->CreateEndpoint();
     ASSERT_TRUE(ep);
   }
@@ -537,8 +537,8 @@ TEST_F(IwarpHostile, ControlWellFormedPeerIsServedAndItsFinFlushesTheRest) {
   // Send -> the first receive; Write into the writable region; Read from the readable one.
   std::vector<uint8_t> message = Bytes(100, 1), data = Bytes(200, 2);
   const uint64_t write_at = c.writable.addr() + 16;
-  w::ReadRequest read{0x1234, 0x40, 64, c.readable.key, c.readable.addr() + 8};
-  c.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, write_at, true), data, c.peer.crc),
+  w::ReadRequest read{0x1234, 0x40, 64, c.readable.rkey, c.readable.addr() + 8};
+  c.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, write_at, true), data, c.peer.crc),
                       Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, c.peer.crc),
                       Fpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, 0, true), {}, c.peer.crc, &read)}));
   ASSERT_TRUE(c.PollUntil([&] { return !c.completions.empty(); })) << "the Send did not complete";
@@ -828,7 +828,7 @@ TEST_F(IwarpHostile, BadCrcOnAWritePlacesNothingOfItsCheckedTailAndNothingOutsid
   ASSERT_TRUE(c.peer.crc);
   std::vector<uint8_t> data = Bytes(48, 5);  // within the checked tail: nothing may land
   std::vector<uint8_t> fpdu =
-      Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, c.writable.addr() + 100, true), data, true);
+      Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, c.writable.addr() + 100, true), data, true);
   fpdu[fpdu.size() - 2] ^= 0x80;
   c.peer.Send(fpdu);
   Segment term;
@@ -870,9 +870,9 @@ TEST_P(IwarpHostileWrite, IsTerminatedWithItsProtectionCodeAndPlacesNothing) {
   const WriteCase& p = GetParam();
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
-  uint32_t stag = p.key == WriteCase::Unknown    ? (c.writable.key ^ 0x00ABCD00u)
-                  : p.key == WriteCase::NoRights ? c.locked.key
-                                                 : c.writable.key;
+  uint32_t stag = p.key == WriteCase::Unknown    ? (c.writable.rkey ^ 0x00ABCD00u)
+                  : p.key == WriteCase::NoRights ? c.locked.rkey
+                                                 : c.writable.rkey;
   Buffer& target = p.key == WriteCase::NoRights ? c.locked : c.writable;
   DdpHeader h = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, stag, target.addr() + uint64_t(p.offset), true);
   std::vector<uint8_t> data = Bytes(p.length, 6);
@@ -903,8 +903,8 @@ TEST_F(IwarpHostile, WriteWhoseSecondSegmentLeavesTheRegionPlacesOnlyTheFirst) {
   // Segment 1: the last 100 bytes of the region (allowed). Segment 2: the 100 bytes after it.
   std::vector<uint8_t> first = Bytes(100, 7), second = Bytes(100, 8);
   const uint64_t at = c.writable.addr() + kRegion - 100;
-  DdpHeader h2 = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, at + 100, true);
-  c.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, at, false), first, c.peer.crc),
+  DdpHeader h2 = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, at + 100, true);
+  c.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, at, false), first, c.peer.crc),
                       Fpdu(h2, second, c.peer.crc)}));
   Segment term;
   ASSERT_NO_FATAL_FAILURE(
@@ -918,7 +918,7 @@ TEST_F(IwarpHostile, WriteWhoseSecondSegmentLeavesTheRegionPlacesOnlyTheFirst) {
 TEST_F(IwarpHostile, UnsolicitedReadResponseIsTerminatedAndPlacesNothing) {
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
-  DdpHeader h = DdpHeader::Tagged(RdmapOpcode::ReadResponse, c.writable.key, c.writable.addr(), true);
+  DdpHeader h = DdpHeader::Tagged(RdmapOpcode::ReadResponse, c.writable.rkey, c.writable.addr(), true);
   std::vector<uint8_t> data = Bytes(32, 9);
   c.peer.Send(Fpdu(h, data, c.peer.crc));
   Segment term;
@@ -933,7 +933,7 @@ TEST_F(IwarpHostile, UnsolicitedReadResponseIsTerminatedAndPlacesNothing) {
 TEST_F(IwarpHostile, TruncatedWriteThenEofEndsTheConnectionAndPlacesNothing) {
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
-  std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, c.writable.addr(), true),
+  std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, c.writable.addr(), true),
                                    Bytes(60, 10), c.peer.crc);
   fpdu.resize(2 + 14 + 20);  // the length says 74 bytes of ULPDU; 34 come, then FIN
   c.peer.Send(fpdu);
@@ -971,7 +971,7 @@ TEST_F(IwarpHostile, LongTruncatedWritePlacesAtMostWhatWasSentWithinItsRange) {
   ASSERT_NO_FATAL_FAILURE(Establish(c));
   std::vector<uint8_t> data = Bytes(400, 12);
   std::vector<uint8_t> fpdu =
-      Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, c.writable.addr() + 50, true), data, c.peer.crc);
+      Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, c.writable.addr() + 50, true), data, c.peer.crc);
   const size_t sent = 200;
   fpdu.resize(2 + 14 + sent);
   c.peer.Send(fpdu);
@@ -1024,7 +1024,7 @@ TEST_F(IwarpHostile, FirstFpduThatIsNotTheRtrIsRefusedAndItsWriteNotPlaced) {
   ASSERT_NO_FATAL_FAILURE(Request(c));
   ASSERT_NO_FATAL_FAILURE(AcceptAndReadReply(c));
   // A real Write, with a valid key, in place of the zero-length RTR.
-  c.peer.Send(Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, c.writable.addr(), true),
+  c.peer.Send(Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, c.writable.addr(), true),
                    Bytes(32, 14), c.peer.crc));
   Inbound in = Collect(c.peer);
   Segment term;
@@ -1182,7 +1182,7 @@ TEST_P(IwarpHostileRead, IsTerminatedWithItsProtectionCodeAndNothingIsSentBack) 
   Buffer& source = p.key == ReadCase::WriteOnly  ? c.writable
                    : p.key == ReadCase::NoRights ? c.locked
                                                  : c.readable;
-  uint32_t stag = p.key == ReadCase::Unknown ? (c.readable.key ^ 0x00ABCD00u) : source.key;
+  uint32_t stag = p.key == ReadCase::Unknown ? (c.readable.rkey ^ 0x00ABCD00u) : source.rkey;
   w::ReadRequest read{0x77, 0, p.size, stag, source.addr() + uint64_t(p.offset)};
   DdpHeader h = DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, 0, true);
   c.peer.Send(Fpdu(h, {}, c.peer.crc, &read));
@@ -1212,7 +1212,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(IwarpHostile, ReadRequestWithAnUnexpectedMsnIsTerminated) {
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
-  w::ReadRequest read{0x77, 0, 64, c.readable.key, c.readable.addr()};
+  w::ReadRequest read{0x77, 0, 64, c.readable.rkey, c.readable.addr()};
   DdpHeader h = DdpHeader::Untagged(RdmapOpcode::ReadRequest, 5, 0, true);
   c.peer.Send(Fpdu(h, {}, c.peer.crc, &read));
   Segment term;
@@ -1249,11 +1249,9 @@ TEST_F(IwarpHostile, HostileBytesOnOneConnectionLeaveTheOtherWorking) {
   ASSERT_NO_FATAL_FAILURE(Establish(bad));
   ASSERT_NO_FATAL_FAILURE(Establish(good));
 
-  // The hostile peer writes to the good connection's region with the good connection's key.
-  // Keys are per PD (slot and generation), so the same value names the bad connection's own
-  // writable region: the good region's address is outside it.
-  ASSERT_EQ(good.writable.key, bad.writable.key);
-  DdpHeader h = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, good.writable.key, good.writable.addr(), true);
+  // The hostile peer writes to the good connection's region with a key its own connection
+  // grants: keys are per PD, and the good region's address is outside the one this key names.
+  DdpHeader h = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, bad.writable.rkey, good.writable.addr(), true);
   bad.peer.Send(Fpdu(h, Bytes(64, 25), bad.peer.crc));
   Segment term;
   ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(bad, Protection(w::RdmapErrorCode::BaseBounds),
@@ -1269,8 +1267,8 @@ TEST_F(IwarpHostile, HostileBytesOnOneConnectionLeaveTheOtherWorking) {
 
   // ... and it still receives (Write, Send, Read) ...
   std::vector<uint8_t> data = Bytes(80, 26), message = Bytes(60, 27);
-  w::ReadRequest read{0x99, 0x10, 48, good.readable.key, good.readable.addr() + 100};
-  good.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, good.writable.key, good.writable.addr() + 200, true),
+  w::ReadRequest read{0x99, 0x10, 48, good.readable.rkey, good.readable.addr() + 100};
+  good.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, good.writable.rkey, good.writable.addr() + 200, true),
                               data, good.peer.crc),
                          Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, good.peer.crc),
                          Fpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, 0, true), {}, good.peer.crc, &read)}));
