@@ -34,7 +34,9 @@ const std::vector<SettingInfo>& SettingTable() {
      "iWARP connection setup time limit (TCP connect and delivery of the MPA Request; the wait "
      "for the peer's Accept has none), in milliseconds."},
     {"NDWV_DISCONNECT_TIMEOUT_MS", SettingType::Integer, "5000", 10, 600000, nullptr,
-     "How long Disconnect waits for the peer's close before it flushes anyway (ND_TIMEOUT)."},
+     "How long Disconnect waits for the peer's close before it flushes anyway (ND_TIMEOUT); on "
+     "iWARP also how long a connection ended by a Terminate keeps its socket until the peer's "
+     "TCP has taken the Terminate."},
     {"NDWV_IWARP_TIMEOUT_MS", SettingType::Integer, "5000", 0, 600000, nullptr,
      "iWARP: data unacknowledged by the peer's TCP this long ends the connection (TCP_USER_TIMEOUT; "
      "an idle connection is probed with TCP keepalives): the oldest unconfirmed request ends "

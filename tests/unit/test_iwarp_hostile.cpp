@@ -14,6 +14,7 @@
 // Every wait is bounded (kBound); the tests assert statuses, counts and bytes, never timing.
 // Only 127.0.0.1 is used.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -42,11 +43,13 @@
 #include <vector>
 
 #include "base/settings.h"
+#include "dev/counters.h"
 #include "dev/cq.h"
 #include "guarded_buffer.h"
 #include "qp_watch.h"
 #include "dev/device.h"
 #include "dev/endpoint.h"
+#include "dev/iwarp/stream.h"
 #include "dev/memory.h"
 #include "dev/qp.h"
 #include "wire/bytes.h"
@@ -125,11 +128,14 @@ class RawPeer {
   }
   int fd() const { return fd_; }
 
-  void Connect(uint16_t port) {
+  // receive_buffer: SO_RCVBUF, 0 for the default (a small one makes a peer that reads nothing
+  // fill the sender's socket soon).
+  void Connect(uint16_t port, int receive_buffer = 0) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     ASSERT_GE(fd_, 0) << strerror(errno);
     int one = 1;
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (receive_buffer) setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
     sockaddr_in to = Loopback(port);
     ASSERT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to), 0) << strerror(errno);
     ASSERT_EQ(fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK), 0);
@@ -436,6 +442,7 @@ struct Conn : QpWatch {
 class IwarpHostile : public ::testing::Test {
  protected:
   static constexpr int kBacklog = 4;
+  static constexpr uint32_t kIrd = 4;  // the Read Requests ndwv answers at once
 
   void SetUp() override {
     ASSERT_FALSE(Device::All().empty()) << "no device (settings refused?)";
@@ -463,9 +470,9 @@ class IwarpHostile : public ::testing::Test {
   }
 
   // TCP connect, the MPA Request, and GetRequest completes into c's endpoint.
-  void Request(Conn& c, const w::MpaFrame& request = GoodRequest()) {
+  void Request(Conn& c, const w::MpaFrame& request = GoodRequest(), int receive_buffer = 0) {
     ASSERT_EQ(listener->GetRequest(c.ep, &c.get_request), WV_PENDING);
-    ASSERT_NO_FATAL_FAILURE(c.peer.Connect(port));
+    ASSERT_NO_FATAL_FAILURE(c.peer.Connect(port, receive_buffer));
     ASSERT_NO_FATAL_FAILURE(c.peer.Send(Encode(request)));
     std::optional<int32_t> status = c.get_request.Wait();
     ASSERT_TRUE(status.has_value()) << "GetRequest did not complete";
@@ -475,7 +482,7 @@ class IwarpHostile : public ::testing::Test {
   // Accept with c's QP; the raw peer reads the MPA Reply.
   void AcceptAndReadReply(Conn& c) {
     ConnectParams params;
-    params.ird = 4;
+    params.ird = kIrd;
     params.ord = 4;
     ASSERT_EQ(c.ep->Accept(c.qp, params, &c.accept), WV_PENDING);
     std::vector<uint8_t> frame(w::kMpaHeaderLen);
@@ -498,9 +505,9 @@ class IwarpHostile : public ::testing::Test {
 
   // The whole exchange: Request, Accept, Reply, RTR; Accept completes and the QP is in RTS. A
   // NotifyDisconnect is left armed.
-  void Establish(Conn& c, uint32_t receives = kRecvs) {
+  void Establish(Conn& c, uint32_t receives = kRecvs, int receive_buffer = 0) {
     ASSERT_NO_FATAL_FAILURE(c.PostReceives(receives));
-    ASSERT_NO_FATAL_FAILURE(Request(c));
+    ASSERT_NO_FATAL_FAILURE(Request(c, GoodRequest(), receive_buffer));
     ASSERT_NO_FATAL_FAILURE(AcceptAndReadReply(c));
     ASSERT_NO_FATAL_FAILURE(SendRtr(c));
     std::optional<int32_t> status = c.accept.Wait();
@@ -1317,6 +1324,161 @@ TEST_F(IwarpHostile, HostileBytesOnOneConnectionLeaveTheOtherWorking) {
   EXPECT_EQ(good.qp->state(), QpState::Rts);
   EXPECT_EQ(good.notify.count(), 0u);
   EXPECT_EQ(bad.notify.count(), 1u);
+}
+
+
+// ==== 8. what a peer may make ndwv place or hold (issue 18) ====================================
+
+// The process's resident memory in KiB and its open descriptors, for the flood tests' bounds.
+long ResidentKiB() {
+  FILE* f = fopen("/proc/self/status", "re");
+  long kib = -1;
+  char line[256];
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  if (f) fclose(f);
+  return kib;
+}
+size_t OpenDescriptors() {
+  size_t n = 0;
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    while (readdir(dir)) n++;
+    closedir(dir);
+  }
+  return n;
+}
+
+// A Read's sink buffer deregistered while the Read is outstanding: its response lands nowhere.
+// The Read completes with a local protection error, as an HCA's does; the peer is told that the
+// STag of its Read Response is invalid (DDP tagged buffer error), and the connection ends. The
+// buffer and its guard zones are unchanged. Both paths are taken: a short response (all of it in
+// the FPDU's checked tail) and a long one sent in two pieces (placed as its bytes arrive). The
+// same Reads with the buffer left registered are placed, and complete with success.
+TEST_F(IwarpHostile, ReadResponseIsNotPlacedIntoASinkDeregisteredMeanwhile) {
+  for (uint32_t length : {32u, 400u}) {
+    for (bool deregister : {false, true}) {
+      SCOPED_TRACE(std::to_string(length) + " bytes, " + (deregister ? "deregistered" : "registered"));
+      Conn& c = NewConn();
+      ASSERT_NO_FATAL_FAILURE(Establish(c));
+      SendWqe read{};
+      read.wr_id = 7;
+      read.opcode = WrOpcode::Read;
+      read.flags = kSignaled;
+      read.num_sge = 1;
+      read.sge[0] = {c.local.addr() + 8, length, c.local.key};
+      read.length = length;
+      read.remote_addr = 0x1000;
+      read.rkey = 0x4242;
+      ASSERT_EQ(c.qp->PostSend(read), WV_SUCCESS);
+      Segment request;
+      ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, request));
+      ASSERT_EQ(request.hdr.opcode, RdmapOpcode::ReadRequest);
+      ASSERT_EQ(request.read.size, length);
+      if (deregister) ASSERT_EQ(c.pd->Deregister(c.local.key), WV_SUCCESS);
+
+      std::vector<uint8_t> data = Bytes(length, 41);
+      DdpHeader h = DdpHeader::Tagged(RdmapOpcode::ReadResponse, request.read.sink_stag, request.read.sink_to, true);
+      std::vector<uint8_t> fpdu = Fpdu(h, data, c.peer.crc);
+      const std::span<const uint8_t> bytes(fpdu);
+      c.peer.Send(bytes.first(40));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      c.peer.Send(bytes.subspan(40));
+      if (!deregister) {
+        ASSERT_TRUE(c.PollUntil([&] { return !c.completions.empty(); })) << "the Read did not complete";
+        EXPECT_EQ(c.completions[0].wr_id, 7u);
+        EXPECT_EQ(c.completions[0].status, WcStatus::Success);
+        EXPECT_EQ(memcmp(c.local.region() + 8, data.data(), length), 0) << "the response was not placed";
+        EXPECT_TRUE(Unchanged(c.local, "Read sink", 8, 8 + length, data));
+        continue;
+      }
+      Segment term;
+      auto expected = c.AllReceivesFlushed();
+      expected[7] = WcStatus::LocalProtection;
+      ASSERT_NO_FATAL_FAILURE(
+          ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpTaggedCode::InvalidStag), expected, term));
+      ExpectNamesSegment(term, h, h.length() + length);
+      EXPECT_TRUE(Unchanged(c.local, "deregistered Read sink"));
+    }
+  }
+}
+
+// Zero-length Read Requests count against the IRD like any other. A peer that sends them and
+// reads nothing, so that the answers cannot leave, makes ndwv hold at most IRD answers; the next
+// request is refused with a Terminate ("no buffer" on the Read Request queue) that follows the
+// answers that fitted, and the connection ends. Neither memory nor descriptors grow with the
+// flood. (Before: zero-length requests were not counted, and the answers piled up unbounded.)
+TEST_F(IwarpHostile, ZeroLengthReadFloodIsHeldToTheIrdAndTerminated) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c, kRecvs, /*receive_buffer=*/4096));
+  auto stream = std::dynamic_pointer_cast<iwarp::Stream>(c.qp->link());
+  ASSERT_TRUE(stream);
+  const long rss_before = ResidentKiB();
+  const size_t descriptors_before = OpenDescriptors();
+
+  // Requests go out in chunks (MSNs from 1) until ndwv refuses one; more than a million would
+  // have made the unbounded queue of old grow by tens of MB.
+  constexpr uint32_t kChunk = 1000, kMost = 1'200'000;
+  auto sink_stag = [](uint32_t msn) { return 0x00100000u + msn; };
+  uint32_t built = 0, max_queued = 0;
+  std::vector<uint8_t> pending;
+  size_t pending_at = 0;
+  const auto deadline = Clock::now() + 4 * kBound;
+  while (stream->counters().Get(Counter::ReadsBeyondIrd) == 0 && Clock::now() < deadline) {
+    max_queued = std::max(max_queued, stream->ResponsesQueued());
+    if (pending_at == pending.size()) {
+      if (built == kMost) break;
+      pending.clear();
+      pending_at = 0;
+      for (uint32_t i = 0; i < kChunk; ++i, ++built) {
+        w::ReadRequest read{sink_stag(built + 1), 0, 0, 0, 0};
+        std::vector<uint8_t> f =
+            Fpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, built + 1, 0, true), {}, c.peer.crc, &read);
+        pending.insert(pending.end(), f.begin(), f.end());
+      }
+    }
+    ssize_t n = send(c.peer.fd(), pending.data() + pending_at, pending.size() - pending_at, MSG_NOSIGNAL);
+    if (n > 0) {
+      pending_at += size_t(n);
+    } else {
+      ASSERT_TRUE(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) << strerror(errno);
+      pollfd p{c.peer.fd(), POLLOUT, 0};
+      poll(&p, 1, 20);  // ndwv is not reading now; it is looked at again
+    }
+  }
+  max_queued = std::max(max_queued, stream->ResponsesQueued());
+  const long rss_after = ResidentKiB();
+  EXPECT_LE(max_queued, kIrd) << "answers queued beyond the IRD";
+  ASSERT_EQ(stream->counters().Get(Counter::ReadsBeyondIrd), 1u)
+      << built << " requests built, none refused; " << stream->ResponsesQueued() << " answers queued";
+  EXPECT_LT(rss_after - rss_before, 8 * 1024) << "KiB of resident memory grew with the flood";
+
+  // The peer reads now: the answers that fitted, in order, then the Terminate naming the request
+  // that found the IRD's answers all waiting.
+  Inbound in = Collect(c.peer);
+  ASSERT_TRUE(in.error.empty()) << in.error;
+  EXPECT_NE(in.end, End::Timeout);
+  ASSERT_GE(in.segments.size(), 1u);
+  const size_t answers = in.segments.size() - 1;
+  for (size_t i = 0; i < answers; ++i) {
+    ASSERT_EQ(in.segments[i].hdr.opcode, RdmapOpcode::ReadResponse) << "FPDU " << i;
+    ASSERT_EQ(in.segments[i].hdr.stag, sink_stag(uint32_t(i + 1))) << "answers in request order";
+    ASSERT_TRUE(in.segments[i].payload.empty());
+  }
+  const Segment& term = in.segments.back();
+  ASSERT_EQ(term.hdr.opcode, RdmapOpcode::Terminate);
+  EXPECT_EQ(term.term.code, w::MakeTerm(w::DdpUntaggedCode::InvalidMsnNoBuffer)) << Name(term.term.code);
+  DdpHeader named;
+  ASSERT_TRUE(term.term.d);
+  ASSERT_EQ(w::DecodeDdpHeader(term.term_ddp, named), w::DdpError::Ok);
+  EXPECT_EQ(named.opcode, RdmapOpcode::ReadRequest);
+  EXPECT_EQ(named.msn, answers + kIrd + 1) << "the refused request is not the one after IRD waiting answers";
+
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions(c.AllReceivesFlushed());
+  stream.reset();
+  EXPECT_TRUE(WaitUntil([&] { return OpenDescriptors() <= descriptors_before - 1; }, kBound))
+      << "the connection's socket was not closed: " << OpenDescriptors() << " descriptors, "
+      << descriptors_before << " before";
 }
 
 }  // namespace
