@@ -1481,5 +1481,46 @@ TEST_F(IwarpHostile, ZeroLengthReadFloodIsHeldToTheIrdAndTerminated) {
       << descriptors_before << " before";
 }
 
+// A connection whose MPA Request waits for GetRequest holds a backlog slot and a socket. If its
+// peer leaves meanwhile, both are given back at once: the request is dropped (and counted), and
+// the slot serves the next connection. Before, it stayed queued with its socket until a GetRequest
+// took it: a flood of such connections exhausted the process's descriptors for good.
+TEST_F(IwarpHostile, QueuedRequestWhosePeerLeavesIsDroppedAtOnce) {
+  const size_t descriptors_before = OpenDescriptors();
+  const uint64_t abandoned_before = AdapterCounters(Transport::Iwarp).Get(Counter::MpaRequestsAbandoned);
+  const uint64_t full_before = AdapterCounters(Transport::Iwarp).Get(Counter::ListenBacklogFull);
+  auto abandoned = [&] { return AdapterCounters(Transport::Iwarp).Get(Counter::MpaRequestsAbandoned) - abandoned_before; };
+
+  // Twice the backlog, in two rounds: each round fills it and leaves.
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::unique_ptr<RawPeer>> peers;
+    for (int i = 0; i < kBacklog; ++i) {
+      peers.push_back(std::make_unique<RawPeer>());
+      ASSERT_NO_FATAL_FAILURE(peers.back()->Connect(port));
+      ASSERT_NO_FATAL_FAILURE(peers.back()->Send(Encode(GoodRequest())));
+    }
+    // The backlog is full of live requests: one more connection is refused at once, unanswered.
+    ASSERT_TRUE(WaitUntil([&] { return OpenDescriptors() >= descriptors_before + 2 * kBacklog; }, kBound));
+    RawPeer extra;
+    ASSERT_NO_FATAL_FAILURE(extra.Connect(port));
+    std::vector<uint8_t> answer;
+    EXPECT_NE(extra.ReadToEnd(answer), End::Timeout) << "a connection beyond the backlog was kept";
+    EXPECT_TRUE(answer.empty());
+    EXPECT_EQ(AdapterCounters(Transport::Iwarp).Get(Counter::ListenBacklogFull) - full_before, uint64_t(round + 1));
+    for (auto& p : peers) p->Close();
+    EXPECT_TRUE(WaitUntil([&] { return abandoned() == uint64_t(kBacklog * (round + 1)); }, kBound))
+        << abandoned() << " dropped";
+  }
+  EXPECT_TRUE(WaitUntil([&] { return OpenDescriptors() <= descriptors_before; }, kBound))
+      << OpenDescriptors() << " descriptors open, " << descriptors_before << " before";
+
+  // The slots serve a good connection: GetRequest gets it, not one of those that left.
+  Conn& good = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(good));
+  ConnectionInfo info;
+  ASSERT_EQ(good.ep->Query(&info), WV_SUCCESS);
+  EXPECT_EQ(ntohs(reinterpret_cast<const sockaddr_in&>(info.peer).sin_port), good.peer.LocalPort());
+}
+
 }  // namespace
 }  // namespace ndwv::dev
