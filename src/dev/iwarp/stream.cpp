@@ -208,6 +208,10 @@ void Stream::Shutdown() {
       lingering_ = true;
       linger_until_ = Clock::now() + std::chrono::milliseconds(base::Config().disconnect_timeout_ms);
       linger_self_ = self;
+      // Lingering runs on the engine only (its timer and EPOLLOUT), so its steps never overlap;
+      // armed under the lock, before the engine can see lingering_ and end it.
+      Engine::Get().Modify(fd_, EPOLLOUT | EPOLLET);
+      Engine::Get().Arm(&linger_timer_, std::chrono::milliseconds(0));
     } else {
       broken_ = true;
       qp_.reset();
@@ -217,13 +221,7 @@ void Stream::Shutdown() {
     std::lock_guard lock(watch_mutex_);
     if (Engine::Get().Disarm(&watch_timer_)) watch_self_.reset();
   }
-  if (!linger) {
-    CloseSocket();
-    return;
-  }
-  // Lingering runs on the engine only (its timer and EPOLLOUT), so its steps never overlap.
-  Engine::Get().Modify(fd_, EPOLLOUT | EPOLLET);
-  Engine::Get().Arm(&linger_timer_, std::chrono::milliseconds(0));
+  if (!linger) CloseSocket();
 }
 
 void Stream::CloseSocket() {
@@ -264,10 +262,10 @@ void Stream::Linger() {
       return;
     }
     lingering_ = false;
+    Engine::Get().Disarm(&linger_timer_);  // on the engine, as its firing: none can be pending
     qp_.reset();
     release = std::move(linger_self_);
   }
-  Engine::Get().Disarm(&linger_timer_);  // on the engine, as its firing: none can be pending
   CloseSocket();
 }
 
