@@ -1,0 +1,256 @@
+// Floods against an ND server (iWARP, docs/security.md): what unauthenticated peers make the
+// server hold stays bounded, and legitimate connections keep working during and after.
+//
+// The flooders are raw TCP sockets in the test process speaking just enough MPA (a Request is 24
+// fixed bytes); the server is an ND program in the peer process. Counts are asserted (descriptors,
+// counters), never times: every wait is bounded.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <ndwv/ndwv.h>
+
+#include "harness.h"
+
+namespace ndit {
+namespace {
+
+void* const kServerQp = Ctx(0xF5);
+void* const kClientQp = Ctx(0xFC);
+
+// An MPA rev 2 Request as an ndwv client sends it: enhanced, CRC, peer to peer with a zero-length
+// Write as RTR, IRD and ORD 4, no private data.
+std::vector<uint8_t> MpaRequest() {
+  std::vector<uint8_t> frame(24);
+  memcpy(frame.data(), "MPA ID Req Frame", 16);
+  frame[16] = 0x50;  // CRC, enhanced
+  frame[17] = 2;     // revision
+  frame[19] = 4;     // PD_Length: the IRD/ORD words
+  frame[20] = 0x80, frame[21] = 4;  // P2P, IRD 4
+  frame[22] = 0x80, frame[23] = 4;  // Write RTR, ORD 4
+  return frame;
+}
+
+// The process's open descriptors (the count includes the directory's own); SIZE_MAX when even
+// that one cannot be opened (the process is at its limit).
+size_t OpenDescriptors() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return SIZE_MAX;
+  size_t n = 0;
+  while (readdir(dir)) n++;
+  closedir(dir);
+  return n;
+}
+
+// The iWARP adapter's total of counter `name` in this process.
+uint64_t Counter(const char* name) {
+  std::vector<ndwv_counter_row> rows(ndwv_counters_snapshot(nullptr, 0) + 8);
+  rows.resize(ndwv_counters_snapshot(rows.data(), rows.size()));
+  for (const ndwv_counter_row& row : rows)
+    if (row.qpn == 0 && std::strcmp(row.transport, "iWARP") == 0) return ndwv_counter_value(&row, name);
+  IT_FAIL("no iWARP adapter row in the counters");
+}
+
+// A raw TCP connection to 127.0.0.1:port that sends `bytes` (maybe none); -1 if the process is
+// out of descriptors.
+int RawConnect(uint16_t port, const std::vector<uint8_t>& bytes) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in to = Loopback(port);
+  IT_CHECK_MSG(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0, strerror(errno));
+  if (!bytes.empty()) IT_CHECK(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == ssize_t(bytes.size()));
+  return fd;
+}
+
+// Everything the server sends on `fd` until it ends the connection (bounded).
+std::vector<uint8_t> ReadToEnd(int fd) {
+  std::vector<uint8_t> out;
+  Deadline deadline;
+  uint8_t chunk[256];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    IT_CHECK_MSG(poll(&p, 1, deadline.LeftMs()) > 0, "the server kept the connection open");
+    ssize_t n = recv(fd, chunk, sizeof chunk, 0);
+    if (n <= 0) return out;
+    out.insert(out.end(), chunk, chunk + n);
+  }
+}
+
+// One message each way on an established connection: it still works.
+void Exchange(Endpoint& e, uint8_t* buffer, UINT32 token, void* context, bool first) {
+  ND2_SGE sge = {buffer, 8, token};
+  if (first) {
+    IT_OK(e.qp->Send(context, &sge, 1, 0));
+    ExpectCompletion(e.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, context, e.qpContext}, "a Send");
+  }
+  ExpectCompletion(e.receiveCq, {ND_SUCCESS, Nd2RequestTypeReceive, nullptr, e.qpContext, 8}, "a Receive");
+  IT_OK(e.qp->Receive(nullptr, &sge, 1));
+  if (!first) {
+    IT_OK(e.qp->Send(context, &sge, 1, 0));
+    ExpectCompletion(e.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, context, e.qpContext}, "a Send");
+  }
+}
+
+// ---- MPA Requests whose senders leave at once, more than the server has descriptors for --------
+
+constexpr int kFlood = 400;     // connections
+constexpr int kHeadroom = 64;   // descriptors the server has to spare
+
+IT_PEER(flooded_server) {
+  Adapter adapter;
+  std::vector<uint8_t> box(8);
+  Mr mr(adapter, box.data(), box.size(), kSinkFlags);
+  ND2_SGE sge = {box.data(), 8, mr.token()};
+  Endpoint a(adapter, kServerQp);
+  IT_OK(a.qp->Receive(nullptr, &sge, 1));
+  Serve(parent, a);
+  // Out of descriptors after kHeadroom more: the flood is more than that.
+  rlimit limit{};
+  IT_CHECK(getrlimit(RLIMIT_NOFILE, &limit) == 0);
+  const size_t baseline = OpenDescriptors();
+  rlimit low = limit;
+  low.rlim_cur = baseline + kHeadroom;
+  IT_CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  parent.Send("limited");
+  Exchange(a, box.data(), mr.token(), Ctx(0xA1), /*first=*/false);  // during the flood
+  parent.Expect("flooded");
+  // Every flooder left: what they held is given back, without any GetConnectionRequest.
+  Deadline deadline;
+  unsigned spins = 0;
+  while (OpenDescriptors() > baseline && !deadline.Expired()) Pause(spins);
+  IT_CHECK_EQ(baseline, OpenDescriptors());
+  parent.SendValue("abandoned", Counter("mpa_requests_abandoned"));
+  parent.SendValue("refused", Counter("accepts_refused"));
+  // A new connection is served, and the first one still works.
+  Endpoint b(adapter, kServerQp);
+  IT_OK(b.qp->Receive(nullptr, &sge, 1));
+  b.connector = GetConnectionRequest(adapter, a.listener.get());
+  IT_OK(Accept(b.connector.get(), b.qp.get(), 4, 4));
+  parent.Send("accepted");
+  Exchange(b, box.data(), mr.token(), Ctx(0xB1), /*first=*/false);
+  Exchange(a, box.data(), mr.token(), Ctx(0xA2), /*first=*/false);
+  ServerTeardown(parent, b);
+  ServerTeardown(parent, a);
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+TEST(IntegrationFlood, MpaRequestsWhoseSendersLeaveHoldNothing) {
+  if (TransportIsRoce()) GTEST_SKIP() << "iWARP's listener (the RoCE CM's bounds: docs/security.md)";
+#ifdef __SANITIZE_ADDRESS__
+  // The sanitizers' runtime needs descriptors of its own (test_connect.cpp, the descriptor test);
+  // the server here keeps few to spare.
+  GTEST_SKIP() << "the server's descriptors are counted tightly";
+#endif
+  RunWithPeer("flooded_server", [](Channel& peer) {
+    Adapter adapter;
+    std::vector<uint8_t> box(8);
+    Mr mr(adapter, box.data(), box.size(), kSinkFlags);
+    ND2_SGE sge = {box.data(), 8, mr.token()};
+    Endpoint a(adapter, kClientQp);
+    IT_OK(a.qp->Receive(nullptr, &sge, 1));
+    ConnectTo(peer, a);
+    sockaddr_in listener{};
+    ULONG length = sizeof listener;
+    IT_OK(a.connector->GetPeerAddress(reinterpret_cast<sockaddr*>(&listener), &length));
+    const uint16_t port = PortOf(listener);
+    peer.Expect("limited");
+    const std::vector<uint8_t> request = MpaRequest();
+    for (int i = 0; i < kFlood; ++i) {
+      int fd = RawConnect(port, request);
+      IT_CHECK(fd >= 0);
+      close(fd);
+      if (i == kFlood / 2) Exchange(a, box.data(), mr.token(), Ctx(0xC1), /*first=*/true);
+    }
+    peer.Send("flooded");
+    uint64_t abandoned = peer.ReceiveValue("abandoned"), refused = peer.ReceiveValue("refused");
+    // Each flooder's request was dropped when it left (a few may have met the server out of
+    // descriptors for a moment, and been refused at once).
+    IT_CHECK_MSG(abandoned + refused == uint64_t(kFlood),
+                 std::to_string(abandoned) + " dropped, " + std::to_string(refused) + " refused");
+    IT_CHECK_MSG(abandoned >= uint64_t(kFlood / 2), std::to_string(abandoned) + " dropped");
+    Endpoint b(adapter, kClientQp);
+    IT_OK(b.qp->Receive(nullptr, &sge, 1));
+    b.connector = adapter.CreateConnector();
+    IT_OK(Connect(b.connector.get(), b.qp.get(), port, 4, 4));
+    CompleteConnect(b.connector.get());
+    peer.Expect("accepted");
+    Exchange(b, box.data(), mr.token(), Ctx(0xD1), /*first=*/true);
+    Exchange(a, box.data(), mr.token(), Ctx(0xC2), /*first=*/true);
+    ClientTeardown(peer, b);
+    ClientTeardown(peer, a);
+  });
+}
+
+// ---- connections that never finish their MPA Request, and a request nobody takes ---------------
+
+IT_PEER(slow_server) {
+  Adapter adapter;
+  Ref<IND2Listener> listener;
+  uint16_t port = StartListening(adapter, listener);
+  parent.SendValue("port", port);
+  parent.Expect("done");
+  parent.SendValue("timeouts", Counter("mpa_request_timeouts"));
+  parent.SendValue("expired", Counter("mpa_requests_expired"));
+  parent.SendValue("rejects", Counter("mpa_rejects_sent"));
+  // The listener still serves a connection.
+  Endpoint server(adapter, kServerQp);
+  server.listener = std::move(listener);
+  server.connector = GetConnectionRequest(adapter, server.listener.get());
+  IT_OK(Accept(server.connector.get(), server.qp.get(), 4, 4));
+  parent.Send("accepted");
+  ServerTeardown(parent, server);
+}
+
+TEST(IntegrationFlood, HandshakesAndRequestsHaveATimeLimit) {
+  if (TransportIsRoce()) GTEST_SKIP() << "iWARP's listener (the RoCE CM's bounds: docs/security.md)";
+  // NDWV_CM_TIMEOUT_MS bounds both phases; short here, so that the test waits little.
+  RunWithPeer("slow_server", {{"env:NDWV_CM_TIMEOUT_MS", "300"}}, [](Channel& peer) {
+    uint16_t port = uint16_t(peer.ReceiveValue("port"));
+    const std::vector<uint8_t> request = MpaRequest();
+    // Nothing sent, and half a Request: closed unanswered.
+    for (size_t sent : {size_t(0), request.size() / 2}) {
+      int fd = RawConnect(port, {request.begin(), request.begin() + long(sent)});
+      IT_CHECK(fd >= 0);
+      IT_CHECK_MSG(ReadToEnd(fd).empty(), "an unfinished request was answered");
+      close(fd);
+    }
+    // A whole Request that no GetConnectionRequest takes: rejected (an MPA Reply with R), then
+    // closed.
+    int fd = RawConnect(port, request);
+    IT_CHECK(fd >= 0);
+    std::vector<uint8_t> reply = ReadToEnd(fd);
+    close(fd);
+    IT_CHECK_MSG(reply.size() >= 20 && memcmp(reply.data(), "MPA ID Rep Frame", 16) == 0,
+                 std::to_string(reply.size()) + " bytes instead of an MPA Reply");
+    IT_CHECK_MSG(reply[16] & 0x20, "the Reply does not reject");
+    peer.Send("done");
+    IT_CHECK_EQ(uint64_t(2), peer.ReceiveValue("timeouts"));
+    IT_CHECK_EQ(uint64_t(1), peer.ReceiveValue("expired"));
+    IT_CHECK_EQ(uint64_t(1), peer.ReceiveValue("rejects"));
+    // A legitimate connection is served as ever.
+    Adapter adapter;
+    Endpoint client(adapter, kClientQp);
+    client.connector = adapter.CreateConnector();
+    IT_OK(Connect(client.connector.get(), client.qp.get(), port, 4, 4));
+    CompleteConnect(client.connector.get());
+    peer.Expect("accepted");
+    ClientTeardown(peer, client);
+  });
+}
+
+}  // namespace
+}  // namespace ndit
