@@ -25,7 +25,7 @@ for target in $(find build-fuzz/tests/fuzz -maxdepth 1 -type f -executable -name
   status=0
   "$target" "${args[@]}" "$corpus" >"$log" 2>&1 || status=$?
   rm -rf "$corpus"
-  grep -E "^#[0-9]+ +DONE" "$log" || true
+  grep -E "^#[0-9]+[[:space:]]+DONE" "$log" || true
   if [ "$status" != 0 ]; then
     tail -n 60 "$log" >&2
     echo "$name found a failure (exit $status): build-fuzz/findings/" >&2

@@ -14,15 +14,12 @@
 
 #include "dev/iwarp/negotiation.h"
 #include "wire/bytes.h"
+#include "check.h"
 
 using namespace ndwv::dev;
 using namespace ndwv::dev::iwarp;
 using namespace ndwv::wire;
 
-#define CHECK(c) \
-  do {           \
-    if (!(c)) std::abort(); \
-  } while (0)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

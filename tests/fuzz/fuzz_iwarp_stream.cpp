@@ -19,14 +19,11 @@
 
 #include "../common/iwarp_stream_rig.h"
 #include "wire/bytes.h"
+#include "check.h"
 
 using ndwv::test_support::GuardedRegion;
 using ndwv::test_support::StreamRig;
 
-#define CHECK(c) \
-  do {           \
-    if (!(c)) std::abort(); \
-  } while (0)
 
 namespace {
 

@@ -499,6 +499,24 @@ class IwarpHostile : public ::testing::Test {
     c.peer.crc = reply.crc;
   }
 
+  // ndwv Reads `length` bytes into c's local buffer at `offset` (wr_id 7); the raw peer reads the
+  // Read Request.
+  void PostRead(Conn& c, uint64_t offset, uint32_t length, Segment& request) {
+    SendWqe read{};
+    read.wr_id = 7;
+    read.opcode = WrOpcode::Read;
+    read.flags = kSignaled;
+    read.num_sge = 1;
+    read.sge[0] = {c.local.addr() + offset, length, c.local.key};
+    read.length = length;
+    read.remote_addr = 0x1000;
+    read.rkey = 0x4242;
+    ASSERT_EQ(c.qp->PostSend(read), WV_SUCCESS);
+    ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, request));
+    ASSERT_EQ(request.hdr.opcode, RdmapOpcode::ReadRequest);
+    ASSERT_EQ(request.read.size, length);
+  }
+
   void SendRtr(Conn& c) {
     c.peer.Send(Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, 0, 0, true), {}, c.peer.crc));
   }
@@ -774,19 +792,8 @@ TEST_F(IwarpHostile, BadCrcOnASendTerminatesWithLlpCrcErrorAndFlushesEveryReques
   ASSERT_TRUE(c.peer.crc) << "CRCs were not negotiated";
 
   // An outstanding ndwv Read (the peer never answers it) must be flushed too.
-  SendWqe read{};
-  read.wr_id = 7;
-  read.opcode = WrOpcode::Read;
-  read.flags = kSignaled;
-  read.num_sge = 1;
-  read.sge[0] = {c.local.addr(), 32, c.local.key};
-  read.length = 32;
-  read.remote_addr = 0x1000;
-  read.rkey = 0x4242;
-  ASSERT_EQ(c.qp->PostSend(read), WV_SUCCESS);
   Segment request;
-  ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, request));
-  ASSERT_EQ(request.hdr.opcode, RdmapOpcode::ReadRequest);
+  ASSERT_NO_FATAL_FAILURE(PostRead(c, 0, 32, request));
 
   std::vector<uint8_t> message = Bytes(100, 4);
   std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, true);
@@ -1360,21 +1367,11 @@ TEST_F(IwarpHostile, ReadResponseIsNotPlacedIntoASinkDeregisteredMeanwhile) {
       SCOPED_TRACE(std::to_string(length) + " bytes, " + (deregister ? "deregistered" : "registered"));
       Conn& c = NewConn();
       ASSERT_NO_FATAL_FAILURE(Establish(c));
-      SendWqe read{};
-      read.wr_id = 7;
-      read.opcode = WrOpcode::Read;
-      read.flags = kSignaled;
-      read.num_sge = 1;
-      read.sge[0] = {c.local.addr() + 8, length, c.local.key};
-      read.length = length;
-      read.remote_addr = 0x1000;
-      read.rkey = 0x4242;
-      ASSERT_EQ(c.qp->PostSend(read), WV_SUCCESS);
       Segment request;
-      ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, request));
-      ASSERT_EQ(request.hdr.opcode, RdmapOpcode::ReadRequest);
-      ASSERT_EQ(request.read.size, length);
-      if (deregister) ASSERT_EQ(c.pd->Deregister(c.local.key), WV_SUCCESS);
+      ASSERT_NO_FATAL_FAILURE(PostRead(c, 8, length, request));
+      if (deregister) {
+        ASSERT_EQ(c.pd->Deregister(c.local.key), WV_SUCCESS);
+      }
 
       std::vector<uint8_t> data = Bytes(length, 41);
       DdpHeader h = DdpHeader::Tagged(RdmapOpcode::ReadResponse, request.read.sink_stag, request.read.sink_to, true);

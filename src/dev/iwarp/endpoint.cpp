@@ -225,12 +225,15 @@ void Endpoint::OnListenReady() {
       break;
     }
     if (handshaking_.size() + requests_.queued() >= size_t(backlog_)) {
-      base::CloseDescriptor(fd);  // the peer's Connect is refused
+      // Counted first: whoever sees the connection end sees the count.
       AdapterCounters(Transport::Iwarp).AddShared(Counter::ListenBacklogFull);
       NDWV_LOG(Warn, "%s: backlog of %d full: connection from %s refused", identity_.c_str(), backlog_,
                Describe(peer).c_str());
+      base::CloseDescriptor(fd);  // the peer's Connect is refused
       continue;
     }
+    // A reserve lost to another thread while out of descriptors (RefusePending) is taken again.
+    if (int& spare = SpareDescriptor(); spare < 0) spare = OpenSpare();
     TuneConnectionSocket(fd);
     auto child = std::make_shared<Endpoint>();
     std::lock_guard<std::mutex> lock(child->mutex_);
