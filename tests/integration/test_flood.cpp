@@ -22,8 +22,6 @@
 
 #include <gtest/gtest.h>
 
-#include <ndwv/ndwv.h>
-
 #include "harness.h"
 
 namespace ndit {
@@ -56,14 +54,6 @@ size_t OpenDescriptors() {
   return n;
 }
 
-// The iWARP adapter's total of counter `name` in this process.
-uint64_t Counter(const char* name) {
-  std::vector<ndwv_counter_row> rows(ndwv_counters_snapshot(nullptr, 0) + 8);
-  rows.resize(ndwv_counters_snapshot(rows.data(), rows.size()));
-  for (const ndwv_counter_row& row : rows)
-    if (row.qpn == 0 && std::strcmp(row.transport, "iWARP") == 0) return ndwv_counter_value(&row, name);
-  IT_FAIL("no iWARP adapter row in the counters");
-}
 
 // A raw TCP connection to 127.0.0.1:port that sends `bytes` (maybe none); -1 if the process is
 // out of descriptors.
@@ -136,12 +126,12 @@ IT_PEER(flooded_server) {
   // is counted.
   Deadline deadline;
   unsigned spins = 0;
-  auto counted = [] { return Counter("mpa_requests_abandoned") + Counter("accepts_refused"); };
+  auto counted = [] { return AdapterCounter("mpa_requests_abandoned") + AdapterCounter("accepts_refused"); };
   while ((OpenDescriptors() > baseline || counted() < uint64_t(kFlood)) && !deadline.Expired()) Pause(spins);
   IT_CHECK_MSG(OpenDescriptors() <= baseline, std::to_string(OpenDescriptors()) + " descriptors open, " +
                                                   std::to_string(baseline) + " before the flood");
-  parent.SendValue("abandoned", Counter("mpa_requests_abandoned"));
-  parent.SendValue("refused", Counter("accepts_refused"));
+  parent.SendValue("abandoned", AdapterCounter("mpa_requests_abandoned"));
+  parent.SendValue("refused", AdapterCounter("accepts_refused"));
   // A new connection is served, and the first one still works.
   Talker b(adapter, kServerQp);
   b.e.connector = GetConnectionRequest(adapter, a.e.listener.get());
@@ -204,9 +194,9 @@ IT_PEER(slow_server) {
   uint16_t port = StartListening(adapter, listener);
   parent.SendValue("port", port);
   parent.Expect("done");
-  parent.SendValue("timeouts", Counter("mpa_request_timeouts"));
-  parent.SendValue("expired", Counter("mpa_requests_expired"));
-  parent.SendValue("rejects", Counter("mpa_rejects_sent"));
+  parent.SendValue("timeouts", AdapterCounter("mpa_request_timeouts"));
+  parent.SendValue("expired", AdapterCounter("mpa_requests_expired"));
+  parent.SendValue("rejects", AdapterCounter("mpa_rejects_sent"));
   // The listener still serves a connection.
   Endpoint server(adapter, kServerQp);
   server.listener = std::move(listener);
