@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what ndwv needs on Debian 12 (idempotent; quiet when everything is present).
-# Why each package: see docs/dependencies.md.
+# `scripts/setup.sh fuzz` also installs what the fuzz targets need (scripts/fuzz.sh; the test
+# run uses it). Why each package: see docs/dependencies.md.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libisal-dev libcli11-dev libgtest-dev libgmock-dev
       libbenchmark-dev python3 iproute2 tshark nftables)
+if [ "${1:-}" = fuzz ]; then pkgs+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if ((${#missing[@]})); then

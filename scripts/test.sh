@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds (profile-guided, as the demo and the
 # benchmarks build: what is tested is what runs), runs every test, then builds and runs them again
-# under AddressSanitizer + UndefinedBehaviorSanitizer (a separate build tree, no profile).
+# under AddressSanitizer + UndefinedBehaviorSanitizer (a separate build tree, no profile), and
+# last runs every fuzz target for 20 seconds (scripts/fuzz.sh; clang, a tree of its own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh fuzz
 scripts/build.sh --pgo build
 (cd build && ctest --output-on-failure -j2 --timeout 300)
 scripts/build.sh build-asan -DNDWV_SANITIZE=ON
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest --output-on-failure -j2 --timeout 300)
+scripts/fuzz.sh 20

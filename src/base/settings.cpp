@@ -31,10 +31,13 @@ const std::vector<SettingInfo>& SettingTable() {
     {"NDWV_MPA_MAX_ULPDU", SettingType::Integer, "65000", 256, 65000, nullptr,
      "iWARP: largest DDP segment sent, in bytes. Large segments cost fewer system calls per byte; a software receiver reassembles them across TCP segments."},
     {"NDWV_CM_TIMEOUT_MS", SettingType::Integer, "10000", 10, 600000, nullptr,
-     "iWARP connection setup time limit (TCP connect and delivery of the MPA Request; the wait "
-     "for the peer's Accept has none), in milliseconds."},
+     "iWARP connection setup time limit, in milliseconds: for a TCP connect and the delivery of "
+     "the MPA Request, and again for a request's wait in a listener's queue for "
+     "GetConnectionRequest (then it is rejected); the wait for the peer's Accept has none."},
     {"NDWV_DISCONNECT_TIMEOUT_MS", SettingType::Integer, "5000", 10, 600000, nullptr,
-     "How long Disconnect waits for the peer's close before it flushes anyway (ND_TIMEOUT)."},
+     "How long Disconnect waits for the peer's close before it flushes anyway (ND_TIMEOUT); on "
+     "iWARP also how long a connection ended by a Terminate keeps its socket until the peer's "
+     "TCP has taken the Terminate."},
     {"NDWV_IWARP_TIMEOUT_MS", SettingType::Integer, "5000", 0, 600000, nullptr,
      "iWARP: data unacknowledged by the peer's TCP this long ends the connection (TCP_USER_TIMEOUT; "
      "an idle connection is probed with TCP keepalives): the oldest unconfirmed request ends "

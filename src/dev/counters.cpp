@@ -109,6 +109,11 @@ constexpr CounterInfo kInfo[kCounters] = {
     {"cm_dreq_timeouts", kRoce},
     {"cm_drops", kRoce},
     {"accepts_refused", kIwarp},
+    {"reads_beyond_ird", kIwarp | kConnection},
+    {"listen_backlog_full", kIwarp},
+    {"mpa_request_timeouts", kIwarp},
+    {"mpa_requests_abandoned", kIwarp},
+    {"mpa_requests_expired", kIwarp},
 };
 
 const char* TransportName(Transport t) { return t == Transport::Roce ? "RoCEv2" : "iWARP"; }

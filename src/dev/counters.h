@@ -55,6 +55,9 @@ enum class Counter : uint16_t {
   CmRetransmits, CmDuplicateAnswers, CmReqTimeouts, CmRepTimeouts, CmDreqTimeouts, CmDrops,
   // Added later, at the end: a counter's index never changes (ndwv.h).
   AcceptsRefused,  // iWARP connection setup, per adapter
+  ReadsBeyondIrd,  // iWARP stream, per connection
+  // iWARP connection setup, per adapter: the listener's bounds (docs/security.md).
+  ListenBacklogFull, MpaRequestTimeouts, MpaRequestsAbandoned, MpaRequestsExpired,
   Count
 };
 inline constexpr size_t kCounters = size_t(Counter::Count);

@@ -11,7 +11,10 @@
 
 #include <cstdint>
 #include <deque>
+#include <iterator>
+#include <list>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include <ndwv/wvstatus.h>
@@ -59,10 +62,13 @@ struct DisconnectRequest : WorkItem {
 
 // A listener's connection requests and the GetRequest calls waiting for them, matched oldest to
 // oldest, whichever comes first. Used under the listener's lock; the GetRequest target (a fresh
-// endpoint, a friend) takes a request over with Adopt.
+// endpoint, a friend) takes a request over with Adopt. A queued request can be taken out again
+// in O(1) by the position Arrive gave (its peer left, or its time ran out).
 template <class Endpoint>
 class ListenQueue {
  public:
+  using Position = typename std::list<std::shared_ptr<Endpoint>>::iterator;
+
   // GetRequest: the oldest request goes to `target` and `op` completes, or the call waits.
   void Take(std::shared_ptr<Endpoint> target, AsyncOp* op, Finisher& finish) {
     if (arrived_.empty()) {
@@ -73,30 +79,38 @@ class ListenQueue {
     arrived_.pop_front();
     finish.Add(op, WV_SUCCESS);
   }
-  // A request arrived: to the oldest waiting GetRequest, else queued.
-  void Arrive(std::shared_ptr<Endpoint> request, Finisher& finish) {
+  // A request arrived: to the oldest waiting GetRequest, else queued (its position returned).
+  std::optional<Position> Arrive(std::shared_ptr<Endpoint> request, Finisher& finish) {
     if (waiting_.empty()) {
       arrived_.push_back(std::move(request));
-      return;
+      return std::prev(arrived_.end());
     }
     waiting_.front().target->Adopt(*request);
     finish.Add(waiting_.front().op, WV_SUCCESS);
     waiting_.pop_front();
+    return std::nullopt;
   }
+  void Remove(Position at) { arrived_.erase(at); }
+  // The request queued longest, or null.
+  const std::shared_ptr<Endpoint>* Oldest() const { return arrived_.empty() ? nullptr : &arrived_.front(); }
   size_t queued() const { return arrived_.size(); }
   void CancelWaiting(Finisher& finish) {
     for (const Waiting& w : waiting_) finish.Add(w.op, WV_CANCELLED);
     waiting_.clear();
   }
-  std::deque<std::shared_ptr<Endpoint>> TakeQueued() { return std::exchange(arrived_, {}); }
+  std::deque<std::shared_ptr<Endpoint>> TakeQueued() {
+    std::deque<std::shared_ptr<Endpoint>> queued(arrived_.begin(), arrived_.end());
+    arrived_.clear();
+    return queued;
+  }
 
  private:
   struct Waiting {
     std::shared_ptr<Endpoint> target;
     AsyncOp* op;
   };
-  std::deque<std::shared_ptr<Endpoint>> arrived_;  // requests not yet taken
-  std::deque<Waiting> waiting_;                    // GetRequests not yet answered
+  std::list<std::shared_ptr<Endpoint>> arrived_;  // requests not yet taken
+  std::deque<Waiting> waiting_;                   // GetRequests not yet answered
 };
 
 class ConnectEndpoint {

@@ -1,8 +1,20 @@
 // Protection domain: the key tables of memory regions and memory windows.
 //
-// A key is 32 bits: a 24-bit slot index and an 8-bit generation, so a key that was released and
-// reused is not accepted again for a while. Regions have an L_Key (local access) and an R_Key
-// (remote access); a window has only an R_Key, a fresh one on every bind (type-2 windows).
+// Keys are unpredictable: every registration and every window bind draws a fresh key from the
+// kernel's CSPRNG (base/random.h), so a peer that knows some keys cannot guess another. A region
+// has two independent keys, an L_Key (local access, by SGEs) and an R_Key (remote access); a
+// window has only an R_Key, a fresh one on every bind (type-2 windows). A key is 24 random bits
+// over an 8-bit consumer part:
+//
+//   key = tag (24 bits) << 8 | consumer (8 bits)
+//
+// The table has a power-of-two size; the low bits of the tag are the key's entry, chosen at random
+// among the free ones, so a lookup is one index and one compare of all 32 bits. The consumer part
+// is the entry's generation, which advances with every key issued there: a stale key cannot match
+// the next 255 keys of its entry, whatever the random bits. The table doubles when half full
+// (entries keep their keys: the index just takes one more tag bit). Keys never have the top byte
+// 0xFF (left to the transports' own tags) and are never 0.
+//
 // Every remote access is checked against key, owning QP (windows), range and rights before a byte
 // moves; the check and the placement hold the table's shared lock, so Deregister (exclusive lock)
 // returns only after in-flight placements into the region have finished.
@@ -12,6 +24,7 @@
 #include <vector>
 
 #include "base/mutex.h"
+#include "base/random.h"
 
 namespace ndwv::dev {
 
@@ -29,7 +42,7 @@ class ProtectionDomain;
 // A window's state; allocated by AllocateWindow and owned by the verbs object above.
 struct MemoryWindow {
   ProtectionDomain* pd = nullptr;
-  uint32_t slot = 0;
+  uint32_t entry_key = 0;   // names the window's table entry (its R_Key while bound)
   uint32_t rkey = 0;        // 0 while unbound
   uint32_t region_lkey = 0; // the region it is bound into
   uint64_t addr = 0;
@@ -40,6 +53,11 @@ struct MemoryWindow {
 
 class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
  public:
+  // The table's largest size; it is at most half full, and a region takes two entries.
+  static constexpr uint32_t kMaxEntries = 1u << 23;
+  static constexpr uint32_t kMaxRegions = kMaxEntries / 4, kMaxWindows = kMaxEntries / 4;
+
+  ProtectionDomain();
   ~ProtectionDomain();
 
   // access: Access bits. Returns an NTSTATUS-style code (0 on success).
@@ -66,20 +84,35 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
                              uint32_t access) const;
 
  private:
-  struct Slot {
-    enum Kind : uint8_t { Free, Region, Window } kind = Free;
-    uint8_t generation = 0;
-    uint64_t addr = 0, length = 0;
+  struct Entry {
+    // LocalKey/RemoteKey: a region's L_Key/R_Key; Window: a bound window's R_Key; Reserved: an
+    // unbound window's entry (matches nothing).
+    enum Kind : uint8_t { Free, LocalKey, RemoteKey, Window, Reserved } kind = Free;
+    uint8_t generation = 0;  // the consumer part of the next key issued here
+    uint32_t key = 0;
+    uint32_t partner = 0;    // a region's other key (to deregister both)
+    uint32_t bound_windows = 0;  // LocalKey: windows bound into the region
+    uint32_t qpn = 0;        // Window: the QP it is bound to
     uint32_t access = 0;
-    uint32_t bound_windows = 0;  // regions: windows bound into them
-    MemoryWindow* window = nullptr;
+    uint64_t addr = 0, length = 0;
   };
-  uint32_t AllocSlot(Slot::Kind kind);  // under mutex_; 0 if none (slot 0 is never used)
-  const Slot* Lookup(uint32_t key, Slot::Kind kind) const;
+  // Under mutex_ (exclusive): a fresh key on a free entry, claimed as `kind`; 0 if the table is
+  // full or no random bits came. A key whose consumer part would equal that of `avoid_consumer`
+  // (a key, 0 for none) is skipped.
+  uint32_t Claim(Entry::Kind kind, uint32_t avoid_consumer = 0);
+  void Release(uint32_t key);  // under mutex_ (exclusive)
+  bool Grow();
+  Entry* Find(uint32_t key) { return &table_[(key >> 8) & mask_]; }
+  const Entry* Lookup(uint32_t key, Entry::Kind kind) const {
+    const Entry& e = table_[(key >> 8) & mask_];
+    return e.kind == kind && e.key == key ? &e : nullptr;
+  }
 
   mutable base::SharedMutex mutex_;
-  std::vector<Slot> slots_{1};
-  std::vector<uint32_t> free_slots_;
+  std::vector<Entry> table_;
+  uint32_t mask_ = 0;
+  uint32_t used_ = 0;
+  base::SecureRandom random_;
 };
 
 }  // namespace ndwv::dev

@@ -1,5 +1,8 @@
 #include "nd/listener.h"
 
+#include <algorithm>
+#include <cstdio>
+
 #include "nd/adapter.h"
 #include "nd/address.h"
 #include "nd/connector.h"
@@ -7,8 +10,19 @@
 namespace ndwv::nd {
 
 namespace {
-// ND's backlog 0 means "no limit"; WV takes a count, so ask for the largest sensible one.
-constexpr SIZE_T kUnlimitedBacklog = 65535;
+// The host's limit on a listener's queue (the kernel's somaxconn), read once; 4096 (the kernel's
+// default) where it cannot be read. Every connection a listener queues holds memory and, on
+// iWARP, a socket: a careful administrator's bound, not a number a peer could exploit.
+SIZE_T HostBacklog() {
+  static const SIZE_T backlog = [] {
+    unsigned long value = 0;
+    FILE* f = std::fopen("/proc/sys/net/core/somaxconn", "re");
+    bool read = f && std::fscanf(f, "%lu", &value) == 1 && value > 0;
+    if (f) std::fclose(f);
+    return read ? SIZE_T(value) : SIZE_T(4096);
+  }();
+  return backlog;
+}
 }  // namespace
 
 Listener::Listener(Adapter& adapter, base::HandleRef file, ComPtr<IWVConnectEndpoint> endpoint)
@@ -23,7 +37,8 @@ HRESULT Listener::Bind(const sockaddr* pAddress, ULONG cbAddress) {
 
 HRESULT Listener::Listen(ULONG backlog) {
   if (listening_) return ND_INVALID_DEVICE_STATE;
-  HRESULT hr = endpoint_->Listen(backlog != 0 ? backlog : kUnlimitedBacklog);
+  // ND's backlog 0 means "no limit": the host's. A larger one is cut to it, as listen(2) does.
+  HRESULT hr = endpoint_->Listen(backlog != 0 ? std::min<SIZE_T>(backlog, HostBacklog()) : HostBacklog());
   if (SUCCEEDED(hr)) listening_ = true;
   return NdStatus(hr);
 }

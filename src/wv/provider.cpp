@@ -6,6 +6,7 @@
 #include "base/fork.h"
 #include "base/settings.h"
 #include "dev/engine.h"
+#include "dev/memory.h"
 #include "wv/objects.h"
 
 namespace ndwv::wv {
@@ -110,13 +111,13 @@ HRESULT Device::Describe(dev::Device* device_, WV_DEVICE_ATTRIBUTES* attributes)
   attributes->MaxSge = a.max_sge;
   attributes->MaxCq = 1 << 20;
   attributes->MaxCqEntries = a.max_cq_entries;
-  attributes->MaxMr = 1 << 22;
+  attributes->MaxMr = dev::ProtectionDomain::kMaxRegions;
   attributes->MaxPd = 1 << 20;
   attributes->MaxQpResponderResources = a.max_ird;
   attributes->MaxResponderResources = a.max_ird;
   attributes->MaxQpInitiatorDepth = a.max_ord;
   attributes->MaxInlineSend = a.max_inline;
-  attributes->MaxMw = 1 << 22;
+  attributes->MaxMw = dev::ProtectionDomain::kMaxWindows;
   attributes->MaxSrq = 1 << 20;
   attributes->MaxSrqWr = a.max_srq_wr;
   attributes->MaxSrqSge = a.max_srq_sge;

@@ -7,13 +7,10 @@
 
 #include "wire/bytes.h"
 #include "wire/ddp.h"
+#include "check.h"
 
 using namespace ndwv::wire;
 
-#define CHECK(c) \
-  do {           \
-    if (!(c)) std::abort(); \
-  } while (0)
 
 static bool Inside(std::span<const uint8_t> s, const uint8_t* data, size_t size) {
   return s.empty() || (s.data() >= data && s.data() + s.size() <= data + size);

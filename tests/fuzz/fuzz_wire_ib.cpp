@@ -10,13 +10,10 @@
 #include <vector>
 
 #include "wire/ib.h"
+#include "check.h"
 
 using namespace ndwv::wire::ib;
 
-#define CHECK(c) \
-  do {           \
-    if (!(c)) std::abort(); \
-  } while (0)
 
 namespace {
 

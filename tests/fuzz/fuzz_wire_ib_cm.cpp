@@ -7,13 +7,10 @@
 #include <vector>
 
 #include "wire/ib_cm.h"
+#include "check.h"
 
 using namespace ndwv::wire::ib;
 
-#define CHECK(c) \
-  do {           \
-    if (!(c)) std::abort(); \
-  } while (0)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> in(data, size);

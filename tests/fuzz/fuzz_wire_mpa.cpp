@@ -6,13 +6,10 @@
 
 #include "wire/crc.h"
 #include "wire/mpa.h"
+#include "check.h"
 
 using namespace ndwv::wire;
 
-#define CHECK(c) \
-  do {           \
-    if (!(c)) std::abort(); \
-  } while (0)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> in(data, size);

@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ndwv/ndwv.h>
+
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -841,6 +843,14 @@ void CheckReceived(const Layout& layout, const uint8_t* buffer, size_t received,
     CheckFilled(buffer + gapStart, layout.offsets[i + 1] - gapStart, fill,
                 (std::string(what) + " (gap between SGEs)").c_str());
   }
+}
+
+uint64_t AdapterCounter(const char* name) {
+  std::vector<ndwv_counter_row> rows(ndwv_counters_snapshot(nullptr, 0) + 8);
+  rows.resize(ndwv_counters_snapshot(rows.data(), rows.size()));
+  for (const ndwv_counter_row& row : rows)
+    if (row.qpn == 0 && std::strcmp(row.transport, "iWARP") == 0) return ndwv_counter_value(&row, name);
+  IT_FAIL("no iWARP adapter row in the counters");
 }
 
 }  // namespace ndit

@@ -1,5 +1,7 @@
 // Remote access violations: a Write through a token without the remote-write right, a Write that
-// runs past the registered region, a Read with a wrong token and a Read past the region. The
+// runs past the registered region, a Read with a wrong token and a Read past the region, and a
+// Write past a memory window with the key of the region under it guessed from the window's token
+// (issue 18: keys were slot << 8 | generation, so the guess below named the region). The
 // initiator's request completes ND_ACCESS_VIOLATION, the connection is over (outstanding receives
 // on both sides and every later request complete ND_CANCELED), and the target's memory is
 // unchanged outside what it allowed.
@@ -7,6 +9,8 @@
 // On iWARP a Write is complete for the sender once it is on the wire, unless the provider confirms
 // it (ndwv does by default, NDWV_IWARP_CONFIRM=writes, with a zero-length Read behind it). With
 // confirmation off, the Write itself may complete ND_SUCCESS; the test records which status came.
+#include <arpa/inet.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -26,17 +30,18 @@ constexpr uint64_t kSourceSeed = 88;   // what the initiator writes
 constexpr size_t kBeyondBefore = 20 * 1024;  // a Write past the end starts this far before it
 constexpr size_t kBeyondLength = 40 * 1024;  // and is this long (several DDP segments)
 
-enum class Case { WriteNoRight, WriteBeyond, ReadWrongToken, ReadBeyond };
+enum class Case { WriteNoRight, WriteBeyond, ReadWrongToken, ReadBeyond, WriteGuessedKey };
 
 Case ParseCase(const std::string& name) {
   if (name == "write_no_right") return Case::WriteNoRight;
   if (name == "write_beyond") return Case::WriteBeyond;
   if (name == "read_wrong_token") return Case::ReadWrongToken;
   if (name == "read_beyond") return Case::ReadBeyond;
+  if (name == "write_guessed_key") return Case::WriteGuessedKey;
   IT_FAIL("unknown case " + name);
 }
 
-bool IsWrite(Case c) { return c == Case::WriteNoRight || c == Case::WriteBeyond; }
+bool IsWrite(Case c) { return c != Case::ReadWrongToken && c != Case::ReadBeyond; }
 
 // What this process's ndwv does (the setting is read at NdStartup from the environment).
 bool ConfirmsWrites() {
@@ -58,6 +63,10 @@ std::string RunTarget(Channel& channel, Case c) {
                     ? ND_MR_FLAG_ALLOW_REMOTE_READ | ND_MR_FLAG_ALLOW_LOCAL_WRITE  // no remote write
                     : kTargetFlags;
   Mr regionMr(adapter, region, kRegion, flags);
+  // The window over the region's first half is what the initiator is told of; it is made right
+  // after the region, as the old keys made that guessable.
+  Ref<IND2MemoryWindow> window;
+  if (c == Case::WriteGuessedKey) IT_OK(adapter->CreateMemoryWindow(IID_IND2MemoryWindow, window.Out()));
   std::vector<uint8_t> inbox(64);
   Mr inboxMr(adapter, inbox.data(), inbox.size(), kSinkFlags);
 
@@ -65,8 +74,13 @@ std::string RunTarget(Channel& channel, Case c) {
   ND2_SGE sge = {inbox.data(), ULONG(inbox.size()), inboxMr.token()};
   IT_OK(target.qp->Receive(Ctx(0x300), &sge, 1));  // never matched: the connection dies first
   ConnectTo(channel, target);
-  SendRemoteBuffer(target, {reinterpret_cast<uint64_t>(region), kRegion, regionMr.remoteToken(), 0},
-                   Ctx(0x200), /*peer_may_end_first=*/true);
+  RemoteBuffer told = {reinterpret_cast<uint64_t>(region), kRegion, regionMr.remoteToken(), 0};
+  if (c == Case::WriteGuessedKey) {
+    IT_OK(target.qp->Bind(Ctx(0x210), regionMr.get(), window.get(), region, kRegion / 2, ND_OP_FLAG_ALLOW_WRITE));
+    ExpectCompletion(target.cq.get(), {ND_SUCCESS, Nd2RequestTypeBind, Ctx(0x210), kTargetQp}, "Bind");
+    told = {reinterpret_cast<uint64_t>(region), kRegion / 2, window->GetRemoteToken(), 0};
+  }
+  SendRemoteBuffer(target, told, Ctx(0x200), /*peer_may_end_first=*/true);
 
   // The violation ends the connection here too: the outstanding receive is flushed.
   ExpectCompletion(target.receiveCq,
@@ -120,7 +134,7 @@ void RunInitiator(Channel& channel, Case c) {
   IT_OK(initiator.qp->Receive(Ctx(0x300), &second, 1));  // stays outstanding
   Serve(channel, initiator);
   RemoteBuffer target = ReceiveRemoteBuffer(initiator, inbox.data(), Ctx(0x100));
-  IT_CHECK_EQ(uint64_t(kRegion), target.length);
+  IT_CHECK_EQ(uint64_t(c == Case::WriteGuessedKey ? kRegion / 2 : kRegion), target.length);
 
   ND2_SGE sge;
   ND2_REQUEST_TYPE type = IsWrite(c) ? Nd2RequestTypeWrite : Nd2RequestTypeRead;
@@ -143,6 +157,13 @@ void RunInitiator(Channel& channel, Case c) {
       IT_OK(initiator.qp->Read(Ctx(0x600), &sge, 1, target.address + target.length - 4096,
                                target.token, 0));
       break;
+    case Case::WriteGuessedKey: {
+      // The region's key as the old scheme made it: the slot before the window's, generation 1.
+      UINT32 guess = htonl(((ntohl(target.token) >> 8) - 1) << 8 | 1);
+      sge = {source.data(), 4096, sourceMr.token()};
+      IT_OK(initiator.qp->Write(Ctx(0x600), &sge, 1, target.address + target.length, guess, 0));
+      break;
+    }
   }
   ND2_RESULT result = NextCompletion(initiator.cq.get(), "the violating request");
   IT_CHECK_MSG(result.RequestContext == Ctx(0x600) && result.RequestType == type &&
@@ -189,6 +210,7 @@ TEST(IntegrationAccessViolation, WriteWithoutRemoteWriteRight) { InitiatorHere("
 TEST(IntegrationAccessViolation, WriteBeyondTheRegion) { InitiatorHere("write_beyond"); }
 TEST(IntegrationAccessViolation, ReadWithWrongToken) { InitiatorHere("read_wrong_token"); }
 TEST(IntegrationAccessViolation, ReadBeyondTheRegion) { InitiatorHere("read_beyond"); }
+TEST(IntegrationAccessViolation, WritePastAWindowWithAGuessedRegionKey) { InitiatorHere("write_guessed_key"); }
 
 // The initiator in the peer, with Write confirmation off: what does the Write complete with?
 TEST(IntegrationAccessViolation, WriteWithoutRightWhenWritesAreNotConfirmed) {

@@ -513,15 +513,6 @@ TEST(IntegrationConnect, ConnectorsShareTheProcessPortWithNdwvRocePort) {
 }
 
 
-// The iWARP adapter's total of counter `name` in this process.
-uint64_t AdapterCounter(const char* name) {
-  std::vector<ndwv_counter_row> rows(ndwv_counters_snapshot(nullptr, 0) + 8);
-  rows.resize(ndwv_counters_snapshot(rows.data(), rows.size()));
-  for (const ndwv_counter_row& row : rows)
-    if (row.qpn == 0 && std::strcmp(row.transport, "iWARP") == 0) return ndwv_counter_value(&row, name);
-  IT_FAIL("no iWARP adapter row in the counters");
-}
-
 // A process that has run out of descriptors (iWARP: every connection is a socket of its own).
 // Bind fails with ND_INSUFFICIENT_RESOURCES, not a misleading address error. Its
 // listener refuses the pending connection at once, instead of leaving it to the peer's timeout,

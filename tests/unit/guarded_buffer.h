@@ -23,7 +23,8 @@ struct Buffer {
   uint64_t addr() { return reinterpret_cast<uint64_t>(region()); }
   const size_t length;
   std::vector<uint8_t> bytes, original;
-  uint32_t key = 0;
+  uint32_t key = 0;   // its L_Key (local SGEs)
+  uint32_t rkey = 0;  // its R_Key (what a peer names)
 };
 
 // The buffer equals its pattern except in [from, to) of the region (offsets into the region),

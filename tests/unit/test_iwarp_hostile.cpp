@@ -14,6 +14,7 @@
 // Every wait is bounded (kBound); the tests assert statuses, counts and bytes, never timing.
 // Only 127.0.0.1 is used.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -42,11 +43,13 @@
 #include <vector>
 
 #include "base/settings.h"
+#include "dev/counters.h"
 #include "dev/cq.h"
 #include "guarded_buffer.h"
 #include "qp_watch.h"
 #include "dev/device.h"
 #include "dev/endpoint.h"
+#include "dev/iwarp/stream.h"
 #include "dev/memory.h"
 #include "dev/qp.h"
 #include "wire/bytes.h"
@@ -125,11 +128,14 @@ class RawPeer {
   }
   int fd() const { return fd_; }
 
-  void Connect(uint16_t port) {
+  // receive_buffer: SO_RCVBUF, 0 for the default (a small one makes a peer that reads nothing
+  // fill the sender's socket soon).
+  void Connect(uint16_t port, int receive_buffer = 0) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     ASSERT_GE(fd_, 0) << strerror(errno);
     int one = 1;
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (receive_buffer) setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
     sockaddr_in to = Loopback(port);
     ASSERT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to), 0) << strerror(errno);
     ASSERT_EQ(fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK), 0);
@@ -393,13 +399,13 @@ struct Conn : QpWatch {
 
   void Setup(uint32_t send_depth) {
     qp = std::make_shared<QueuePair>(pd, cq, cq, nullptr, context, QpCaps{send_depth, 16, 4, 4, 64});
-    uint32_t rkey;
-    ASSERT_EQ(pd->Register(writable.region(), kRegion, kRemoteWrite | kLocalWrite, &writable.key, &rkey), WV_SUCCESS);
-    ASSERT_EQ(writable.key, rkey);
-    ASSERT_EQ(pd->Register(locked.region(), kRegion, kLocalWrite, &locked.key, &rkey), WV_SUCCESS);
-    ASSERT_EQ(pd->Register(readable.region(), kRegion, kRemoteRead, &readable.key, &rkey), WV_SUCCESS);
-    ASSERT_EQ(pd->Register(recv.region(), recv.length, kLocalWrite, &recv.key, &rkey), WV_SUCCESS);
-    ASSERT_EQ(pd->Register(local.region(), kRegion, kLocalWrite, &local.key, &rkey), WV_SUCCESS);
+    for (Buffer* b : {&writable, &locked, &readable, &local})
+      ASSERT_EQ(pd->Register(b->region(), kRegion, b == &writable   ? kRemoteWrite | kLocalWrite
+                                                   : b == &readable ? kRemoteRead
+                                                                    : kLocalWrite,
+                             &b->key, &b->rkey),
+                WV_SUCCESS);
+    ASSERT_EQ(pd->Register(recv.region(), recv.length, kLocalWrite, &recv.key, &recv.rkey), WV_SUCCESS);
     ep = Device::All()[0]->CreateEndpoint();
     ASSERT_TRUE(ep);
   }
@@ -436,6 +442,7 @@ struct Conn : QpWatch {
 class IwarpHostile : public ::testing::Test {
  protected:
   static constexpr int kBacklog = 4;
+  static constexpr uint32_t kIrd = 4;  // the Read Requests ndwv answers at once
 
   void SetUp() override {
     ASSERT_FALSE(Device::All().empty()) << "no device (settings refused?)";
@@ -463,9 +470,9 @@ class IwarpHostile : public ::testing::Test {
   }
 
   // TCP connect, the MPA Request, and GetRequest completes into c's endpoint.
-  void Request(Conn& c, const w::MpaFrame& request = GoodRequest()) {
+  void Request(Conn& c, const w::MpaFrame& request = GoodRequest(), int receive_buffer = 0) {
     ASSERT_EQ(listener->GetRequest(c.ep, &c.get_request), WV_PENDING);
-    ASSERT_NO_FATAL_FAILURE(c.peer.Connect(port));
+    ASSERT_NO_FATAL_FAILURE(c.peer.Connect(port, receive_buffer));
     ASSERT_NO_FATAL_FAILURE(c.peer.Send(Encode(request)));
     std::optional<int32_t> status = c.get_request.Wait();
     ASSERT_TRUE(status.has_value()) << "GetRequest did not complete";
@@ -475,7 +482,7 @@ class IwarpHostile : public ::testing::Test {
   // Accept with c's QP; the raw peer reads the MPA Reply.
   void AcceptAndReadReply(Conn& c) {
     ConnectParams params;
-    params.ird = 4;
+    params.ird = kIrd;
     params.ord = 4;
     ASSERT_EQ(c.ep->Accept(c.qp, params, &c.accept), WV_PENDING);
     std::vector<uint8_t> frame(w::kMpaHeaderLen);
@@ -492,15 +499,33 @@ class IwarpHostile : public ::testing::Test {
     c.peer.crc = reply.crc;
   }
 
+  // ndwv Reads `length` bytes into c's local buffer at `offset` (wr_id 7); the raw peer reads the
+  // Read Request.
+  void PostRead(Conn& c, uint64_t offset, uint32_t length, Segment& request) {
+    SendWqe read{};
+    read.wr_id = 7;
+    read.opcode = WrOpcode::Read;
+    read.flags = kSignaled;
+    read.num_sge = 1;
+    read.sge[0] = {c.local.addr() + offset, length, c.local.key};
+    read.length = length;
+    read.remote_addr = 0x1000;
+    read.rkey = 0x4242;
+    ASSERT_EQ(c.qp->PostSend(read), WV_SUCCESS);
+    ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, request));
+    ASSERT_EQ(request.hdr.opcode, RdmapOpcode::ReadRequest);
+    ASSERT_EQ(request.read.size, length);
+  }
+
   void SendRtr(Conn& c) {
     c.peer.Send(Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, 0, 0, true), {}, c.peer.crc));
   }
 
   // The whole exchange: Request, Accept, Reply, RTR; Accept completes and the QP is in RTS. A
   // NotifyDisconnect is left armed.
-  void Establish(Conn& c, uint32_t receives = kRecvs) {
+  void Establish(Conn& c, uint32_t receives = kRecvs, int receive_buffer = 0) {
     ASSERT_NO_FATAL_FAILURE(c.PostReceives(receives));
-    ASSERT_NO_FATAL_FAILURE(Request(c));
+    ASSERT_NO_FATAL_FAILURE(Request(c, GoodRequest(), receive_buffer));
     ASSERT_NO_FATAL_FAILURE(AcceptAndReadReply(c));
     ASSERT_NO_FATAL_FAILURE(SendRtr(c));
     std::optional<int32_t> status = c.accept.Wait();
@@ -537,8 +562,8 @@ TEST_F(IwarpHostile, ControlWellFormedPeerIsServedAndItsFinFlushesTheRest) {
   // Send -> the first receive; Write into the writable region; Read from the readable one.
   std::vector<uint8_t> message = Bytes(100, 1), data = Bytes(200, 2);
   const uint64_t write_at = c.writable.addr() + 16;
-  w::ReadRequest read{0x1234, 0x40, 64, c.readable.key, c.readable.addr() + 8};
-  c.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, write_at, true), data, c.peer.crc),
+  w::ReadRequest read{0x1234, 0x40, 64, c.readable.rkey, c.readable.addr() + 8};
+  c.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, write_at, true), data, c.peer.crc),
                       Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, c.peer.crc),
                       Fpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, 0, true), {}, c.peer.crc, &read)}));
   ASSERT_TRUE(c.PollUntil([&] { return !c.completions.empty(); })) << "the Send did not complete";
@@ -767,19 +792,8 @@ TEST_F(IwarpHostile, BadCrcOnASendTerminatesWithLlpCrcErrorAndFlushesEveryReques
   ASSERT_TRUE(c.peer.crc) << "CRCs were not negotiated";
 
   // An outstanding ndwv Read (the peer never answers it) must be flushed too.
-  SendWqe read{};
-  read.wr_id = 7;
-  read.opcode = WrOpcode::Read;
-  read.flags = kSignaled;
-  read.num_sge = 1;
-  read.sge[0] = {c.local.addr(), 32, c.local.key};
-  read.length = 32;
-  read.remote_addr = 0x1000;
-  read.rkey = 0x4242;
-  ASSERT_EQ(c.qp->PostSend(read), WV_SUCCESS);
   Segment request;
-  ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, request));
-  ASSERT_EQ(request.hdr.opcode, RdmapOpcode::ReadRequest);
+  ASSERT_NO_FATAL_FAILURE(PostRead(c, 0, 32, request));
 
   std::vector<uint8_t> message = Bytes(100, 4);
   std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, true);
@@ -828,7 +842,7 @@ TEST_F(IwarpHostile, BadCrcOnAWritePlacesNothingOfItsCheckedTailAndNothingOutsid
   ASSERT_TRUE(c.peer.crc);
   std::vector<uint8_t> data = Bytes(48, 5);  // within the checked tail: nothing may land
   std::vector<uint8_t> fpdu =
-      Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, c.writable.addr() + 100, true), data, true);
+      Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, c.writable.addr() + 100, true), data, true);
   fpdu[fpdu.size() - 2] ^= 0x80;
   c.peer.Send(fpdu);
   Segment term;
@@ -870,9 +884,9 @@ TEST_P(IwarpHostileWrite, IsTerminatedWithItsProtectionCodeAndPlacesNothing) {
   const WriteCase& p = GetParam();
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
-  uint32_t stag = p.key == WriteCase::Unknown    ? (c.writable.key ^ 0x00ABCD00u)
-                  : p.key == WriteCase::NoRights ? c.locked.key
-                                                 : c.writable.key;
+  uint32_t stag = p.key == WriteCase::Unknown    ? (c.writable.rkey ^ 0x00ABCD00u)
+                  : p.key == WriteCase::NoRights ? c.locked.rkey
+                                                 : c.writable.rkey;
   Buffer& target = p.key == WriteCase::NoRights ? c.locked : c.writable;
   DdpHeader h = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, stag, target.addr() + uint64_t(p.offset), true);
   std::vector<uint8_t> data = Bytes(p.length, 6);
@@ -903,8 +917,8 @@ TEST_F(IwarpHostile, WriteWhoseSecondSegmentLeavesTheRegionPlacesOnlyTheFirst) {
   // Segment 1: the last 100 bytes of the region (allowed). Segment 2: the 100 bytes after it.
   std::vector<uint8_t> first = Bytes(100, 7), second = Bytes(100, 8);
   const uint64_t at = c.writable.addr() + kRegion - 100;
-  DdpHeader h2 = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, at + 100, true);
-  c.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, at, false), first, c.peer.crc),
+  DdpHeader h2 = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, at + 100, true);
+  c.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, at, false), first, c.peer.crc),
                       Fpdu(h2, second, c.peer.crc)}));
   Segment term;
   ASSERT_NO_FATAL_FAILURE(
@@ -918,7 +932,7 @@ TEST_F(IwarpHostile, WriteWhoseSecondSegmentLeavesTheRegionPlacesOnlyTheFirst) {
 TEST_F(IwarpHostile, UnsolicitedReadResponseIsTerminatedAndPlacesNothing) {
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
-  DdpHeader h = DdpHeader::Tagged(RdmapOpcode::ReadResponse, c.writable.key, c.writable.addr(), true);
+  DdpHeader h = DdpHeader::Tagged(RdmapOpcode::ReadResponse, c.writable.rkey, c.writable.addr(), true);
   std::vector<uint8_t> data = Bytes(32, 9);
   c.peer.Send(Fpdu(h, data, c.peer.crc));
   Segment term;
@@ -933,7 +947,7 @@ TEST_F(IwarpHostile, UnsolicitedReadResponseIsTerminatedAndPlacesNothing) {
 TEST_F(IwarpHostile, TruncatedWriteThenEofEndsTheConnectionAndPlacesNothing) {
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
-  std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, c.writable.addr(), true),
+  std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, c.writable.addr(), true),
                                    Bytes(60, 10), c.peer.crc);
   fpdu.resize(2 + 14 + 20);  // the length says 74 bytes of ULPDU; 34 come, then FIN
   c.peer.Send(fpdu);
@@ -971,7 +985,7 @@ TEST_F(IwarpHostile, LongTruncatedWritePlacesAtMostWhatWasSentWithinItsRange) {
   ASSERT_NO_FATAL_FAILURE(Establish(c));
   std::vector<uint8_t> data = Bytes(400, 12);
   std::vector<uint8_t> fpdu =
-      Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, c.writable.addr() + 50, true), data, c.peer.crc);
+      Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, c.writable.addr() + 50, true), data, c.peer.crc);
   const size_t sent = 200;
   fpdu.resize(2 + 14 + sent);
   c.peer.Send(fpdu);
@@ -1024,7 +1038,7 @@ TEST_F(IwarpHostile, FirstFpduThatIsNotTheRtrIsRefusedAndItsWriteNotPlaced) {
   ASSERT_NO_FATAL_FAILURE(Request(c));
   ASSERT_NO_FATAL_FAILURE(AcceptAndReadReply(c));
   // A real Write, with a valid key, in place of the zero-length RTR.
-  c.peer.Send(Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.key, c.writable.addr(), true),
+  c.peer.Send(Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, c.writable.rkey, c.writable.addr(), true),
                    Bytes(32, 14), c.peer.crc));
   Inbound in = Collect(c.peer);
   Segment term;
@@ -1182,7 +1196,7 @@ TEST_P(IwarpHostileRead, IsTerminatedWithItsProtectionCodeAndNothingIsSentBack) 
   Buffer& source = p.key == ReadCase::WriteOnly  ? c.writable
                    : p.key == ReadCase::NoRights ? c.locked
                                                  : c.readable;
-  uint32_t stag = p.key == ReadCase::Unknown ? (c.readable.key ^ 0x00ABCD00u) : source.key;
+  uint32_t stag = p.key == ReadCase::Unknown ? (c.readable.rkey ^ 0x00ABCD00u) : source.rkey;
   w::ReadRequest read{0x77, 0, p.size, stag, source.addr() + uint64_t(p.offset)};
   DdpHeader h = DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, 0, true);
   c.peer.Send(Fpdu(h, {}, c.peer.crc, &read));
@@ -1212,7 +1226,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(IwarpHostile, ReadRequestWithAnUnexpectedMsnIsTerminated) {
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
-  w::ReadRequest read{0x77, 0, 64, c.readable.key, c.readable.addr()};
+  w::ReadRequest read{0x77, 0, 64, c.readable.rkey, c.readable.addr()};
   DdpHeader h = DdpHeader::Untagged(RdmapOpcode::ReadRequest, 5, 0, true);
   c.peer.Send(Fpdu(h, {}, c.peer.crc, &read));
   Segment term;
@@ -1249,11 +1263,9 @@ TEST_F(IwarpHostile, HostileBytesOnOneConnectionLeaveTheOtherWorking) {
   ASSERT_NO_FATAL_FAILURE(Establish(bad));
   ASSERT_NO_FATAL_FAILURE(Establish(good));
 
-  // The hostile peer writes to the good connection's region with the good connection's key.
-  // Keys are per PD (slot and generation), so the same value names the bad connection's own
-  // writable region: the good region's address is outside it.
-  ASSERT_EQ(good.writable.key, bad.writable.key);
-  DdpHeader h = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, good.writable.key, good.writable.addr(), true);
+  // The hostile peer writes to the good connection's region with a key its own connection
+  // grants: keys are per PD, and the good region's address is outside the one this key names.
+  DdpHeader h = DdpHeader::Tagged(RdmapOpcode::RdmaWrite, bad.writable.rkey, good.writable.addr(), true);
   bad.peer.Send(Fpdu(h, Bytes(64, 25), bad.peer.crc));
   Segment term;
   ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(bad, Protection(w::RdmapErrorCode::BaseBounds),
@@ -1269,8 +1281,8 @@ TEST_F(IwarpHostile, HostileBytesOnOneConnectionLeaveTheOtherWorking) {
 
   // ... and it still receives (Write, Send, Read) ...
   std::vector<uint8_t> data = Bytes(80, 26), message = Bytes(60, 27);
-  w::ReadRequest read{0x99, 0x10, 48, good.readable.key, good.readable.addr() + 100};
-  good.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, good.writable.key, good.writable.addr() + 200, true),
+  w::ReadRequest read{0x99, 0x10, 48, good.readable.rkey, good.readable.addr() + 100};
+  good.peer.Send(Concat({Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, good.writable.rkey, good.writable.addr() + 200, true),
                               data, good.peer.crc),
                          Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, good.peer.crc),
                          Fpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, 0, true), {}, good.peer.crc, &read)}));
@@ -1319,6 +1331,196 @@ TEST_F(IwarpHostile, HostileBytesOnOneConnectionLeaveTheOtherWorking) {
   EXPECT_EQ(good.qp->state(), QpState::Rts);
   EXPECT_EQ(good.notify.count(), 0u);
   EXPECT_EQ(bad.notify.count(), 1u);
+}
+
+
+// ==== 8. what a peer may make ndwv place or hold (issue 18) ====================================
+
+// The process's resident memory in KiB and its open descriptors, for the flood tests' bounds.
+long ResidentKiB() {
+  FILE* f = fopen("/proc/self/status", "re");
+  long kib = -1;
+  char line[256];
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  if (f) fclose(f);
+  return kib;
+}
+size_t OpenDescriptors() {
+  size_t n = 0;
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    while (readdir(dir)) n++;
+    closedir(dir);
+  }
+  return n;
+}
+
+// A Read's sink buffer deregistered while the Read is outstanding: its response lands nowhere.
+// The Read completes with a local protection error, as an HCA's does; the peer is told that the
+// STag of its Read Response is invalid (DDP tagged buffer error), and the connection ends. The
+// buffer and its guard zones are unchanged. Both paths are taken: a short response (all of it in
+// the FPDU's checked tail) and a long one sent in two pieces (placed as its bytes arrive). The
+// same Reads with the buffer left registered are placed, and complete with success.
+TEST_F(IwarpHostile, ReadResponseIsNotPlacedIntoASinkDeregisteredMeanwhile) {
+  for (uint32_t length : {32u, 400u}) {
+    for (bool deregister : {false, true}) {
+      SCOPED_TRACE(std::to_string(length) + " bytes, " + (deregister ? "deregistered" : "registered"));
+      Conn& c = NewConn();
+      ASSERT_NO_FATAL_FAILURE(Establish(c));
+      Segment request;
+      ASSERT_NO_FATAL_FAILURE(PostRead(c, 8, length, request));
+      if (deregister) {
+        ASSERT_EQ(c.pd->Deregister(c.local.key), WV_SUCCESS);
+      }
+
+      std::vector<uint8_t> data = Bytes(length, 41);
+      DdpHeader h = DdpHeader::Tagged(RdmapOpcode::ReadResponse, request.read.sink_stag, request.read.sink_to, true);
+      std::vector<uint8_t> fpdu = Fpdu(h, data, c.peer.crc);
+      const std::span<const uint8_t> bytes(fpdu);
+      c.peer.Send(bytes.first(40));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      c.peer.Send(bytes.subspan(40));
+      if (!deregister) {
+        ASSERT_TRUE(c.PollUntil([&] { return !c.completions.empty(); })) << "the Read did not complete";
+        EXPECT_EQ(c.completions[0].wr_id, 7u);
+        EXPECT_EQ(c.completions[0].status, WcStatus::Success);
+        EXPECT_EQ(memcmp(c.local.region() + 8, data.data(), length), 0) << "the response was not placed";
+        EXPECT_TRUE(Unchanged(c.local, "Read sink", 8, 8 + length, data));
+        continue;
+      }
+      Segment term;
+      auto expected = c.AllReceivesFlushed();
+      expected[7] = WcStatus::LocalProtection;
+      ASSERT_NO_FATAL_FAILURE(
+          ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpTaggedCode::InvalidStag), expected, term));
+      ExpectNamesSegment(term, h, h.length() + length);
+      EXPECT_TRUE(Unchanged(c.local, "deregistered Read sink"));
+    }
+  }
+}
+
+// Zero-length Read Requests count against the IRD like any other. A peer that sends them and
+// reads nothing, so that the answers cannot leave, makes ndwv hold at most IRD answers; the next
+// request is refused with a Terminate ("no buffer" on the Read Request queue) that follows the
+// answers that fitted, and the connection ends. Neither memory nor descriptors grow with the
+// flood. (Before: zero-length requests were not counted, and the answers piled up unbounded.)
+TEST_F(IwarpHostile, ZeroLengthReadFloodIsHeldToTheIrdAndTerminated) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c, kRecvs, /*receive_buffer=*/4096));
+  auto stream = std::dynamic_pointer_cast<iwarp::Stream>(c.qp->link());
+  ASSERT_TRUE(stream);
+  const long rss_before = ResidentKiB();
+  const size_t descriptors_before = OpenDescriptors();
+
+  // Requests go out in chunks (MSNs from 1) until ndwv refuses one; more than a million would
+  // have made the unbounded queue of old grow by tens of MB.
+  constexpr uint32_t kChunk = 1000, kMost = 1'200'000;
+  auto sink_stag = [](uint32_t msn) { return 0x00100000u + msn; };
+  uint32_t built = 0, max_queued = 0;
+  std::vector<uint8_t> pending;
+  size_t pending_at = 0;
+  const auto deadline = Clock::now() + 4 * kBound;
+  while (stream->counters().Get(Counter::ReadsBeyondIrd) == 0 && Clock::now() < deadline) {
+    max_queued = std::max(max_queued, stream->ResponsesQueued());
+    if (pending_at == pending.size()) {
+      if (built == kMost) break;
+      pending.clear();
+      pending_at = 0;
+      for (uint32_t i = 0; i < kChunk; ++i, ++built) {
+        w::ReadRequest read{sink_stag(built + 1), 0, 0, 0, 0};
+        std::vector<uint8_t> f =
+            Fpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, built + 1, 0, true), {}, c.peer.crc, &read);
+        pending.insert(pending.end(), f.begin(), f.end());
+      }
+    }
+    ssize_t n = send(c.peer.fd(), pending.data() + pending_at, pending.size() - pending_at, MSG_NOSIGNAL);
+    if (n > 0) {
+      pending_at += size_t(n);
+    } else {
+      ASSERT_TRUE(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) << strerror(errno);
+      pollfd p{c.peer.fd(), POLLOUT, 0};
+      poll(&p, 1, 20);  // ndwv is not reading now; it is looked at again
+    }
+  }
+  max_queued = std::max(max_queued, stream->ResponsesQueued());
+  const long rss_after = ResidentKiB();
+  EXPECT_LE(max_queued, kIrd) << "answers queued beyond the IRD";
+  ASSERT_EQ(stream->counters().Get(Counter::ReadsBeyondIrd), 1u)
+      << built << " requests built, none refused; " << stream->ResponsesQueued() << " answers queued";
+#ifndef __SANITIZE_ADDRESS__  // ASan keeps freed memory (the test's own) in quarantine
+  EXPECT_LT(rss_after - rss_before, 8 * 1024) << "KiB of resident memory grew with the flood";
+#else
+  (void)rss_after, (void)rss_before;
+#endif
+
+  // The peer reads now: the answers that fitted, in order, then the Terminate naming the request
+  // that found the IRD's answers all waiting.
+  Inbound in = Collect(c.peer);
+  ASSERT_TRUE(in.error.empty()) << in.error;
+  EXPECT_NE(in.end, End::Timeout);
+  ASSERT_GE(in.segments.size(), 1u);
+  const size_t answers = in.segments.size() - 1;
+  for (size_t i = 0; i < answers; ++i) {
+    ASSERT_EQ(in.segments[i].hdr.opcode, RdmapOpcode::ReadResponse) << "FPDU " << i;
+    ASSERT_EQ(in.segments[i].hdr.stag, sink_stag(uint32_t(i + 1))) << "answers in request order";
+    ASSERT_TRUE(in.segments[i].payload.empty());
+  }
+  const Segment& term = in.segments.back();
+  ASSERT_EQ(term.hdr.opcode, RdmapOpcode::Terminate);
+  EXPECT_EQ(term.term.code, w::MakeTerm(w::DdpUntaggedCode::InvalidMsnNoBuffer)) << Name(term.term.code);
+  DdpHeader named;
+  ASSERT_TRUE(term.term.d);
+  ASSERT_EQ(w::DecodeDdpHeader(term.term_ddp, named), w::DdpError::Ok);
+  EXPECT_EQ(named.opcode, RdmapOpcode::ReadRequest);
+  EXPECT_EQ(named.msn, answers + kIrd + 1) << "the refused request is not the one after IRD waiting answers";
+
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions(c.AllReceivesFlushed());
+  stream.reset();
+  EXPECT_TRUE(WaitUntil([&] { return OpenDescriptors() <= descriptors_before - 1; }, kBound))
+      << "the connection's socket was not closed: " << OpenDescriptors() << " descriptors, "
+      << descriptors_before << " before";
+}
+
+// A connection whose MPA Request waits for GetRequest holds a backlog slot and a socket. If its
+// peer leaves meanwhile, both are given back at once: the request is dropped (and counted), and
+// the slot serves the next connection. Before, it stayed queued with its socket until a GetRequest
+// took it: a flood of such connections exhausted the process's descriptors for good.
+TEST_F(IwarpHostile, QueuedRequestWhosePeerLeavesIsDroppedAtOnce) {
+  const size_t descriptors_before = OpenDescriptors();
+  const uint64_t abandoned_before = AdapterCounters(Transport::Iwarp).Get(Counter::MpaRequestsAbandoned);
+  const uint64_t full_before = AdapterCounters(Transport::Iwarp).Get(Counter::ListenBacklogFull);
+  auto abandoned = [&] { return AdapterCounters(Transport::Iwarp).Get(Counter::MpaRequestsAbandoned) - abandoned_before; };
+
+  // Twice the backlog, in two rounds: each round fills it and leaves.
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::unique_ptr<RawPeer>> peers;
+    for (int i = 0; i < kBacklog; ++i) {
+      peers.push_back(std::make_unique<RawPeer>());
+      ASSERT_NO_FATAL_FAILURE(peers.back()->Connect(port));
+      ASSERT_NO_FATAL_FAILURE(peers.back()->Send(Encode(GoodRequest())));
+    }
+    // The backlog is full of live requests: one more connection is refused at once, unanswered.
+    ASSERT_TRUE(WaitUntil([&] { return OpenDescriptors() >= descriptors_before + 2 * kBacklog; }, kBound));
+    RawPeer extra;
+    ASSERT_NO_FATAL_FAILURE(extra.Connect(port));
+    std::vector<uint8_t> answer;
+    EXPECT_NE(extra.ReadToEnd(answer), End::Timeout) << "a connection beyond the backlog was kept";
+    EXPECT_TRUE(answer.empty());
+    EXPECT_EQ(AdapterCounters(Transport::Iwarp).Get(Counter::ListenBacklogFull) - full_before, uint64_t(round + 1));
+    for (auto& p : peers) p->Close();
+    EXPECT_TRUE(WaitUntil([&] { return abandoned() == uint64_t(kBacklog * (round + 1)); }, kBound))
+        << abandoned() << " dropped";
+  }
+  EXPECT_TRUE(WaitUntil([&] { return OpenDescriptors() <= descriptors_before; }, kBound))
+      << OpenDescriptors() << " descriptors open, " << descriptors_before << " before";
+
+  // The slots serve a good connection: GetRequest gets it, not one of those that left.
+  Conn& good = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(good));
+  ConnectionInfo info;
+  ASSERT_EQ(good.ep->Query(&info), WV_SUCCESS);
+  EXPECT_EQ(ntohs(reinterpret_cast<const sockaddr_in&>(info.peer).sin_port), good.peer.LocalPort());
 }
 
 }  // namespace

@@ -345,12 +345,11 @@ struct Conn : QpWatch {
 
   void Setup() {
     qp = std::make_shared<QueuePair>(pd, cq, cq, nullptr, context, QpCaps{16, 16, 4, 4, 64});
-    uint32_t rkey;
-    ASSERT_EQ(pd->Register(writable.region(), kRegion, kRemoteWrite | kLocalWrite, &writable.key, &rkey), WV_SUCCESS);
-    ASSERT_EQ(writable.key, rkey);
-    ASSERT_EQ(pd->Register(locked.region(), kRegion, kLocalWrite, &locked.key, &rkey), WV_SUCCESS);
-    ASSERT_EQ(pd->Register(readable.region(), kRegion, kRemoteRead, &readable.key, &rkey), WV_SUCCESS);
-    ASSERT_EQ(pd->Register(recv.region(), recv.length, kLocalWrite, &recv.key, &rkey), WV_SUCCESS);
+    ASSERT_EQ(pd->Register(writable.region(), kRegion, kRemoteWrite | kLocalWrite, &writable.key, &writable.rkey),
+              WV_SUCCESS);
+    ASSERT_EQ(pd->Register(locked.region(), kRegion, kLocalWrite, &locked.key, &locked.rkey), WV_SUCCESS);
+    ASSERT_EQ(pd->Register(readable.region(), kRegion, kRemoteRead, &readable.key, &readable.rkey), WV_SUCCESS);
+    ASSERT_EQ(pd->Register(recv.region(), recv.length, kLocalWrite, &recv.key, &recv.rkey), WV_SUCCESS);
     ep = roce::CreateEndpoint();
     ASSERT_TRUE(ep);
   }
@@ -583,7 +582,7 @@ TEST_F(RoceHostile, ControlWellFormedPeerIsServedByteExact) {
   uint32_t first = c.Take(3);
   {
     ib::Headers h = c.peer.To(Opcode::WriteFirst, first, false);
-    h.reth = {c.writable.addr() + at, c.writable.key, uint32_t(data.size())};
+    h.reth = {c.writable.addr() + at, c.writable.rkey, uint32_t(data.size())};
     c.peer.Send(c.peer.Build(h, std::span(data).first(kMtu)));
     c.peer.Send(c.peer.Build(c.peer.To(Opcode::WriteMiddle, first + 1, false), std::span(data).subspan(kMtu, kMtu)));
     c.peer.Send(c.peer.Build(c.peer.To(Opcode::WriteLast, first + 2, true), std::span(data).subspan(2 * kMtu)));
@@ -599,7 +598,7 @@ TEST_F(RoceHostile, ControlWellFormedPeerIsServedByteExact) {
   const uint32_t length = 2 * kMtu + kMtu / 2;
   const size_t from = 40;
   uint32_t read_psn = c.Take(3);
-  c.peer.Send(c.ReadRequest(read_psn, c.readable.addr() + from, c.readable.key, length));
+  c.peer.Send(c.ReadRequest(read_psn, c.readable.addr() + from, c.readable.rkey, length));
   std::vector<uint8_t> got;
   const Opcode kinds[] = {Opcode::ReadResponseFirst, Opcode::ReadResponseMiddle, Opcode::ReadResponseLast};
   for (uint32_t k = 0; k < 3; ++k) {
@@ -659,7 +658,7 @@ TEST_F(RoceHostile, MalformedDatagramsAreDroppedSilentlyAndTheConnectionGoesOn) 
         break;
       case ShortReth: {  // a Write whose RETH is cut short (a valid ICRC over what there is)
         ib::Headers w = c.peer.To(Opcode::WriteOnly, psn);
-        w.reth = {c.writable.addr(), c.writable.key, 64};
+        w.reth = {c.writable.addr(), c.writable.rkey, 64};
         d = c.peer.Build(w, {});
         d.resize(ib::kBthLen + 8 + ib::kIcrcLen);  // BTH + half a RETH
         c.peer.StoreIcrc(d);
@@ -733,7 +732,7 @@ TEST_F(RoceHostile, PacketForAnUnknownQpnIsDroppedAndNothingElseIsAffected) {
   ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.Build(h, Bytes(64, 8))));
   ib::Headers w = c.peer.To(Opcode::WriteOnly, c.next_psn);
   w.bth.dest_qp = 0xFFFFF1;
-  w.reth = {c.writable.addr(), c.writable.key, 64};
+  w.reth = {c.writable.addr(), c.writable.rkey, 64};
   ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.Build(w, Bytes(64, 9))));
 
   std::vector<uint8_t> message = Bytes(50, 10);
@@ -761,7 +760,7 @@ TEST_F(RoceHostile, PsnAheadIsNakedOnceWithTheExpectedPsnAndTheGapIsNeverExecute
 
   // More of the gap (a Write too): no more NAKs, nothing executed.
   ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(ib::PsnAdd(expected, 3), ahead2)));
-  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.WriteOnly(ib::PsnAdd(expected, 1), c.writable.addr(), c.writable.key, ahead3)));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.WriteOnly(ib::PsnAdd(expected, 1), c.writable.addr(), c.writable.rkey, ahead3)));
   ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(ib::PsnAdd(expected, 100), ahead3)));
 
   // The expected PSN is taken and ACKed (the first thing after the one NAK), then the next.
@@ -834,7 +833,7 @@ TEST_P(RoceHostileWrite, IsNakedRemoteAccessErrorAndTheQpFailsWithNothingPlaced)
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
   Buffer& target = p.key == WriteCase::ReadOnly ? c.readable : p.key == WriteCase::NoRights ? c.locked : c.writable;
-  uint32_t rkey = p.key == WriteCase::Unknown ? (c.writable.key ^ 0x00ABCD00u) : target.key;
+  uint32_t rkey = p.key == WriteCase::Unknown ? (c.writable.rkey ^ 0x00ABCD00u) : target.rkey;
   const uint32_t psn = c.Take(p.multi ? 2 : 1);
   std::vector<uint8_t> data = Bytes(p.multi ? kMtu : p.size, 19);
   ib::Headers h = c.peer.To(p.multi ? Opcode::WriteFirst : Opcode::WriteOnly, psn, !p.multi);
@@ -868,8 +867,8 @@ TEST_F(RoceHostile, NothingIsExecutedOrAnsweredAfterAFatalNak) {
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
   const uint32_t psn = c.Take();
-  std::vector<uint8_t> bad = c.WriteOnly(psn, c.writable.addr(), c.writable.key ^ 0x00ABCD00u, Bytes(64, 33));
-  std::vector<uint8_t> good_write = c.WriteOnly(psn, c.writable.addr(), c.writable.key, Bytes(64, 34));
+  std::vector<uint8_t> bad = c.WriteOnly(psn, c.writable.addr(), c.writable.rkey ^ 0x00ABCD00u, Bytes(64, 33));
+  std::vector<uint8_t> good_write = c.WriteOnly(psn, c.writable.addr(), c.writable.rkey, Bytes(64, 34));
   // One burst: the bad Write, then (as a requester streaming on would) a good Write and a Send at
   // the same PSN, Sends at the next PSNs, and the bad Write again.
   ASSERT_NO_FATAL_FAILURE(c.peer.Send(bad));
@@ -901,7 +900,7 @@ TEST_P(RoceHostileRead, IsNakedRemoteAccessErrorAndNoByteIsSentBack) {
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
   Buffer& source = p.key == ReadCase::WriteOnly ? c.writable : p.key == ReadCase::NoRights ? c.locked : c.readable;
-  uint32_t rkey = p.key == ReadCase::Unknown ? (c.readable.key ^ 0x00ABCD00u) : source.key;
+  uint32_t rkey = p.key == ReadCase::Unknown ? (c.readable.rkey ^ 0x00ABCD00u) : source.rkey;
   const uint32_t psn = c.Take((p.size + kMtu - 1) / kMtu);
   ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.ReadRequest(psn, source.addr() + uint64_t(p.offset), rkey, p.size)));
   Inbound nak;
@@ -1021,11 +1020,11 @@ TEST_P(RoceHostileSequence, IsNakedInvalidRequestAndTheQpFails) {
     bool middle_or_first = op == Opcode::SendFirst || op == Opcode::SendMiddle || op == Opcode::WriteFirst ||
                            op == Opcode::WriteMiddle;
     if (op == Opcode::ReadRequest) {  // a well-formed Read of the readable region
-      h.reth = {c.readable.addr(), c.readable.key, 32};
+      h.reth = {c.readable.addr(), c.readable.rkey, 32};
       return c.peer.Build(h, {});
     }
     std::vector<uint8_t> payload = Bytes(middle_or_first ? kMtu : 32, 25);
-    if (write) h.reth = {c.writable.addr(), c.writable.key, uint32_t(op == Opcode::WriteFirst ? kMtu + 32 : 32)};
+    if (write) h.reth = {c.writable.addr(), c.writable.rkey, uint32_t(op == Opcode::WriteFirst ? kMtu + 32 : 32)};
     return c.peer.Build(h, payload);
   };
   const uint32_t psn = c.Take(p.second_sent ? 2 : 1);
@@ -1091,7 +1090,7 @@ TEST_F(RoceHostile, ReadRequestBeyondTheGrantedIrdIsNakedInvalidRequest) {
   ASSERT_NO_FATAL_FAILURE(Establish(c, kRecvs, /*ird=*/0));
   ASSERT_EQ(c.rep.responder_resources, 0u);
   const uint32_t psn = c.Take();
-  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.ReadRequest(psn, c.readable.addr(), c.readable.key, 64)));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.ReadRequest(psn, c.readable.addr(), c.readable.rkey, 64)));
   Inbound answer;
   ASSERT_TRUE(c.peer.Next(answer));
   EXPECT_TRUE(IsNak(answer, NakCode::InvalidRequest, psn))
@@ -1278,7 +1277,7 @@ TEST_F(RoceHostile, ProperDreqIsAnsweredWithADrepAndTheQpIsFlushedAfterIt) {
   EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, landed.size(), landed));
 
   // A packet after the close is not executed (the QP is in Error).
-  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.WriteOnly(c.Take(), c.writable.addr(), c.writable.key, Bytes(64, 31))));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.WriteOnly(c.Take(), c.writable.addr(), c.writable.rkey, Bytes(64, 31))));
   ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(dreq));  // a repeated DREQ: answered again (time-wait)
   ib::CmMessage again;
   ASSERT_NO_FATAL_FAILURE(NextCm(c, again));

@@ -107,10 +107,6 @@ void Endpoint::HandleTimeoutLocked(Finisher& finish) {
       finish.Add(std::exchange(connect_op_, nullptr), WV_IO_TIMEOUT);
       qp_.reset();
       break;
-    case State::PassiveHandshake:
-      CloseSocket();
-      SetState(State::Closed);
-      break;
     case State::PassiveAccepting:
       SetState(State::Disconnected);
       if (stream_) stream_->Abort();
@@ -120,8 +116,13 @@ void Endpoint::HandleTimeoutLocked(Finisher& finish) {
       NDWV_LOG(Info, "%s: peer did not close in time", identity_.c_str());
       FinishDisconnect(WV_TIMEOUT);
       break;
-    case State::Listening:  // accepting paused (RefusePending): watch the queue again
-      if (fd_ >= 0 && watching_) Engine::Get().Modify(fd_, EPOLLIN);
+    case State::Listening:
+      if (accept_paused_ && Clock::now() >= accept_resume_) {  // RefusePending: watch the queue again
+        accept_paused_ = false;
+        if (fd_ >= 0 && watching_) Engine::Get().Modify(fd_, EPOLLIN);
+      }
+      ExpireLocked();
+      ArmListenTimerLocked();
       break;
     default:
       break;
@@ -221,17 +222,18 @@ void Endpoint::OnListenReady() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;  // the latter: that peer gave up
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) RefusePending();
-      return;
+      break;
     }
-    // Handshakes that failed or timed out are over: they do not hold a backlog slot.
-    std::erase_if(handshaking_, [](const std::shared_ptr<Endpoint>& child) {
-      std::lock_guard<std::mutex> lock(child->mutex_);
-      return child->state_ == State::Closed;
-    });
     if (handshaking_.size() + requests_.queued() >= size_t(backlog_)) {
-      base::CloseDescriptor(fd);  // backlog full: the peer's Connect is refused
+      // Counted first: whoever sees the connection end sees the count.
+      AdapterCounters(Transport::Iwarp).AddShared(Counter::ListenBacklogFull);
+      NDWV_LOG(Warn, "%s: backlog of %d full: connection from %s refused", identity_.c_str(), backlog_,
+               Describe(peer).c_str());
+      base::CloseDescriptor(fd);  // the peer's Connect is refused
       continue;
     }
+    // A reserve lost to another thread while out of descriptors (RefusePending) is taken again.
+    if (int& spare = SpareDescriptor(); spare < 0) spare = OpenSpare();
     TuneConnectionSocket(fd);
     auto child = std::make_shared<Endpoint>();
     std::lock_guard<std::mutex> lock(child->mutex_);
@@ -244,11 +246,51 @@ void Endpoint::OnListenReady() {
     child->listener_ = weak_from_this();
     child->SetState(State::PassiveHandshake);
     child->local_params_ = local_params_;
-    child->ArmTimer(Config().cm_timeout_ms);
+    child->mpa_.Reset(MpaKind::Request);
     child->watching_ = true;
-    handshaking_.push_back(child);
+    child->listed_in_ = ListedIn::Handshakes;
+    child->listed_since_ = Clock::now();
+    child->listed_at_ = handshaking_.insert(handshaking_.end(), child);
     Engine::Get().Watch(fd, EPOLLIN | EPOLLRDHUP, child);
   }
+  ArmListenTimerLocked();
+}
+
+void Endpoint::ExpireLocked() {
+  const auto now = Clock::now();
+  const auto lifetime = std::chrono::milliseconds(Config().cm_timeout_ms);
+  while (!handshaking_.empty() && handshaking_.front()->listed_since_ + lifetime <= now) {
+    std::shared_ptr<Endpoint> child = std::move(handshaking_.front());
+    handshaking_.pop_front();
+    std::lock_guard<std::mutex> lock(child->mutex_);
+    child->listed_in_ = ListedIn::Nothing;
+    AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestTimeouts);
+    NDWV_LOG(Warn, "%s: no MPA Request within %u ms: connection closed", child->identity_.c_str(),
+             Config().cm_timeout_ms);
+    child->CloseSocket();
+    child->SetState(State::Closed);
+  }
+  for (const std::shared_ptr<Endpoint>* oldest; (oldest = requests_.Oldest()) && (*oldest)->listed_since_ + lifetime <= now;) {
+    std::shared_ptr<Endpoint> child = *oldest;
+    requests_.Remove(child->listed_at_);
+    std::lock_guard<std::mutex> lock(child->mutex_);
+    child->listed_in_ = ListedIn::Nothing;
+    AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsExpired);
+    NDWV_LOG(Warn, "%s: connection request not taken (GetConnectionRequest) within %u ms: rejected",
+             child->identity_.c_str(), Config().cm_timeout_ms);
+    child->RefuseRequest(nullptr, 0);
+  }
+}
+
+void Endpoint::ArmListenTimerLocked() {
+  const auto lifetime = std::chrono::milliseconds(Config().cm_timeout_ms);
+  auto next = Clock::time_point::max();
+  if (!handshaking_.empty()) next = handshaking_.front()->listed_since_ + lifetime;
+  if (const std::shared_ptr<Endpoint>* oldest = requests_.Oldest()) next = std::min(next, (*oldest)->listed_since_ + lifetime);
+  if (accept_paused_) next = std::min(next, accept_resume_);
+  if (next == Clock::time_point::max()) return;  // an armed timer finds nothing to do
+  auto wait = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now());
+  ArmTimer(uint32_t(std::max<int64_t>(0, wait.count())));
 }
 
 void Endpoint::RefusePending() {
@@ -272,7 +314,8 @@ void Endpoint::RefusePending() {
   // No spare (another thread took the one just freed): look again in a moment instead of spinning.
   NDWV_LOG(Warn, "%s: out of descriptors: accepting paused", identity_.c_str());
   Engine::Get().Modify(fd_, 0);
-  ArmTimer(kAcceptPauseMs);
+  accept_paused_ = true;
+  accept_resume_ = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
 }
 
 int32_t Endpoint::GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) {
@@ -285,21 +328,38 @@ int32_t Endpoint::GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* o
   return WV_PENDING;
 }
 
-void Endpoint::RequestReady(const std::shared_ptr<Endpoint>& child) {
+void Endpoint::HandshakeOver(const std::shared_ptr<Endpoint>& child, bool request) {
   Finisher finish;
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto it = handshaking_.begin(); it != handshaking_.end(); ++it) {
-    if (*it == child) {
-      handshaking_.erase(it);
-      break;
+  if (child->listed_in_ == ListedIn::Handshakes) handshaking_.erase(child->listed_at_);
+  child->listed_in_ = ListedIn::Nothing;
+  if (request && state_ == State::Listening) {  // else Close has it, and closes it
+    if (auto at = requests_.Arrive(child, finish)) {
+      child->listed_in_ = ListedIn::Requests;
+      child->listed_at_ = *at;
+      child->listed_since_ = Clock::now();
     }
   }
-  if (state_ != State::Listening) return;
-  requests_.Arrive(child, finish);
+  ArmListenTimerLocked();
+}
+
+void Endpoint::RequestGone(const std::shared_ptr<Endpoint>& child) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (child->listed_in_ != ListedIn::Requests) return;  // taken by a GetRequest, or expired, meanwhile
+  requests_.Remove(child->listed_at_);
+  child->listed_in_ = ListedIn::Nothing;
+  ArmListenTimerLocked();
+  std::lock_guard<std::mutex> child_lock(child->mutex_);
+  AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsAbandoned);
+  NDWV_LOG(Warn, "%s: peer left before its connection request was taken: closed", child->identity_.c_str());
+  child->CloseSocket();
+  child->SetState(State::Closed);
 }
 
 void Endpoint::Adopt(Endpoint& child) {
   std::scoped_lock lock(mutex_, child.mutex_);
+  if (child.watching_) Engine::Get().Unwatch(child.fd_);  // queued, it was watched for its peer leaving
+  child.listed_in_ = ListedIn::Nothing;  // the caller holds the listener's lock
   fd_ = std::exchange(child.fd_, -1);
   capture_ = std::move(child.capture_);
   watching_ = false;
@@ -330,24 +390,19 @@ bool Endpoint::SendMpaFrame(const MpaFrame& frame) {
 
 bool Endpoint::ReadMpaFrame(MpaKind kind) {
   for (;;) {
-    ssize_t n = recv(fd_, mpa_buffer_ + mpa_have_, mpa_need_ - mpa_have_, MSG_DONTWAIT);
-    if (capture_) [[unlikely]] capture_->Received(mpa_buffer_ + mpa_have_, n);
+    std::span<uint8_t> space = mpa_.Space();
+    ssize_t n = recv(fd_, space.data(), space.size(), MSG_DONTWAIT);
+    if (capture_) [[unlikely]] capture_->Received(space.data(), n);
     if (n > 0) {
-      mpa_have_ += size_t(n);
-      if (mpa_have_ < mpa_need_) continue;
-      if (mpa_need_ == kMpaHeaderLen) {
-        size_t frame_len = 0;
-        MpaError error = DecodeMpaHeader({mpa_buffer_, mpa_have_}, kind, frame_len);
-        if (error != MpaError::Ok) {
-          NDWV_LOG(Info, "%s: bad MPA frame (%s)", identity_.c_str(), wire::ToString(error));
+      switch (mpa_.Took(size_t(n))) {
+        case MpaFrameReader::Status::More: continue;
+        case MpaFrameReader::Status::Whole: return true;
+        case MpaFrameReader::Status::Bad:
+          NDWV_LOG(Info, "%s: bad MPA frame (%s)", identity_.c_str(), wire::ToString(mpa_.error()));
           AdapterCounters(Transport::Iwarp).AddShared(Counter::DropsBadMpa);
           errno = EPROTO;
           return false;
-        }
-        mpa_need_ = frame_len;  // exactly the frame: what follows belongs to the stream
-        if (mpa_have_ < mpa_need_) continue;
       }
-      return true;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
@@ -405,8 +460,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   qpn_ = qp->qpn();
   qp_ = std::move(qp);
   connect_op_ = op;
-  mpa_have_ = 0;
-  mpa_need_ = kMpaHeaderLen;
+  mpa_.Reset(MpaKind::Reply);
   SetState(State::ActiveConnecting);
   ArmTimer(Config().cm_timeout_ms);
   watching_ = true;
@@ -464,17 +518,11 @@ void Endpoint::OnMpaReply(Finisher& finish) {
     FailConnect(finish, errno == ETIMEDOUT ? WV_IO_TIMEOUT : WV_CONNECTION_REFUSED);
     return;
   }
-  MpaFrame reply;
-  DecodeMpaFrame({mpa_buffer_, mpa_have_}, MpaKind::Reply, reply);
+  const MpaFrame& reply = mpa_.frame();
   AdapterCounters(Transport::Iwarp).AddShared(reply.reject ? Counter::MpaRejectsReceived : Counter::MpaRepliesReceived);
-  peer_params_ = {};
-  size_t data = std::min(reply.private_data.size(), kMaxPrivateData);
-  memcpy(peer_params_.data, reply.private_data.data(), data);
-  peer_params_.data_length = uint32_t(data);
-  peer_params_.ird = reply.ird;
-  peer_params_.ord = reply.ord;
+  peer_params_ = PeerParams(reply);
   peer_crc_ = reply.crc;
-  if (reply.reject || reply.markers || !reply.enhanced || !reply.p2p || !reply.rtr_write) {
+  if (!Usable(reply)) {
     // Rejected by the peer's application, or a peer we cannot talk to (markers, no RTR Write).
     FailConnect(finish, WV_CONNECTION_REFUSED);
     return;
@@ -543,17 +591,7 @@ int32_t Endpoint::Reject(const void* data, size_t length) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (length > kMaxPrivateData) return WV_INVALID_BUFFER_SIZE;
   if (state_ == State::PassiveRequest) {
-    MpaFrame reply;
-    reply.reply = true;
-    reply.reject = true;
-    reply.crc = false;
-    reply.private_data = {static_cast<const uint8_t*>(data), length};
-    if (SendMpaFrame(reply)) AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRejectsSent);
-    ReleaseTcpPort(fd_);
-    shutdown(fd_, SHUT_WR);
-    if (capture_) capture_->SentFin();
-    CloseSocket();
-    SetState(State::Closed);
+    RefuseRequest(data, length);
     return WV_SUCCESS;
   }
   if (state_ == State::ActiveReplied) {
@@ -570,47 +608,61 @@ int32_t Endpoint::Reject(const void* data, size_t length) {
 
 // ---------------------------------------------------------------------------- passive setup
 
+void Endpoint::RefuseRequest(const void* data, size_t length) {
+  MpaFrame reply;
+  reply.reply = true;
+  reply.reject = true;
+  reply.crc = false;
+  reply.private_data = {static_cast<const uint8_t*>(data), length};
+  if (SendMpaFrame(reply)) AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRejectsSent);
+  ReleaseTcpPort(fd_);
+  shutdown(fd_, SHUT_WR);
+  if (capture_) capture_->SentFin();
+  CloseSocket();
+  SetState(State::Closed);
+}
+
 void Endpoint::OnMpaRequest() {
-  auto listener = listener_.lock();
-  if (!ReadMpaFrame(MpaKind::Request)) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+  bool request = ReadMpaFrame(MpaKind::Request);
+  if (!request && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+  if (!request) {
     CloseSocket();  // a malformed request or a peer that went away: nothing to answer
     SetState(State::Closed);
-    DisarmTimer();
+  } else if (const MpaFrame& frame = mpa_.frame(); !Servable(frame)) {
+    AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsReceived);
+    NDWV_LOG(Info, "%s: MPA request we cannot serve, rejected", identity_.c_str());
+    RefuseRequest(nullptr, 0);
+    request = false;
+  } else {
+    AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsReceived);
+    peer_params_ = PeerParams(frame);
+    peer_crc_ = frame.crc;
+    // Until the application takes it, the request is watched only for its peer leaving (which
+    // releases its socket at once); what the peer sends meanwhile belongs to the stream.
+    Engine::Get().Modify(fd_, EPOLLRDHUP);
+    SetState(State::PassiveRequest);
+  }
+  auto listener = listener_.lock();
+  if (!listener) {
+    CloseSocket();
     return;
   }
-  MpaFrame request;
-  DecodeMpaFrame({mpa_buffer_, mpa_have_}, MpaKind::Request, request);
-  AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsReceived);
-  if (request.markers || !request.enhanced || !request.p2p || !request.rtr_write ||
-      request.private_data.size() > kMaxPrivateData) {
-    NDWV_LOG(Info, "%s: MPA request we cannot serve, rejected", identity_.c_str());
-    MpaFrame reply;
-    reply.reply = true;
-    reply.reject = true;
-    if (SendMpaFrame(reply)) AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRejectsSent);
+  mutex_.unlock();  // the listener locks its children after itself
+  listener->HandshakeOver(shared_from_this(), request);
+  mutex_.lock();
+}
+
+void Endpoint::OnQueuedEvent(uint32_t events) {
+  if (!(events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return;
+  auto listener = listener_.lock();
+  if (!listener) {
     CloseSocket();
     SetState(State::Closed);
-    DisarmTimer();
     return;
   }
-  peer_params_ = {};
-  memcpy(peer_params_.data, request.private_data.data(), request.private_data.size());
-  peer_params_.data_length = uint32_t(request.private_data.size());
-  peer_params_.ird = request.ird;
-  peer_params_.ord = request.ord;
-  peer_crc_ = request.crc;
-  DisarmTimer();
-  Engine::Get().Unwatch(fd_);
-  watching_ = false;
-  SetState(State::PassiveRequest);
-  if (listener) {
-    mutex_.unlock();
-    listener->RequestReady(shared_from_this());
-    mutex_.lock();
-  } else {
-    CloseSocket();
-  }
+  mutex_.unlock();
+  listener->RequestGone(shared_from_this());
+  mutex_.lock();
 }
 
 // ---------------------------------------------------------------------------- engine events
@@ -624,6 +676,7 @@ void Endpoint::OnIo(uint32_t events) {
     case State::ActiveConnecting: OnConnectReady(finish); break;
     case State::ActiveMpaSent: OnMpaReply(finish); break;
     case State::PassiveHandshake: OnMpaRequest(); break;
+    case State::PassiveRequest: OnQueuedEvent(events); break;
     default: break;
   }
 }
@@ -759,8 +812,10 @@ void Endpoint::Close() {
     if (state_ != State::Disconnected && state_ != State::ActiveDisconnect) stream = stream_;
     released = std::move(stream_);
     qp_.reset();
-    children.swap(handshaking_);
+    children.assign(handshaking_.begin(), handshaking_.end());
+    handshaking_.clear();
     for (auto& c : requests_.TakeQueued()) children.push_back(std::move(c));
+    for (auto& c : children) c->listed_in_ = ListedIn::Nothing;
     SetState(State::Closed);
   }
   if (stream) stream->Abort();  // released while connected: abortive close, the QP is flushed

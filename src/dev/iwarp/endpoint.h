@@ -13,6 +13,7 @@
 // connection, so the IB CM's races do not exist here.
 #pragma once
 #include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +21,7 @@
 #include "base/capture.h"
 #include "dev/endpoint.h"
 #include "dev/engine.h"
+#include "dev/iwarp/negotiation.h"
 #include "dev/iwarp/stream.h"
 #include "wire/mpa.h"
 
@@ -72,12 +74,21 @@ class Endpoint final : public ConnectEndpoint,
   void OnListenReady();
   void RefusePending();  // out of descriptors: refuse the queue's head, or pause accepting
   static constexpr uint32_t kAcceptPauseMs = 100;
+  // Listener, under mutex_: the bounds on what accepted connections hold (docs/security.md).
+  void ExpireLocked();                  // handshakes and requests past their time
+  void ArmListenTimerLocked();          // for the next expiry, or the end of an accept pause
   void OnConnectReady(Finisher& finish);
-  bool ReadMpaFrame(wire::MpaKind kind);  // true when a whole frame is in mpa_buffer_
+  bool ReadMpaFrame(wire::MpaKind kind);  // true when mpa_ holds a whole frame
   void OnMpaReply(Finisher& finish);
   void OnMpaRequest();
-  void RequestReady(const std::shared_ptr<Endpoint>& child);
+  void OnQueuedEvent(uint32_t events);  // a request waiting for GetRequest: its peer left?
+  // Child -> listener, called without the child's lock: its handshake ended (a whole Request
+  // arrived, or it failed); or, queued, its peer closed.
+  void HandshakeOver(const std::shared_ptr<Endpoint>& child, bool request);
+  void RequestGone(const std::shared_ptr<Endpoint>& child);
   void Adopt(Endpoint& child);  // target of GetRequest takes the child's connection (ListenQueue)
+  // Passive side: refuses the request (MPA Reply with R and the private data), then FIN.
+  void RefuseRequest(const void* data, size_t length);
   // Under mutex_: the pending Connect ends with `status` (completed by `finish`, after the lock).
   void FailConnect(Finisher& finish, int32_t status);
   void FinishDisconnect(int32_t status);  // CM phase over: QP phase on the work pool
@@ -107,16 +118,23 @@ class Endpoint final : public ConnectEndpoint,
   DisconnectRequest* disconnect_ = nullptr;
   bool disconnect_called_ = false;  // a second Disconnect is ND_CONNECTION_INVALID
 
-  // Listening.
+  // Listening. Every connection accepted takes a backlog slot until the application takes its
+  // request; it may spend NDWV_CM_TIMEOUT_MS reading its MPA Request, and as long again waiting
+  // for GetRequest. Each list is in arrival order, so its head is always the first to expire.
+  using Children = std::list<std::shared_ptr<Endpoint>>;
   int backlog_ = 0;
-  std::weak_ptr<Endpoint> listener_;                 // child: who accepted us
-  std::deque<std::shared_ptr<Endpoint>> handshaking_;  // reading their MPA Request
-  ListenQueue<Endpoint> requests_;                     // handshakes done, and GetRequests
+  std::weak_ptr<Endpoint> listener_;  // child: who accepted us
+  Children handshaking_;              // reading their MPA Request
+  ListenQueue<Endpoint> requests_;    // handshakes done, and GetRequests
   friend class ListenQueue<Endpoint>;
+  bool accept_paused_ = false;        // out of descriptors (RefusePending)
+  Clock::time_point accept_resume_{};
+  // Child: where it is listed by its listener, since when (both under the listener's mutex_).
+  enum class ListedIn : uint8_t { Nothing, Handshakes, Requests } listed_in_ = ListedIn::Nothing;
+  Children::iterator listed_at_;
+  Clock::time_point listed_since_{};
 
-  // MPA frame being read.
-  uint8_t mpa_buffer_[wire::kMpaHeaderLen + wire::kMpaMaxPrivateData];
-  size_t mpa_have_ = 0, mpa_need_ = wire::kMpaHeaderLen;
+  MpaFrameReader mpa_;  // the MPA frame being read
 
   Timer timer_;
   std::shared_ptr<Endpoint> timer_self_;  // keeps us alive while the timer is armed

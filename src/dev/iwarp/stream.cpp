@@ -1,6 +1,8 @@
 #include "dev/iwarp/stream.h"
 
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 
 #include "base/fork.h"
 #include "base/log.h"
+#include "base/settings.h"
 #include "dev/address.h"
 #include "wire/bytes.h"
 #include "wire/crc.h"
@@ -77,6 +80,8 @@ Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params
   length = sizeof peer;
   getpeername(fd_, reinterpret_cast<sockaddr*>(&peer), &length);
   counters_.Register(Transport::Iwarp, qpn_, 0, local, peer);
+  linger_timer_.fire = &Stream::OnLingerTimer;
+  linger_timer_.owner = this;
 }
 
 Stream::~Stream() { Shutdown(); }
@@ -154,6 +159,10 @@ void Stream::Start() {
 }
 
 void Stream::OnIo(uint32_t events) {
+  if (shut_.load(std::memory_order_relaxed)) [[unlikely]] {  // lingering after a Terminate, if at all
+    Linger();
+    return;
+  }
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) DriveReceive();
   if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) Kick();
 }
@@ -180,28 +189,85 @@ void Stream::Abort() {
 }
 
 void Stream::Shutdown() {
+  std::shared_ptr<Stream> self = weak_from_this().lock();  // none in the destructor: no lingering
+  bool linger = false;
   {
     std::lock_guard rx(rx_mutex_);
     std::lock_guard tx(tx_mutex_);
     if (shut_) return;
     shut_ = true;
     phase_ = RxPhase::Dead;
-    broken_ = true;
     if (have_recv_) {  // a message was arriving into it: it is flushed with the rest
       qp_->CompleteReceive(recv_, 0, WcStatus::Flushed, false);
       have_recv_ = false;
       counters_.AddShared(Counter::FlushedRequests);
     }
-    qp_.reset();
+    // After a Terminate the socket stays until the peer's TCP has it (CloseSocket); the QP is
+    // kept for that while (the rest of a batch of Read Responses is checked against its PD).
+    linger = terminated_ && self;
+    if (linger) {
+      lingering_ = true;
+      linger_until_ = Clock::now() + std::chrono::milliseconds(base::Config().disconnect_timeout_ms);
+      linger_self_ = self;
+      // Lingering runs on the engine only (its timer and EPOLLOUT), so its steps never overlap;
+      // armed under the lock, before the engine can see lingering_ and end it.
+      Engine::Get().Modify(fd_, EPOLLOUT | EPOLLET);
+      Engine::Get().Arm(&linger_timer_, std::chrono::milliseconds(0));
+    } else {
+      broken_ = true;
+      qp_.reset();
+    }
   }
   {
     std::lock_guard lock(watch_mutex_);
     if (Engine::Get().Disarm(&watch_timer_)) watch_self_.reset();
   }
+  if (!linger) CloseSocket();
+}
+
+void Stream::CloseSocket() {
   Engine::Get().Unwatch(fd_);
   if (capture_) [[unlikely]] capture_->SentFin();  // close() sends it, if shutdown() did not
   ReleaseTcpPort(fd_);
   base::CloseDescriptor(fd_);
+}
+
+void Stream::OnLingerTimer(Timer* timer) { static_cast<Stream*>(timer->owner)->Linger(); }
+
+void Stream::Linger() {
+  constexpr auto kLingerPoll = std::chrono::milliseconds(10);
+  std::shared_ptr<Stream> release;  // the stream may go with it: last
+  {
+    std::lock_guard tx(tx_mutex_);
+    if (!lingering_) return;
+    // What was begun goes out whole, then the Terminate, then the FIN; nothing else.
+    bool done = false;
+    for (;;) {
+      if (!batch_.empty() && !FlushBatch()) {
+        done = broken_;  // the socket failed; else it is full: EPOLLOUT or the timer comes back
+        break;
+      }
+      if (send_closed_) {
+        int unacknowledged = 0;
+        done = ioctl(fd_, SIOCOUTQ, &unacknowledged) != 0 || unacknowledged == 0;
+        break;
+      }
+      if (!FillBatch()) {
+        shutdown(fd_, SHUT_WR);
+        if (capture_) [[unlikely]] capture_->SentFin();
+        send_closed_ = true;
+      }
+    }
+    if (!done && Clock::now() < linger_until_) {
+      Engine::Get().Arm(&linger_timer_, kLingerPoll);
+      return;
+    }
+    lingering_ = false;
+    Engine::Get().Disarm(&linger_timer_);  // on the engine, as its firing: none can be pending
+    qp_.reset();
+    release = std::move(linger_self_);
+  }
+  CloseSocket();
 }
 
 // ---------------------------------------------------------------------------------- transmit
@@ -356,6 +422,7 @@ bool Stream::FlushBatch() {
       batch_.iov_done++;
   }
   tx_stalled_.store(false, std::memory_order_relaxed);
+  if (batch_.terminate) terminate_written_ = true;
   // Sends and Writes complete once their last byte is in the stream (as on an RNIC).
   for (int i = 0; i < batch_.finished_count; ++i) qp_->FinishSend(batch_.finished[i], WcStatus::Success);
   batch_.finished_count = 0;
@@ -473,6 +540,7 @@ void Stream::FailUnconfirmed(const TerminateMsg& term, WcStatus status) {
 
 bool Stream::FillBatch() {
   batch_.iov_count = batch_.iov_done = batch_.fpdus = batch_.finished_count = batch_.source_count = 0;
+  batch_.terminate = false;
   if (terminate_len_) {
     // The Terminate is the last FPDU of the stream: send it alone, then close.
     uint8_t* h = batch_.headers[batch_.fpdus++];
@@ -488,9 +556,11 @@ bool Stream::FillBatch() {
     batch_.iov[batch_.iov_count++] = {t, pad + kFpduCrcLen};
     terminate_len_ = 0;
     close_send_ = true;
+    batch_.terminate = true;
     counters_.Add(Counter::TxPackets);
     return true;
   }
+  if (terminated_) return false;  // the Terminate was the last FPDU
   if (close_send_ && qp_->state() == QpState::Error) return false;
   if (rtr_pending_) {
     AddFpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, 0, 0, true), nullptr, nullptr, nullptr, 0, 0, 0);
@@ -604,6 +674,8 @@ void Stream::QueueTerminate(TermCode code) {
   std::span<const uint8_t> offending(raw_hdr_, hdr_len_ ? 2 + hdr_len_ : 0);  // the segment at fault
   {
     std::lock_guard lock(tx_mutex_);
+    if (terminated_) return;  // one Terminate per stream
+    terminated_ = true;
     terminate_len_ = EncodeTerminate({terminate_, sizeof terminate_}, code, 1, offending,
                                      DefaultTermAttach(code));
     counters_.Add(code.layer == TermLayer::Rdmap ? Counter::TerminatesSentRdmap
@@ -659,6 +731,11 @@ void Stream::ProcessRx() {
   }
 }
 
+ssize_t Stream::Receive(void* buffer, size_t length) {
+  if (source_) [[unlikely]] return source_->Read(buffer, length);
+  return recv(fd_, buffer, length, MSG_DONTWAIT);
+}
+
 bool Stream::Fill(size_t need) {
   size_t avail = staging_end_ - staging_begin_;
   if (avail >= need) return true;
@@ -668,7 +745,7 @@ bool Stream::Fill(size_t need) {
     staging_end_ = avail;
   }
   while (staging_end_ < need) {
-    ssize_t n = recv(fd_, staging_ + staging_end_, sizeof staging_ - staging_end_, MSG_DONTWAIT);
+    ssize_t n = Receive(staging_ + staging_end_, sizeof staging_ - staging_end_);
     int error = n < 0 ? errno : 0;  // read once, before the capture hook can change it
     if (capture_) [[unlikely]] capture_->Received(staging_ + staging_end_, n);
     if (n > 0) {
@@ -845,29 +922,50 @@ std::pair<uint8_t*, uint64_t> Stream::Target(uint32_t offset) {
   }
 }
 
+bool Stream::SgesGranted(const Sge* sge, uint32_t num_sge) const {
+  for (uint32_t i = 0; i < num_sge; ++i)
+    if (sge[i].length && qp_->pd().CheckLocalLocked(sge[i].lkey, sge[i].addr, sge[i].length, true) != KeyCheck::Ok)
+      return false;
+  return true;
+}
+
 bool Stream::LockTarget(std::shared_lock<base::SharedMutex>& placement) {
   if (payload_len_ == 0) return true;  // zero length: no key (IB C9-88)
-  if (IsSend(hdr_.opcode)) {
-    // A receive's buffers are granted by their L_Keys: checked under the lock, like a Write's
-    // target, so a bad SGE or a region deregistered since the post is never written.
-    placement = std::shared_lock(qp_->pd().placement_lock());
-    for (uint32_t i = 0; i < recv_.num_sge; ++i)
-      if (recv_.sge[i].length &&
-          qp_->pd().CheckLocalLocked(recv_.sge[i].lkey, recv_.sge[i].addr, recv_.sge[i].length, true) !=
-              KeyCheck::Ok) {
-        placement.unlock();
-        Fail(kTermRdmapCatastrophic, WcStatus::LocalProtection);
-        return false;
-      }
-    return true;
+  switch (hdr_.opcode) {
+    case RdmapOpcode::RdmaWrite:
+      // Re-checked under the lock: the region cannot be deregistered while bytes land in it.
+      placement = std::shared_lock(qp_->pd().placement_lock());
+      if (qp_->pd().CheckRemoteLocked(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite) == KeyCheck::Ok)
+        return true;
+      placement.unlock();
+      Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::InvalidStag), WcStatus::Flushed);
+      return false;
+    case RdmapOpcode::ReadResponse: {
+      // The Read's sink buffers were checked when it was posted; the application may have
+      // deregistered them since. Checked again under the lock, as a receive's are: the response
+      // never lands in memory no longer granted. The Read completes with a local protection
+      // error, and the sink STag we named is refused to the peer as an RNIC refuses an STag
+      // invalidated under it (DDP tagged buffer error, invalid STag).
+      placement = std::shared_lock(qp_->pd().placement_lock());
+      const SendWqe& read = qp_->send_at(rx_read_.position);
+      if (SgesGranted(read.sge, read.num_sge)) return true;
+      placement.unlock();
+      NDWV_LOG(Info, "%s: a Read's buffer was deregistered before its response arrived", counters_.identity());
+      qp_->FinishSend(rx_read_.position, WcStatus::LocalProtection);
+      Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
+      return false;
+    }
+    case RdmapOpcode::Terminate:
+      return true;  // our own staging
+    default:
+      // A receive's buffers are granted by their L_Keys: checked under the lock, like a Write's
+      // target, so a bad SGE or a region deregistered since the post is never written.
+      placement = std::shared_lock(qp_->pd().placement_lock());
+      if (SgesGranted(recv_.sge, recv_.num_sge)) return true;
+      placement.unlock();
+      Fail(kTermRdmapCatastrophic, WcStatus::LocalProtection);
+      return false;
   }
-  if (hdr_.opcode != RdmapOpcode::RdmaWrite) return true;
-  // Re-checked under the lock: the region cannot be deregistered while bytes land in it.
-  placement = std::shared_lock(qp_->pd().placement_lock());
-  if (qp_->pd().CheckRemoteLocked(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite) == KeyCheck::Ok)
-    return true;
-  Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::InvalidStag), WcStatus::Flushed);
-  return false;
 }
 
 bool Stream::PlacePayload() {
@@ -887,7 +985,7 @@ bool Stream::PlacePayload() {
       memcpy(dest, staging_ + staging_begin_, size_t(n));
       staging_begin_ += size_t(n);
     } else {
-      n = recv(fd_, dest, want, MSG_DONTWAIT);
+      n = Receive(dest, want);
       int error = n < 0 ? errno : 0;
       if (capture_) [[unlikely]] capture_->Received(dest, n);
       if (error == EINTR) continue;
@@ -975,8 +1073,15 @@ bool Stream::FinishSegment() {
         }
       }
       {
+        // Every Read Request takes one of the IRD slots until its response is handed to TCP,
+        // zero-length ones too (an ndwv peer's probes count against its ORD). One beyond is
+        // refused: a peer that sends Read Requests and reads nothing meets this bound, not
+        // our memory's.
         std::lock_guard lock(responses_mutex_);
-        if (read_req_.size && responses_.size() >= params_.ird) {  // probes are always answered
+        if (responses_.size() >= params_.ird) {
+          counters_.Add(Counter::ReadsBeyondIrd);
+          NDWV_LOG(Warn, "%s: Read Request beyond the IRD of %u (%zu answers not yet sent): Terminate",
+                   counters_.identity(), params_.ird, responses_.size());
           Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
           return false;
         }
@@ -999,8 +1104,14 @@ bool Stream::FinishSegment() {
                     : term.ctrl.code.layer == TermLayer::Ddp ? Counter::TerminatesReceivedDdp
                                                              : Counter::TerminatesReceivedLlp);
       WcStatus status = StatusForTerminate(term.ctrl.code);
-      bool read_refused = !term.ddp_header.empty() &&
-                          (LoadBe16(term.ddp_header.data()) & kRdmapOpcodeMask) == uint8_t(RdmapOpcode::ReadRequest);
+      uint8_t named = term.ddp_header.empty() ? 0xFF : LoadBe16(term.ddp_header.data()) & kRdmapOpcodeMask;
+      if (named == uint8_t(RdmapOpcode::ReadResponse)) {
+        // Our answer to the peer's Read was refused (its sink buffer went away): no request of
+        // ours is at fault; the connection ends and they are flushed.
+        Broken();
+        return false;
+      }
+      bool read_refused = named == uint8_t(RdmapOpcode::ReadRequest);
       std::optional<uint64_t> read;
       {
         std::lock_guard lock(reads_mutex_);

@@ -6,6 +6,7 @@
 // by a CQ poller that lends its thread. Tagged payload (RDMA Write, Read Response) and Send
 // payload are read from the socket straight into the registered target buffer once it is checked.
 #pragma once
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include <atomic>
@@ -35,6 +36,16 @@ struct StreamParams {
   bool expect_rtr = false;   // passive side: the first FPDU must be the zero-length Write RTR
   // Writes (and Sends) complete when a zero-length Read (a probe) confirms they were placed.
   bool confirm_writes = true, confirm_sends = false;
+};
+
+// Where the receive path reads its bytes: the socket, or bytes a unit test or a fuzzer hands over
+// cut wherever it likes. Read returns what recv() would: > 0 bytes, 0 at the end of the stream, or
+// -1 with errno (EAGAIN: nothing now).
+class ByteSource {
+ public:
+  virtual ssize_t Read(void* buffer, size_t length) = 0;
+ protected:
+  ~ByteSource() = default;
 };
 
 // What the connection manager learns from the stream.
@@ -70,6 +81,11 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   void Shutdown() override;
   // Ends the connection abortively (the QP goes to Error and is flushed).
   void Abort();
+  // Before Start: the receive path reads from `source` instead of the socket (tests, fuzzing);
+  // the socket still carries what the stream sends.
+  void ReadFrom(ByteSource* source) { source_ = source; }
+  // Read Responses queued for the peer and not yet handed to TCP (at most the IRD). For tests.
+  uint32_t ResponsesQueued() const { return responses_queued_.load(std::memory_order_acquire); }
   // IoHandler
   void OnIo(uint32_t events) override;
 
@@ -110,6 +126,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     int finished_count = 0;
     Source sources[kBatchFpdus];
     int source_count = 0;
+    bool terminate = false;  // the batch is the Terminate, the stream's last FPDU
     bool empty() const { return iov_done == iov_count; }
   };
 
@@ -121,8 +138,16 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
                const uint8_t* inline_data, const Sge* sge, uint32_t num_sge,
                uint64_t offset, uint32_t length);
   void QueueTerminate(wire::TermCode code);
+  // After a Terminate the socket stays open (nothing read, nothing sent but what is queued) until
+  // the peer's TCP has acknowledged the Terminate, or NDWV_DISCONNECT_TIMEOUT_MS: a peer that
+  // reads nothing leaves the socket full, and closing it then (with its unread bytes) would
+  // reset the Terminate away.
+  void CloseSocket();
+  void Linger();
+  static void OnLingerTimer(Timer* timer);
 
   void DriveReceive(bool poller = false);
+  ssize_t Receive(void* buffer, size_t length);  // from the socket or the ByteSource
   // A hint read on every message (written under watch_mutex_): a stale answer costs at most
   // one more read of the socket, or a Read Response left for the poller's next poll.
   bool rx_watched_relaxed() const { return rx_watched_.load(std::memory_order_relaxed); }
@@ -136,12 +161,14 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool PlacePayload();
   std::pair<uint8_t*, uint64_t> Target(uint32_t offset);
   bool LockTarget(std::shared_lock<base::SharedMutex>& placement);
+  bool SgesGranted(const Sge* sge, uint32_t num_sge) const;  // under the PD's placement lock
   bool FinishSegment();
   void Fail(wire::TermCode code, WcStatus local_status);
   void Broken();  // the socket is gone: stop and let the CM know
   void NotifyObserver(void (StreamObserver::*event)());
 
   const int fd_;
+  ByteSource* source_ = nullptr;  // null: the socket
   // Every byte sent and received, when capturing (else null: one branch per system call).
   const std::unique_ptr<base::TcpCapture> capture_;
   std::shared_ptr<QueuePair> qp_;  // held while attached; dropped by Shutdown
@@ -181,6 +208,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   std::atomic<uint32_t> responses_queued_{0}, reads_queued_{0};
   uint8_t terminate_[wire::kTerminateMaxLen];
   size_t terminate_len_ = 0;        // a Terminate waits to be sent; it is the stream's last FPDU
+  bool terminated_ = false;         // a Terminate was queued: nothing else is sent
+  bool terminate_written_ = false;  // ... and handed to TCP whole
   bool rtr_pending_ = false;
   std::atomic<bool> shut_{false};   // Shutdown ran (set with both locks held)
   std::atomic<bool> error_reported_{false};
@@ -226,6 +255,12 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   SpinCount polls_;
   Timer watch_timer_;
   std::shared_ptr<Stream> watch_self_;  // alive while the timer is armed
+
+  // Lingering after a Terminate (CloseSocket); under tx_mutex_.
+  bool lingering_ = false;
+  Clock::time_point linger_until_{};
+  Timer linger_timer_;
+  std::shared_ptr<Stream> linger_self_;  // alive while lingering
 };
 
 }  // namespace ndwv::dev::iwarp
