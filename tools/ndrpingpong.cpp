@@ -40,7 +40,7 @@ constexpr Marks kWarmupMarks{'A', 'B'};
 constexpr Marks kTestMarks{'X', 'Y'};
 
 const char kUsage[] =
-    "ndrpingpong -s|-c [-b|-p] [-n nSge] [-q N] [-l logFile] <ip>[:port]\n"
+    "ndrpingpong -s|-c [-b|-p|-m] [-n nSge] [-q N] [-l logFile] <ip>[:port]\n"
     "\n"
     "RDMA Write ping-pong: the client writes a buffer into the server's memory window and the\n"
     "server writes it back as soon as its last byte has arrived (in-order placement). The\n"
@@ -50,6 +50,9 @@ const char kUsage[] =
     "  -c              client: connect to ip:port\n"
     "  -b              blocking: wait for completions (CQ Notify); data is still polled\n"
     "  -p              polling: spin on the CQ (default)\n"
+    "  -m              memory: spin on the last byte alone, never polling the CQ while waiting\n"
+    "                  (as Microsoft's ndrpingpong and MPI eager protocols); the write is\n"
+    "                  reaped once the byte arrived\n"
     "  -n nSge         SGEs per RDMA Write (default 1)\n"
     "  -q N            accepted and ignored\n"
     "  -l, --logFile f write stdout (and append stderr) to file f\n"
@@ -58,7 +61,7 @@ const char kUsage[] =
     "\n"
     "Both sides run the same schedule, so NDWV_BENCH_SIZES and NDWV_BENCH_ITERS must match.\n" NDTOOL_ENV_USAGE;
 
-const ToolSpec kSpec{"ndrpingpong", 54327, kUsage, false};
+const ToolSpec kSpec{"ndrpingpong", 54327, kUsage, false, 0, true};
 
 char LoadByte(const char* at) {
   char value = *reinterpret_cast<const volatile char*>(at);
@@ -139,16 +142,16 @@ struct Endpoint {
              "IND2QueuePair::Write");
   }
 
-  // Spins until the last byte of a `size` transfer equals `mark`. When polling, the CQ is polled
-  // on the way (drives a busy-polling provider's progress); a write completion seen there is
-  // counted in *writes.
+  // Spins until the last byte of a `size` transfer equals `mark`. When polling (-p), the CQ is
+  // polled on the way (drives a busy-polling provider's progress); a write completion seen there
+  // is counted in *writes. With -m (and -b) only the memory is watched.
   void AwaitByte(std::size_t size, char mark, int* writes, const char* what) {
     const char* last = buffer.get() + size - 1;
     SpinDeadline deadline(WaitTimeoutMs());
     int none = 0;
     while (LoadByte(last) != mark) {
       ND2_RESULT r;
-      if (!options.blocking && cq.Poll(&r)) Count(r, &none, &none, &none, writes, what);
+      if (!options.blocking && !options.memoryWait && cq.Poll(&r)) Count(r, &none, &none, &none, writes, what);
       CpuRelax();
       if (deadline.Expired()) {
         std::printf("  (size %zu: byte %zu is 0x%02x, waiting for '%c')\n", size, size - 1,

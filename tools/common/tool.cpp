@@ -146,6 +146,8 @@ Options ParseOptions(int argc, char* argv[], const ToolSpec& spec) {
       o.blocking = true;
     } else if (!countsCycles && Is(arg, "-p", "-P")) {
       polling = true;
+    } else if (spec.takesMemoryWait && Is(arg, "-m", "-M")) {
+      o.memoryWait = true;
     } else if (Is(arg, "-n", "-N")) {
       (countsCycles ? o.cycles : o.nSge) = ULONG(std::strtoul(value(), nullptr, 10));
     } else if (!countsCycles && Is(arg, "-q", "-Q")) {
@@ -170,7 +172,10 @@ Options ParseOptions(int argc, char* argv[], const ToolSpec& spec) {
   if (!ParseAddress(argv[last], spec.defaultPort, &o.address, &o.addressLength) ||
       IsZeroAddress(reinterpret_cast<sockaddr*>(&o.address)))
     Invalid("Bad address.", usage);
-  if (o.blocking && polling) Invalid("Exactly one of blocking (b or polling (p) must be specified.", usage);
+  if (int(o.blocking) + int(polling) + int(o.memoryWait) > 1)
+    Invalid(spec.takesMemoryWait ? "At most one of blocking (b, polling (p or memory (m may be specified."
+                                 : "Exactly one of blocking (b or polling (p must be specified.",
+            usage);
   if (o.nSge == 0) Invalid("Invalid or missing SGE length", usage);
   if (countsCycles && o.cycles == 0) Invalid("Invalid or missing cycle count", usage);
   if (write && read) Invalid("At most one of write (w or read (r may be specified.", usage);

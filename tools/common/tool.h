@@ -37,11 +37,13 @@ struct ToolSpec {
   // Nonzero for a tool that counts connection cycles (ndconn): -n is the number of cycles, with
   // this default, instead of nSge; -b, -p and -q are not accepted.
   ULONG defaultCycles = 0;
+  bool takesMemoryWait = false;  // accepts -m (ndrpingpong)
 };
 
 struct Options {
   bool server = false;
   bool blocking = false;  // -b: CQ Notify + wait; default -p: spin on GetResults
+  bool memoryWait = false;  // -m: wait for data on memory alone, never polling the CQ meanwhile
   ULONG nSge = 1;
   ULONG queueDepth = 128;  // -q: parsed, used only by tools that pipeline
   RdmaOp op = RdmaOp::Write;
