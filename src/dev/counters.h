@@ -55,6 +55,11 @@ enum class Counter : uint16_t {
   CmRetransmits, CmDuplicateAnswers, CmReqTimeouts, CmRepTimeouts, CmDreqTimeouts, CmDrops,
   // Added later, at the end: a counter's index never changes (ndwv.h).
   AcceptsRefused,  // iWARP connection setup, per adapter
+  // RoCE IB CM, per adapter: the bounds a peer ran into (CmLimit, CmDrop::WrongSource), and REQs
+  // whose RDMA-CM IP header names another address than the datagram came from.
+  CmReqsInvalid, CmReqsBacklogFull, CmReqsExpired, CmDropsWrongSource, CmClampedTimeouts,
+  CmClampedRetries, CmClampedMraTimeouts, CmMrasIgnored, CmClampedReadLimits, CmClampedRnrRetries,
+  CmPeerAddressMismatches,
   Count
 };
 inline constexpr size_t kCounters = size_t(Counter::Count);
