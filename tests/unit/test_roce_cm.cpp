@@ -19,6 +19,7 @@
 #include "dev/roce/cm.h"
 #include "wire/bytes.h"
 #include "wire/ib_cm.h"
+#include "../common/cm_ids.h"
 
 namespace ndwv::dev::roce {
 namespace {
@@ -1265,39 +1266,27 @@ TEST_F(RoceCm, MessagesForAConnectionFromAnotherAddressAreDroppedAndCounted) {
   const sockaddr_storage other_port = Address("10.0.0.1", 5001);
   pipe.Reset();
   uint64_t dropped = 0;
+  struct Forged {
+    CmAttr attr;
+    Node* to;
+  };
+  const Forged forged[] = {{CmAttr::Dreq, b_.get()}, {CmAttr::Rej, b_.get()}, {CmAttr::Rtu, b_.get()},
+                           {CmAttr::Drep, a_.get()}, {CmAttr::Rep, a_.get()}};
   for (const sockaddr_storage* from : {&third, &other_port}) {
-    // DREQ, DREP, REJ, RTU, MRA, REP naming the connection's IDs exactly.
-    CmMessage dreq;
-    dreq.attr = CmAttr::Dreq;
-    dreq.dreq.local_comm_id = active;
-    dreq.dreq.remote_comm_id = passive;
-    dreq.dreq.remote_qpn = kQpnB;
-    Inject(*b_, dreq, *from);
-    CmMessage rej;
-    rej.attr = CmAttr::Rej;
-    rej.rej.local_comm_id = active;
-    rej.rej.remote_comm_id = passive;
-    rej.rej.reason = 28;
-    Inject(*b_, rej, *from);
-    CmMessage drep;
-    drep.attr = CmAttr::Drep;
-    drep.drep.local_comm_id = passive;
-    drep.drep.remote_comm_id = active;
-    Inject(*a_, drep, *from);
-    CmMessage rep;
-    rep.attr = CmAttr::Rep;
-    rep.rep.local_comm_id = passive;
-    rep.rep.remote_comm_id = active;
-    Inject(*a_, rep, *from);
-    CmMessage rtu;
-    rtu.attr = CmAttr::Rtu;
-    rtu.rtu.local_comm_id = active;
-    rtu.rtu.remote_comm_id = passive;
-    Inject(*b_, rtu, *from);
+    // Each names the connection's IDs exactly (as a's or b's peer would).
+    for (const Forged& f : forged) {
+      CmMessage m;
+      m.attr = f.attr;
+      if (f.to == b_.get()) ndwv::testing::SetCommIds(m, active, passive);
+      else ndwv::testing::SetCommIds(m, passive, active);
+      if (f.attr == CmAttr::Dreq) m.dreq.remote_qpn = kQpnB;
+      if (f.attr == CmAttr::Rej) m.rej.reason = 28;
+      Inject(*f.to, m, *from);
+      dropped++;
+    }
     // A REQ that claims a's QP, which is connected: the stale rule is for a's own port.
-    CmMessage req = PeerReq(0x5555);
-    Inject(*b_, req, *from);
-    dropped += 6;
+    Inject(*b_, PeerReq(0x5555), *from);
+    dropped++;
   }
   EXPECT_EQ(a_->agent.counters().Dropped(CmDrop::WrongSource) + b_->agent.counters().Dropped(CmDrop::WrongSource),
             dropped);

@@ -53,6 +53,7 @@
 #include "base/settings.h"
 #include "dev/address.h"
 #include "dev/cq.h"
+#include "../common/cm_ids.h"
 #include "guarded_buffer.h"
 #include "qp_watch.h"
 #include "dev/endpoint.h"
@@ -503,6 +504,16 @@ class RoceHostile : public ::testing::Test {
     ip.source = source;
     ip.destination = LoopbackOf(source.ss_family, 0);
     EXPECT_TRUE(ib::EncodeIpHeader(ip, std::span<uint8_t, ib::kIpHeaderLen>(r.private_data, ib::kIpHeaderLen)));
+    return m;
+  }
+
+  // A CM message naming c's connection as its raw peer would (a DREQ names the device's QP too).
+  static ib::CmMessage Naming(Conn& c, ib::CmAttr attr, uint64_t tid) {
+    ib::CmMessage m;
+    m.attr = attr;
+    m.mad.transaction_id = tid;
+    ndwv::testing::SetCommIds(m, c.comm_id, c.rep.local_comm_id);
+    if (attr == ib::CmAttr::Dreq) m.dreq.remote_qpn = c.qp->qpn();
     return m;
   }
 
@@ -1139,12 +1150,7 @@ TEST_F(RoceHostile, GarbageMadsAreDroppedAndTheConnectionIsUnaffected) {
   const roce::CmCounters before = Counters();
 
   // A DREQ that would end the connection, made invalid in each way.
-  ib::CmMessage dreq;
-  dreq.attr = ib::CmAttr::Dreq;
-  dreq.mad.transaction_id = 0xD8E0000000000001ull;
-  dreq.dreq.local_comm_id = c.comm_id;
-  dreq.dreq.remote_comm_id = c.rep.local_comm_id;
-  dreq.dreq.remote_qpn = c.qp->qpn();
+  ib::CmMessage dreq = Naming(c, ib::CmAttr::Dreq, 0xD8E0000000000001ull);
   std::vector<uint8_t> wrong_class = RawPeer::Mad(dreq);
   wrong_class[1] = 0x04;  // the performance management class
   std::vector<uint8_t> wrong_version = RawPeer::Mad(dreq);
@@ -1198,11 +1204,7 @@ TEST_F(RoceHostile, DreqNamingTheConnectionButAnotherQpnIsDropped) {
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
   const roce::CmCounters before = Counters();
-  ib::CmMessage dreq;
-  dreq.attr = ib::CmAttr::Dreq;
-  dreq.mad.transaction_id = 0xD8E0000000000002ull;
-  dreq.dreq.local_comm_id = c.comm_id;
-  dreq.dreq.remote_comm_id = c.rep.local_comm_id;
+  ib::CmMessage dreq = Naming(c, ib::CmAttr::Dreq, 0xD8E0000000000002ull);
   dreq.dreq.remote_qpn = ib::PsnAdd(c.qp->qpn(), 1);  // not the connection's QP
   ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(dreq));
 
@@ -1261,12 +1263,7 @@ TEST_F(RoceHostile, ProperDreqIsAnsweredWithADrepAndTheQpIsFlushedAfterIt) {
   std::vector<uint8_t> last = Bytes(22, 30);
   const uint32_t psn = c.Take();
   ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.SendOnly(psn, last)));
-  ib::CmMessage dreq;
-  dreq.attr = ib::CmAttr::Dreq;
-  dreq.mad.transaction_id = 0xD8E0000000000003ull;
-  dreq.dreq.local_comm_id = c.comm_id;
-  dreq.dreq.remote_comm_id = c.rep.local_comm_id;
-  dreq.dreq.remote_qpn = c.qp->qpn();
+  ib::CmMessage dreq = Naming(c, ib::CmAttr::Dreq, 0xD8E0000000000003ull);
   ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(dreq));
 
   // Without reading the raw socket: wait for the flush (the QP in Error, every receive done) ...
@@ -1425,6 +1422,45 @@ TEST_F(RoceHostile, RequestsNobodyTakesExpireAndLeaveTheBacklog) {
   ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, Bytes(10, 42), 0));
 }
 
+TEST_F(RoceHostile, AcceptedRequestWhosePeerNeverAnswersIsGivenUpAfterOurBoundNotItsOwn) {
+  // The REQ asks us to wait 2.4 hours per REP, 16 times. The QP waits in RTR (no keepalive runs
+  // there) only as long as our own CM would wait: NDWV_ROCE_CM_TIMEOUT_MS per REP, 1 +
+  // NDWV_ROCE_CM_RETRIES REPs. Then Accept fails and the QP is flushed.
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(c.PostReceives(kRecvs));
+  ASSERT_EQ(listener->GetRequest(c.ep, &c.get_request), WV_PENDING);
+  ib::CmMessage req = Req(c);
+  req.req.local_cm_response_timeout = 31;
+  req.req.remote_cm_response_timeout = 31;
+  req.req.max_cm_retries = 15;
+  const roce::CmCounters before = Counters();
+  ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(req));
+  ASSERT_EQ(c.get_request.Wait(), std::optional<int32_t>(WV_SUCCESS));
+  ConnectParams params;
+  params.ird = params.ord = 1;
+  ASSERT_EQ(c.ep->Accept(c.qp, params, &c.accept), WV_PENDING);
+  const base::Settings& settings = base::Config();
+  const auto bound = std::chrono::milliseconds(2 * roce::TimeValueToMs(roce::TimeValueFromMs(settings.roce_cm_timeout_ms)) *
+                                               (1 + settings.roce_cm_retries)) + kBound;
+  ASSERT_EQ(c.accept.Wait(std::chrono::duration_cast<std::chrono::milliseconds>(bound)),
+            std::optional<int32_t>(WV_IO_TIMEOUT));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions(c.AllReceivesFlushed());
+  size_t reps = 0, rejs = 0;
+  for (const Inbound& in : c.peer.DrainNow()) {
+    ib::CmMessage m;
+    ASSERT_EQ(ib::DecodeCm(in.payload, m), ib::CmError::Ok);
+    reps += m.attr == ib::CmAttr::Rep;
+    rejs += m.attr == ib::CmAttr::Rej && m.rej.reason == uint16_t(ib::RejReason::Timeout);
+  }
+  EXPECT_EQ(reps, 1 + settings.roce_cm_retries) << "our retries, not the REQ's 15";
+  EXPECT_EQ(rejs, 1u);
+  const roce::CmCounters after = Counters();
+  EXPECT_EQ(after.Limited(roce::CmLimit::ResponseTimeout) - before.Limited(roce::CmLimit::ResponseTimeout), 1u);
+  EXPECT_EQ(after.Limited(roce::CmLimit::Retries) - before.Limited(roce::CmLimit::Retries), 1u);
+  EXPECT_EQ(after.rep_timeouts - before.rep_timeouts, 1u);
+}
+
 // ==== 14. CM messages bound to their peer ======================================================
 
 TEST_F(RoceHostile, ThirdPartyCannotCloseOrStealAConnectionWithCmMessages) {
@@ -1440,26 +1476,12 @@ TEST_F(RoceHostile, ThirdPartyCannotCloseOrStealAConnectionWithCmMessages) {
   ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, Bytes(70, 43), 0));  // no DREQ came first
 
   // DREQ, REJ and DREP naming the connection exactly.
-  ib::CmMessage dreq;
-  dreq.attr = ib::CmAttr::Dreq;
-  dreq.mad.transaction_id = 0xD8E0000000000004ull;
-  dreq.dreq.local_comm_id = c.comm_id;
-  dreq.dreq.remote_comm_id = c.rep.local_comm_id;
-  dreq.dreq.remote_qpn = c.qp->qpn();
-  ASSERT_NO_FATAL_FAILURE(intruder.SendCm(dreq));
-  ib::CmMessage rej;
-  rej.attr = ib::CmAttr::Rej;
-  rej.mad.transaction_id = c.tid;
-  rej.rej.local_comm_id = c.comm_id;
-  rej.rej.remote_comm_id = c.rep.local_comm_id;
+  ASSERT_NO_FATAL_FAILURE(intruder.SendCm(Naming(c, ib::CmAttr::Dreq, 0xD8E0000000000004ull)));
+  ib::CmMessage rej = Naming(c, ib::CmAttr::Rej, c.tid);
   rej.rej.message_rejected = ib::RejectedMessage::Other;
   rej.rej.reason = uint16_t(ib::RejReason::ConsumerReject);
   ASSERT_NO_FATAL_FAILURE(intruder.SendCm(rej));
-  ib::CmMessage drep;
-  drep.attr = ib::CmAttr::Drep;
-  drep.drep.local_comm_id = c.comm_id;
-  drep.drep.remote_comm_id = c.rep.local_comm_id;
-  ASSERT_NO_FATAL_FAILURE(intruder.SendCm(drep));
+  ASSERT_NO_FATAL_FAILURE(intruder.SendCm(Naming(c, ib::CmAttr::Drep, 0xD8E0000000000005ull)));
 
   // Data still flows, byte-exact, and nobody was answered or told anything.
   ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, Bytes(kRecvSize, 44), 1));
