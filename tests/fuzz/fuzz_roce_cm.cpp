@@ -12,8 +12,9 @@
 // Besides ASan/UBSan:
 //   * a MAD in draws at most two MADs out (the stale-connection rule's REJ and DREQ): no
 //     amplification;
-//   * once the consumer has let go of every ID it was told of and a day has passed, the agent
-//     holds no CEP and no timer: nothing a peer sends lives for ever.
+//   * a day after the last step, no CEP waits on a peer (a request, a REP, a DREQ, time-wait):
+//     what is left waits for the consumer alone; and once the consumer has let go of every ID it
+//     was told of and another day has passed, the agent holds no CEP and no timer.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -208,13 +209,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     drain();
   }
 
+  // A day passes with nothing said: whatever the peers left waits for the consumer alone (a
+  // connection, a request it took, an answer it owes); nothing waits on a peer any more.
+  auto day = [&] {
+    for (int hour = 0; hour < 24; ++hour) {
+      env.now += 3600 * 1000;
+      agent.OnTimer();
+      drain();
+    }
+  };
+  day();
+  for (uint32_t id : ids) {
+    CmState state = agent.StateOf(id);
+    CHECK(state == CmState::NoSuchId || state == CmState::Idle || state == CmState::RepRcvd ||
+          state == CmState::MraRepSent || state == CmState::Established || state == CmState::DreqRcvd);
+  }
   // The consumer lets go of everything; a day later nothing is left.
   for (uint32_t id : ids) agent.Destroy(id);
   drain();
-  for (int hour = 0; hour < 24; ++hour) {
-    env.now += 3600 * 1000;
-    agent.OnTimer();
-  }
+  day();
   CHECK(agent.size() == 0);
   CHECK(agent.NextDeadlineMs() == UINT64_MAX);
   return 0;
