@@ -200,8 +200,8 @@ void Endpoint::OnRequest(const CmEvent& event) {
     AdapterCounters(Transport::Roce).AddShared(Counter::CmPeerAddressMismatches);
     static base::LogRateLimit warnings;
     if (warnings.Allow(port_->NowMs()))
-      NDWV_LOG(Warn, "roce cm id %08x: a REQ from %s names %s as its source; the peer is %s", event.id,
-               Describe(event.peer).c_str(), Describe(ip.source).c_str(), Describe(event.peer).c_str());
+      NDWV_LOG(Warn, "roce cm id %08x: a REQ from %s claims to come from %s (the peer is where it came from)",
+               event.id, Describe(event.peer).c_str(), Describe(ip.source).c_str());
   }
   child->peer_params_ = PeerParams(req.responder_resources, req.initiator_depth, req.private_data + kIpHeaderLen);
   child->listener_ = weak_from_this();
