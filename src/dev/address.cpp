@@ -36,6 +36,20 @@ bool SameAddress(const sockaddr_storage& a, const sockaddr_storage& b) {
   return false;
 }
 
+size_t AddressHash(const sockaddr_storage& a) {
+  // FNV-1a over what SameAddress compares.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&](const void* data, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t*>(data)[i]) * 0x100000001b3ull;
+  };
+  uint16_t port = PortOf(a);
+  mix(&a.ss_family, sizeof a.ss_family);
+  mix(&port, sizeof port);
+  if (a.ss_family == AF_INET) mix(&reinterpret_cast<const sockaddr_in&>(a).sin_addr, sizeof(in_addr));
+  if (a.ss_family == AF_INET6) mix(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, sizeof(in6_addr));
+  return size_t(h);
+}
+
 std::string Describe(const sockaddr_storage& a) {
   char host[INET6_ADDRSTRLEN] = "?";
   if (a.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, host, sizeof host);

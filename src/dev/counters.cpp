@@ -114,6 +114,17 @@ constexpr CounterInfo kInfo[kCounters] = {
     {"mpa_request_timeouts", kIwarp},
     {"mpa_requests_abandoned", kIwarp},
     {"mpa_requests_expired", kIwarp},
+    {"cm_reqs_invalid", kRoce},
+    {"cm_reqs_backlog_full", kRoce},
+    {"cm_reqs_expired", kRoce},
+    {"cm_drops_wrong_source", kRoce},
+    {"cm_clamped_timeouts", kRoce},
+    {"cm_clamped_retries", kRoce},
+    {"cm_clamped_mra_timeouts", kRoce},
+    {"cm_mras_ignored", kRoce},
+    {"cm_clamped_read_limits", kRoce},
+    {"cm_clamped_rnr_retries", kRoce},
+    {"cm_peer_address_mismatches", kRoce},
 };
 
 const char* TransportName(Transport t) { return t == Transport::Roce ? "RoCEv2" : "iWARP"; }

@@ -58,6 +58,11 @@ enum class Counter : uint16_t {
   ReadsBeyondIrd,  // iWARP stream, per connection
   // iWARP connection setup, per adapter: the listener's bounds (docs/security.md).
   ListenBacklogFull, MpaRequestTimeouts, MpaRequestsAbandoned, MpaRequestsExpired,
+  // RoCE IB CM, per adapter: the bounds a peer ran into (CmLimit, CmDrop::WrongSource), and REQs
+  // whose RDMA-CM IP header names another address than the datagram came from.
+  CmReqsInvalid, CmReqsBacklogFull, CmReqsExpired, CmDropsWrongSource, CmClampedTimeouts,
+  CmClampedRetries, CmClampedMraTimeouts, CmMrasIgnored, CmClampedReadLimits, CmClampedRnrRetries,
+  CmPeerAddressMismatches,
   Count
 };
 inline constexpr size_t kCounters = size_t(Counter::Count);

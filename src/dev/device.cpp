@@ -22,8 +22,8 @@ Device::Device(uint64_t guid, Transport transport, const char* name)
   attributes_.max_sge = kMaxSge;
   attributes_.max_cq_entries = 65536;
   attributes_.max_inline = kMaxInline;
-  attributes_.max_ird = 128;
-  attributes_.max_ord = 128;
+  attributes_.max_ird = kMaxReadLimit;
+  attributes_.max_ord = kMaxReadLimit;
   attributes_.max_srq_wr = 4096;
   attributes_.max_srq_sge = kMaxSge;
   attributes_.max_transfer_length = uint64_t(1) << 30;

@@ -12,6 +12,9 @@
 
 namespace ndwv::dev {
 
+// Inbound and outbound RDMA Reads a QP may have outstanding at most (IRD, ORD).
+inline constexpr uint32_t kMaxReadLimit = 128;
+
 struct DeviceAttributes {
   uint64_t max_mr_size;
   uint32_t max_qp_wr, max_sge, max_cq_entries, max_inline, max_ird, max_ord;

@@ -94,6 +94,11 @@ class ListenQueue {
   // The request queued longest, or null.
   const std::shared_ptr<Endpoint>* Oldest() const { return arrived_.empty() ? nullptr : &arrived_.front(); }
   size_t queued() const { return arrived_.size(); }
+  // A queued request went away before anyone took it (its peer gave up, or it expired): it no
+  // longer counts against the backlog. Linear in the queue, which the backlog bounds.
+  void Withdraw(const Endpoint* request) {
+    std::erase_if(arrived_, [request](const std::shared_ptr<Endpoint>& e) { return e.get() == request; });
+  }
   void CancelWaiting(Finisher& finish) {
     for (const Waiting& w : waiting_) finish.Add(w.op, WV_CANCELLED);
     waiting_.clear();

@@ -1,6 +1,7 @@
 #include "dev/qp.h"
 
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include <ndwv/wvstatus.h>
@@ -12,8 +13,14 @@
 namespace ndwv::dev {
 
 namespace {
-std::atomic<uint32_t> g_next_qpn{2};  // QP 0 and 1 are the IB special QPs
+// QPNs count from a random start, so that a peer cannot tell another connection's QPN from its
+// own, and skip 0 and 1, the IB special QPs.
+uint32_t NewQpn() {
+  static std::atomic<uint32_t> next{std::random_device{}()};
+  for (;;)
+    if (uint32_t qpn = next.fetch_add(1, std::memory_order_relaxed) & 0xFFFFFF; qpn > 1) return qpn;
 }
+}  // namespace
 
 const char* ToString(QpState state) {
   static const char* const names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERROR"};
@@ -37,7 +44,7 @@ bool IsLegalTransition(QpState from, QpState to) {
 QueuePair::QueuePair(std::shared_ptr<ProtectionDomain> pd, std::shared_ptr<CompletionQueue> send_cq,
                      std::shared_ptr<CompletionQueue> recv_cq, std::shared_ptr<SharedReceiveQueue> srq,
                      void* context, const QpCaps& caps)
-    : qpn_(g_next_qpn.fetch_add(1) & 0xFFFFFF),
+    : qpn_(NewQpn()),
       context_(context),
       caps_(caps),
       pd_(std::move(pd)),

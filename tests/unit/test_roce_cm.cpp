@@ -19,6 +19,7 @@
 #include "dev/roce/cm.h"
 #include "wire/bytes.h"
 #include "wire/ib_cm.h"
+#include "../common/cm_ids.h"
 
 namespace ndwv::dev::roce {
 namespace {
@@ -549,8 +550,9 @@ TEST_F(RoceCm, ReqTimeoutRejectFindsThePassiveCepByGuid) {
   EXPECT_EQ(events[0].kind, K::Rejected);
   EXPECT_EQ(events[0].reject_reason, 4);
   EXPECT_EQ(b_->State(passive), CmState::Idle);
-  EXPECT_EQ(b_->agent.counters().Sent(CmAttr::Mra), 3u);  // one per duplicate REQ
-  EXPECT_EQ(b_->agent.counters().duplicate_answers, 2u);
+  // One per duplicate REQ, as many as max_mra_waits; the third repeat goes unanswered.
+  EXPECT_EQ(b_->agent.counters().Sent(CmAttr::Mra), 2u);
+  EXPECT_EQ(b_->agent.counters().duplicate_answers, 1u);
 }
 
 TEST_F(RoceCm, DuplicateReqIsAnsweredWithMraAndTheActiveSideWaits) {
@@ -1024,6 +1026,297 @@ TEST_F(RoceCm, RepNamingAnotherPeerIdIsDropped) {
   rtu.rtu.remote_comm_id = passive;
   Inject(*b_, rtu, a_->address);
   EXPECT_EQ(b_->agent.counters().Dropped(CmDrop::CommIdMismatch), 1u);
+}
+
+// ---------------------------------------------------------------------------- hostile peers
+// docs/security.md, "RoCE": what a peer's messages may make the agent hold, and for how long.
+
+// The REQ a peer would send (a's address unless said otherwise), before any clamp.
+CmMessage PeerReq(uint32_t comm_id, uint32_t qpn = kQpnA) {
+  CmMessage m;
+  m.attr = CmAttr::Req;
+  m.mad.transaction_id = 0x7000 + comm_id;
+  m.req.local_comm_id = comm_id;
+  m.req.service_id = kService;
+  m.req.local_ca_guid = kGuidA;
+  m.req.local_qpn = qpn;
+  m.req.responder_resources = 4;
+  m.req.initiator_depth = 4;
+  m.req.remote_cm_response_timeout = 15;
+  m.req.local_cm_response_timeout = 15;
+  m.req.path_mtu = 3;
+  m.req.retry_count = 7;
+  m.req.rnr_retry_count = 6;
+  m.req.max_cm_retries = 3;
+  return m;
+}
+
+TEST_F(RoceCm, RequestNobodyAnswersExpiresAfterItsOwnBudgetWithRejTimeout) {
+  // The application never accepts nor rejects, and a's retransmissions are lost (so no MRA
+  // extends the request): b gives up after the REQ's own budget, 1 + retries transmissions of
+  // the response timeout it asked of b, its 7 retries clamped to b's 3.
+  CmConfig ca = Config(kGuidA, 0x11000000);
+  ca.max_retries = 7;
+  Start(ca, Config(kGuidB, 0x22000000));
+  ASSERT_EQ(b_->agent.Listen(kService), WV_SUCCESS);
+  pipe.filter = [n = 0](const Datagram& d) mutable {
+    return d.attr == CmAttr::Req && n++ > 0 ? Verdict{Fate::Drop} : Verdict{};
+  };
+  uint64_t start = clock.now;
+  uint32_t active = a_->agent.Connect(b_->address, Args());
+  Run();
+  auto events = b_->Events();
+  ASSERT_EQ(events.size(), 1u);
+  uint32_t passive = events[0].id;
+  EXPECT_EQ(b_->agent.DeadlineOf(passive), start + 4 * Timeout());
+  RunUntil(start + 4 * Timeout() - 1);
+  EXPECT_EQ(b_->State(passive), CmState::ReqRcvd);
+  EXPECT_TRUE(b_->Events().empty());
+  EXPECT_EQ(pipe.Count(CmAttr::Rej), 0u);
+  RunFor(1);
+  EXPECT_EQ(b_->EventKinds(), Kinds{K::RequestExpired});
+  EXPECT_EQ(b_->State(passive), CmState::Idle);
+  EXPECT_EQ(b_->agent.counters().Limited(CmLimit::RequestExpired), 1u);
+  auto rejs = pipe.Sent(CmAttr::Rej);
+  ASSERT_GE(rejs.size(), 1u);
+  EXPECT_EQ(rejs[0].rej.reason, 4);  // timeout
+  EXPECT_EQ(rejs[0].rej.remote_comm_id, active);
+  EXPECT_EQ(rejs[0].rej.local_comm_id, passive);
+  EXPECT_EQ(b_->agent.NextDeadlineMs(), UINT64_MAX);
+  EXPECT_EQ(b_->agent.Accept(passive, Accepting()), WV_INVALID_DEVICE_STATE);
+  b_->agent.Destroy(passive);
+  EXPECT_EQ(b_->agent.size(), 0u);
+}
+
+TEST_F(RoceCm, RequestLifetimeGrowsByTheMrasWeSendAndNoMore) {
+  // A slow application is covered by the MRAs b sends in answer to a's repeats (each promises
+  // an answer within its service timeout), at most max_mra_waits of them.
+  CmConfig ca = Config(kGuidA, 0x11000000);
+  ca.max_retries = 15;
+  ca.max_mra_waits = 100;  // a peer that honours every MRA and repeats its REQ often
+  CmConfig cb = Config(kGuidB, 0x22000000);
+  cb.mra_timeout_ms = 1000;  // advertised as time value 18: 1074 ms
+  Start(ca, cb);
+  uint64_t start = clock.now;
+  auto [active, passive] = Request();
+  RunFor(Timeout());  // the first repeat: MRA
+  EXPECT_EQ(pipe.Count(CmAttr::Mra), 1u);
+  // The MRA's service timeout, and one response timeout for the repeat that follows it.
+  EXPECT_EQ(b_->agent.DeadlineOf(passive), clock.now + TimeValueToMs(18) + Timeout());
+  RunUntil(start + 30000);
+  EXPECT_EQ(pipe.Count(CmAttr::Mra), 2u);  // max_mra_waits, then repeats go unanswered
+  EXPECT_GT(b_->agent.counters().Dropped(CmDrop::Duplicate), 0u);
+  auto events = b_->Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, K::RequestExpired);
+  EXPECT_EQ(b_->State(passive), CmState::Idle);
+  EXPECT_EQ(a_->EventKinds(), (Kinds{K::MraReceived, K::MraReceived, K::Rejected}));
+}
+
+TEST_F(RoceCm, BacklogFullDropsTheRequestUnansweredAndItsRepeatIsANewRequest) {
+  auto [active, passive] = Request();
+  size_t sent = pipe.log.size();
+  ASSERT_EQ(b_->agent.DropRequest(passive), WV_SUCCESS);
+  EXPECT_EQ(b_->State(passive), CmState::NoSuchId);
+  EXPECT_EQ(b_->agent.size(), 0u);
+  EXPECT_EQ(b_->agent.NextDeadlineMs(), UINT64_MAX);
+  EXPECT_EQ(pipe.log.size(), sent);  // nothing sent: the peer tries again
+  EXPECT_EQ(b_->agent.counters().Limited(CmLimit::BacklogFull), 1u);
+  RunFor(Timeout());
+  auto events = b_->Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, K::ReqReceived);
+  EXPECT_NE(events[0].id, passive);
+  EXPECT_EQ(b_->agent.DropRequest(events[0].id + 1), WV_NOT_FOUND);
+  ASSERT_EQ(b_->agent.Accept(events[0].id, Accepting()), WV_SUCCESS);
+  EXPECT_EQ(b_->agent.DropRequest(events[0].id), WV_INVALID_DEVICE_STATE);
+}
+
+TEST_F(RoceCm, ReqWithAPathMtuCodeOutsideOneToFiveIsRejectedInvalidMtu) {
+  ASSERT_EQ(b_->agent.Listen(kService), WV_SUCCESS);
+  uint32_t comm_id = 0x100;
+  for (uint8_t code : {0, 6, 7, 15}) {
+    SCOPED_TRACE(int(code));
+    CmMessage req = PeerReq(++comm_id);
+    req.req.path_mtu = code;
+    pipe.Reset();
+    Inject(*b_, req, a_->address);
+    EXPECT_EQ(b_->agent.size(), 0u);  // no CEP
+    EXPECT_TRUE(b_->Events().empty());
+    auto rejs = pipe.Sent(CmAttr::Rej);
+    ASSERT_EQ(rejs.size(), 1u);
+    EXPECT_EQ(rejs[0].rej.reason, 26);
+    EXPECT_EQ(rejs[0].rej.remote_comm_id, comm_id);
+    EXPECT_EQ(rejs[0].mad.transaction_id, req.mad.transaction_id);
+  }
+  CmMessage uc = PeerReq(++comm_id);
+  uc.req.transport_service_type = 1;  // UC: not served
+  pipe.Reset();
+  Inject(*b_, uc, a_->address);
+  EXPECT_EQ(b_->agent.size(), 0u);
+  ASSERT_EQ(pipe.Sent(CmAttr::Rej).size(), 1u);
+  EXPECT_EQ(pipe.Sent(CmAttr::Rej)[0].rej.reason, 9);
+  EXPECT_EQ(b_->agent.counters().Limited(CmLimit::InvalidReq), 5u);
+  for (uint8_t code = 1; code <= 5; ++code) {  // every IB MTU is taken
+    CmMessage req = PeerReq(++comm_id, kQpnA + code);
+    req.req.path_mtu = code;
+    Inject(*b_, req, a_->address);
+  }
+  EXPECT_EQ(b_->agent.size(), 5u);
+  EXPECT_EQ(b_->Events().size(), 5u);
+}
+
+TEST_F(RoceCm, PeerTimeoutsRetriesReadLimitsAndRnrRetriesAreClampedToOurs) {
+  CmConfig cb = Config(kGuidB, 0x22000000);
+  cb.max_rnr_retry = 6;
+  cb.max_read_limit = 128;
+  Start(Config(kGuidA, 0x11000000), cb);
+  ASSERT_EQ(b_->agent.Listen(kService), WV_SUCCESS);
+  CmMessage req = PeerReq(0x77);
+  req.req.local_cm_response_timeout = 31;   // "answer my REP ... within 2.4 hours"
+  req.req.remote_cm_response_timeout = 31;
+  req.req.max_cm_retries = 15;
+  req.req.responder_resources = 255;
+  req.req.initiator_depth = 200;
+  req.req.rnr_retry_count = 7;  // forever
+  uint64_t start = clock.now;
+  Inject(*b_, req, a_->address);
+  auto events = b_->Events();
+  ASSERT_EQ(events.size(), 1u);
+  uint32_t passive = events[0].id;
+  // What the consumer sees is within the device's limits.
+  EXPECT_EQ(events[0].msg.req.responder_resources, 128);
+  EXPECT_EQ(events[0].msg.req.initiator_depth, 128);
+  EXPECT_EQ(events[0].msg.req.rnr_retry_count, 6);
+  // The request lives (1 + our 3 retries) of our timeouts, not 16 of 2.4 hours.
+  EXPECT_EQ(b_->agent.DeadlineOf(passive), start + 4 * Timeout());
+  EXPECT_EQ(b_->agent.TimeoutMsOf(passive), Timeout());
+  const CmCounters& c = b_->agent.counters();
+  EXPECT_EQ(c.Limited(CmLimit::ResponseTimeout), 1u);
+  EXPECT_EQ(c.Limited(CmLimit::Retries), 1u);
+  EXPECT_EQ(c.Limited(CmLimit::ReadLimits), 1u);
+  EXPECT_EQ(c.Limited(CmLimit::RnrRetry), 1u);
+
+  // Accepted, and the peer never answers the REP (nor sends data): the QP in RTR is given up
+  // after our bound, 4 transmissions of our timeout.
+  ASSERT_EQ(b_->agent.Accept(passive, Accepting()), WV_SUCCESS);
+  uint64_t accepted = clock.now;
+  RunUntil(accepted + 4 * Timeout() - 1);
+  EXPECT_TRUE(b_->Events().empty());
+  RunFor(1);
+  EXPECT_EQ(b_->EventKinds(), Kinds{K::RepTimeout});
+  EXPECT_EQ(pipe.Count(CmAttr::Rep), 4u);
+
+  // The same limits apply to a REP (here a forged one: b never sees a's REQ).
+  CmConfig ca = Config(kGuidA, 0x11000000);
+  ca.max_rnr_retry = 3;
+  Start(ca, cb);
+  uint32_t active = a_->agent.Connect(b_->address, Args());
+  pipe.Reset();
+  CmMessage rep;
+  rep.attr = CmAttr::Rep;
+  rep.rep.local_comm_id = 0x9999;
+  rep.rep.remote_comm_id = active;
+  rep.rep.local_qpn = kQpnB;
+  rep.rep.responder_resources = 250;
+  rep.rep.rnr_retry_count = 7;
+  Inject(*a_, rep, b_->address);
+  auto reps = a_->Events();
+  ASSERT_EQ(reps.size(), 1u);
+  EXPECT_EQ(reps[0].kind, K::RepReceived);
+  EXPECT_EQ(reps[0].msg.rep.responder_resources, 128);
+  EXPECT_EQ(reps[0].msg.rep.rnr_retry_count, 3);
+  EXPECT_EQ(a_->agent.counters().Limited(CmLimit::ReadLimits), 1u);
+  EXPECT_EQ(a_->agent.counters().Limited(CmLimit::RnrRetry), 1u);
+}
+
+TEST_F(RoceCm, MraWaitsAreClampedAndCountedPerExchange) {
+  CmConfig ca = Config(kGuidA, 0x11000000);
+  ca.mra_timeout_ms = 4295;  // time value 20
+  Start(ca, Config(kGuidB, 0x22000000));
+  uint32_t active = a_->agent.Connect(b_->address, Args());
+  pipe.Reset();  // b never hears of it
+  CmMessage mra;
+  mra.attr = CmAttr::Mra;
+  mra.mra.local_comm_id = 0x4444;
+  mra.mra.remote_comm_id = active;
+  mra.mra.message_mraed = 0;  // REQ
+  mra.mra.service_timeout = 31;  // 2.4 hours
+  Inject(*a_, mra, b_->address);
+  EXPECT_EQ(a_->agent.DeadlineOf(active), clock.now + 4295);
+  EXPECT_EQ(a_->agent.counters().Limited(CmLimit::MraTimeout), 1u);
+  RunFor(100);
+  mra.mra.service_timeout = 10;  // 4 ms: honoured as asked
+  Inject(*a_, mra, b_->address);
+  EXPECT_EQ(a_->agent.DeadlineOf(active), clock.now + TimeValueToMs(10));
+  uint64_t deadline = a_->agent.DeadlineOf(active);
+  Inject(*a_, mra, b_->address);  // a third: ignored
+  EXPECT_EQ(a_->agent.DeadlineOf(active), deadline);
+  EXPECT_EQ(a_->agent.counters().Limited(CmLimit::MraCount), 1u);
+  EXPECT_EQ(a_->EventKinds(), (Kinds{K::MraReceived, K::MraReceived}));
+  // The retransmissions go on as without MRAs: 1 + 3, then ReqTimeout.
+  RunFor(10 * Timeout());
+  EXPECT_EQ(a_->EventKinds(), Kinds{K::ReqTimeout});
+  EXPECT_EQ(pipe.Count(CmAttr::Req), 3u);  // the first was sent before the Reset
+}
+
+TEST_F(RoceCm, MessagesForAConnectionFromAnotherAddressAreDroppedAndCounted) {
+  auto [active, passive] = Establish();
+  const sockaddr_storage third = Address("10.0.0.3", 5000);  // a's IP, another port is as bad
+  const sockaddr_storage other_port = Address("10.0.0.1", 5001);
+  pipe.Reset();
+  uint64_t dropped = 0;
+  struct Forged {
+    CmAttr attr;
+    Node* to;
+  };
+  const Forged forged[] = {{CmAttr::Dreq, b_.get()}, {CmAttr::Rej, b_.get()}, {CmAttr::Rtu, b_.get()},
+                           {CmAttr::Drep, a_.get()}, {CmAttr::Rep, a_.get()}};
+  for (const sockaddr_storage* from : {&third, &other_port}) {
+    // Each names the connection's IDs exactly (as a's or b's peer would).
+    for (const Forged& f : forged) {
+      CmMessage m;
+      m.attr = f.attr;
+      if (f.to == b_.get()) ndwv::testing::SetCommIds(m, active, passive);
+      else ndwv::testing::SetCommIds(m, passive, active);
+      if (f.attr == CmAttr::Dreq) m.dreq.remote_qpn = kQpnB;
+      if (f.attr == CmAttr::Rej) m.rej.reason = 28;
+      Inject(*f.to, m, *from);
+      dropped++;
+    }
+    // A REQ that claims a's QP, which is connected: the stale rule is for a's own port.
+    Inject(*b_, PeerReq(0x5555), *from);
+    dropped++;
+  }
+  EXPECT_EQ(a_->agent.counters().Dropped(CmDrop::WrongSource) + b_->agent.counters().Dropped(CmDrop::WrongSource),
+            dropped);
+  EXPECT_EQ(b_->agent.counters().stale_rejects_sent, 0u);
+  EXPECT_TRUE(pipe.log.empty()) << "nothing is answered";
+  EXPECT_TRUE(a_->Events().empty());
+  EXPECT_TRUE(b_->Events().empty());
+  EXPECT_EQ(a_->State(active), CmState::Established);
+  EXPECT_EQ(b_->State(passive), CmState::Established);
+
+  // From the peer itself, the same DREQ closes the connection.
+  ASSERT_EQ(a_->agent.Disconnect(active), WV_SUCCESS);
+  Run();
+  EXPECT_EQ(b_->EventKinds(), Kinds{K::DreqReceived});
+}
+
+TEST_F(RoceCm, RepeatedReqFromAnotherAddressIsAnotherRequest) {
+  auto [active, passive] = Request();
+  // The same CA GUID and communication ID from elsewhere: not a repeat of a's REQ (no MRA to a),
+  // a request of its own.
+  CmMessage req = pipe.Sent(CmAttr::Req)[0];
+  req.req.local_qpn = kQpnA + 1;
+  Inject(*b_, req, Address("10.0.0.3", 5000));
+  auto events = b_->Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, K::ReqReceived);
+  EXPECT_NE(events[0].id, passive);
+  EXPECT_EQ(Key(events[0].peer), Key(Address("10.0.0.3", 5000)));
+  EXPECT_EQ(pipe.Count(CmAttr::Mra), 0u);
+  EXPECT_EQ(b_->State(passive), CmState::ReqRcvd);
 }
 
 // ---------------------------------------------------------------------------- Destroy (§3.4)

@@ -5,6 +5,8 @@
 
 #include <ndwv/wvstatus.h>
 
+#include "base/log.h"
+#include "dev/address.h"
 #include "wire/bytes.h"
 #include "wire/ib.h"
 
@@ -73,9 +75,18 @@ const char* ToString(CmEventKind k) {
 const char* ToString(CmDrop d) {
   static const char* const names[] = {"truncated", "bad version", "not CM", "bad method",
                                       "unknown attribute", "unknown comm ID", "comm ID mismatch",
-                                      "QPN mismatch", "wrong state", "duplicate"};
+                                      "QPN mismatch", "wrong state", "duplicate", "wrong source"};
   static_assert(std::size(names) == size_t(CmDrop::Count));
   return d < CmDrop::Count ? names[size_t(d)] : "?";
+}
+
+const char* ToString(CmLimit l) {
+  static const char* const names[] = {"invalid REQ", "backlog full", "request expired",
+                                      "CM response timeout clamped", "CM retries clamped",
+                                      "MRA service timeout clamped", "MRA ignored",
+                                      "read limits clamped", "RNR retry count clamped"};
+  static_assert(std::size(names) == size_t(CmLimit::Count));
+  return l < CmLimit::Count ? names[size_t(l)] : "?";
 }
 
 // §3.9: each side advertised the PSN it expects to receive and its own IRD/ORD.
@@ -110,6 +121,7 @@ QpAttributes PassiveQpAttributes(const wire::ib::CmReq& req, const AcceptArgs& o
 CmAgent::CmAgent(CmEnv& env, const CmConfig& config) : env_(env), config_(config) {
   config_.max_retries = std::min<uint32_t>(config_.max_retries, 15);  // a 4-bit field
   response_timeout_ = TimeValueFromMs(config_.response_timeout_ms);
+  mra_timeout_ = TimeValueFromMs(config_.mra_timeout_ms);
   next_index_ = config_.id_seed & kIndexMask;
   next_instance_ = uint8_t(config_.id_seed >> 24);
   next_tid_ = uint64_t(config_.id_seed) << 32;
@@ -140,7 +152,19 @@ const CmAgent::Cep* CmAgent::Find(uint32_t id) const {
   return it == ceps_.end() ? nullptr : &it->second;
 }
 
-CmAgent::Cep* CmAgent::Lookup(uint32_t ours, uint32_t theirs) {
+bool CmAgent::RemoteKey::operator==(const RemoteKey& o) const {
+  return ca_guid == o.ca_guid && comm_id == o.comm_id && SameAddress(from, o.from);
+}
+
+size_t CmAgent::RemoteKeyHash::operator()(const RemoteKey& k) const {
+  return std::hash<uint64_t>()(k.ca_guid ^ (uint64_t(k.comm_id) << 17)) ^ AddressHash(k.from);
+}
+
+size_t CmAgent::QpKeyHash::operator()(const std::pair<uint64_t, uint32_t>& k) const {
+  return std::hash<uint64_t>()(k.first ^ (uint64_t(k.second) << 29));
+}
+
+CmAgent::Cep* CmAgent::Lookup(const sockaddr_storage& from, uint32_t ours, uint32_t theirs) {
   Cep* cep = Find(ours);
   if (!cep) {
     Drop(CmDrop::UnknownCommId);
@@ -150,12 +174,43 @@ CmAgent::Cep* CmAgent::Lookup(uint32_t ours, uint32_t theirs) {
     Drop(CmDrop::CommIdMismatch);
     return nullptr;
   }
-  return cep;
+  return FromPeer(*cep, from) ? cep : nullptr;
 }
 
-CmAgent::Cep* CmAgent::FindByRemote(uint64_t ca_guid, uint32_t remote_id) {
-  auto it = by_remote_.find({ca_guid, remote_id});
+bool CmAgent::FromPeer(const Cep& cep, const sockaddr_storage& from) {
+  if (SameAddress(from, cep.peer)) return true;
+  Drop(CmDrop::WrongSource);
+  if (warn_wrong_source_.Allow(env_.NowMs())) {
+    NDWV_LOG(Warn, "roce cm id %08x: a message for the connection with %s came from %s: dropped",
+             cep.local_id, Describe(cep.peer).c_str(), Describe(from).c_str());
+  }
+  return false;
+}
+
+CmAgent::Cep* CmAgent::FindByRemote(uint64_t ca_guid, uint32_t remote_id, const sockaddr_storage& from) {
+  auto it = by_remote_.find({ca_guid, remote_id, from});
   return it == by_remote_.end() ? nullptr : Find(it->second);
+}
+
+void CmAgent::IndexQp(const Cep& cep) {
+  if (cep.remote_ca_guid || cep.remote_qpn) by_qp_[{cep.remote_ca_guid, cep.remote_qpn}] = cep.local_id;
+}
+
+void CmAgent::Limit(CmLimit limit, Cep* cep, const sockaddr_storage& peer, const char* detail) {
+  counters_.limits[size_t(limit)]++;
+  if (cep) {
+    uint32_t bit = 1u << size_t(limit);
+    if (cep->warned & bit) return;
+    cep->warned |= bit;
+  }
+  if (!warn_limits_[size_t(limit)].Allow(env_.NowMs())) return;
+  NDWV_LOG(Warn, "roce cm id %08x peer %s: %s (%s)", cep ? cep->local_id : 0, Describe(peer).c_str(),
+           ToString(limit), detail);
+}
+
+uint64_t CmAgent::DeadlineOf(uint32_t id) const {
+  const Cep* cep = Find(id);
+  return cep ? cep->deadline : UINT64_MAX;
 }
 
 CmState CmAgent::StateOf(uint32_t id) const {
@@ -186,6 +241,7 @@ uint64_t CmAgent::NextDeadlineMs() const {
 
 void CmAgent::EnterTimewait(Cep& cep) {
   cep.state = CmState::Timewait;
+  IndexQp(cep);
   Arm(cep, env_.NowMs() + config_.timewait_ms);
 }
 
@@ -197,7 +253,9 @@ void CmAgent::EnterIdle(Cep& cep) {
 
 void CmAgent::Erase(Cep& cep) {
   Disarm(cep);
-  if (cep.passive) by_remote_.erase({cep.remote_ca_guid, cep.remote_id});
+  if (cep.passive) by_remote_.erase({cep.remote_ca_guid, cep.remote_id, cep.peer});
+  auto qp = by_qp_.find({cep.remote_ca_guid, cep.remote_qpn});
+  if (qp != by_qp_.end() && qp->second == cep.local_id) by_qp_.erase(qp);
   ceps_.erase(cep.local_id);
 }
 
@@ -230,6 +288,7 @@ void CmAgent::Send(const sockaddr_storage& to, CmMessage m) {
 void CmAgent::SendOutstanding(Cep& cep, CmMessage m) {
   cep.outstanding = m;
   cep.transmissions = 1;
+  cep.mra_waits = 0;  // a new exchange
   Send(cep.peer, m);
   Arm(cep, env_.NowMs() + cep.timeout_ms);
 }
@@ -269,7 +328,7 @@ void CmAgent::SendMra(Cep& cep, MraFor what) {
   m.mra.local_comm_id = cep.local_id;
   m.mra.remote_comm_id = cep.remote_id;
   m.mra.message_mraed = what;
-  m.mra.service_timeout = TimeValueFromMs(config_.mra_timeout_ms);
+  m.mra.service_timeout = mra_timeout_;
   cep.last_answer = m;
   Send(cep.peer, m);
 }
@@ -354,6 +413,7 @@ int32_t CmAgent::SendRtu(uint32_t id, std::span<const uint8_t> private_data) {
   cep->last_answer = m;  // resent if the REP comes again (the RTU was lost)
   cep->state = CmState::Established;
   cep->established_reported = true;  // the active consumer knows: it sent the RTU
+  IndexQp(*cep);
   Send(cep->peer, m);
   return WV_SUCCESS;
 }
@@ -389,6 +449,16 @@ int32_t CmAgent::Accept(uint32_t id, const AcceptArgs& args) {
   return WV_SUCCESS;
 }
 
+int32_t CmAgent::DropRequest(uint32_t id) {
+  Cep* cep = Find(id);
+  if (!cep) return WV_NOT_FOUND;
+  if (cep->state != CmState::ReqRcvd && cep->state != CmState::MraReqSent) return WV_INVALID_DEVICE_STATE;
+  Limit(CmLimit::BacklogFull, nullptr, cep->peer, "REQ left unanswered");
+  std::erase_if(events_, [id](const CmEvent& e) { return e.id == id; });
+  Erase(*cep);
+  return WV_SUCCESS;
+}
+
 int32_t CmAgent::Reject(uint32_t id, std::span<const uint8_t> private_data) {
   Cep* cep = Find(id);
   if (!cep) return WV_NOT_FOUND;
@@ -417,6 +487,7 @@ int32_t CmAgent::Reject(uint32_t id, std::span<const uint8_t> private_data) {
 void CmAgent::ReportEstablished(Cep& cep, const CmMessage* rtu) {
   Disarm(cep);  // the REP is answered
   cep.state = CmState::Established;
+  IndexQp(cep);
   if (cep.established_reported) return;
   cep.established_reported = true;
   Emit(cep, CmEventKind::Established, rtu);
@@ -514,6 +585,14 @@ void CmAgent::OnDeadline(Cep& cep) {
     EnterIdle(cep);
     return;
   }
+  if (cep.state == CmState::ReqRcvd || cep.state == CmState::MraReqSent) {
+    // The consumer neither accepted nor rejected in time: the peer is told, as after REP retries.
+    Limit(CmLimit::RequestExpired, nullptr, cep.peer, "REJ timeout sent");
+    SendRej(cep, RejReason::Timeout, RejectedMessage::Req);
+    Emit(cep, CmEventKind::RequestExpired);
+    EnterIdle(cep);
+    return;
+  }
   bool retransmitting = cep.state == CmState::ReqSent || cep.state == CmState::MraReqRcvd ||
                         cep.state == CmState::RepSent || cep.state == CmState::MraRepRcvd ||
                         cep.state == CmState::DreqSent;
@@ -559,56 +638,38 @@ void CmAgent::OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad) 
   counters_.received[CmCounters::Index(m.attr)]++;
   switch (m.attr) {
     case CmAttr::Req: OnReq(from, m); break;
-    case CmAttr::Mra: OnMra(m); break;
-    case CmAttr::Rej: OnRej(m); break;
-    case CmAttr::Rep: OnRep(m); break;
-    case CmAttr::Rtu: OnRtu(m); break;
+    case CmAttr::Mra: OnMra(from, m); break;
+    case CmAttr::Rej: OnRej(from, m); break;
+    case CmAttr::Rep: OnRep(from, m); break;
+    case CmAttr::Rtu: OnRtu(from, m); break;
     case CmAttr::Dreq: OnDreq(from, m); break;
-    case CmAttr::Drep: OnDrep(m); break;
+    case CmAttr::Drep: OnDrep(from, m); break;
     default: Drop(CmDrop::UnknownAttribute); break;
   }
 }
 
-void CmAgent::OnReq(const sockaddr_storage& from, const CmMessage& m) {
-  const wire::ib::CmReq& req = m.req;
-  if (Cep* dup = FindByRemote(req.local_ca_guid, req.local_comm_id)) {
-    switch (dup->state) {
-      case CmState::ReqRcvd:  // the consumer is slow: ask for time (delayed MRA)
-        SendMra(*dup, kMraForReq);
-        dup->state = CmState::MraReqSent;
-        return;
-      case CmState::MraReqSent:
-        counters_.duplicate_answers++;
-        Send(dup->peer, dup->last_answer);
-        return;
-      case CmState::RepSent:
-      case CmState::MraRepRcvd:  // our REP was lost
-        counters_.duplicate_answers++;
-        Send(dup->peer, dup->outstanding);
-        return;
-      case CmState::Timewait:
-        counters_.stale_rejects_sent++;
-        SendRej(*dup, RejReason::StaleConnection, RejectedMessage::Req);
-        return;
-      default:
-        Drop(CmDrop::Duplicate);
-        return;
-    }
-  }
+void CmAgent::OnReq(const sockaddr_storage& from, const CmMessage& received) {
+  CmMessage m = received;
+  wire::ib::CmReq& req = m.req;
+  if (Cep* dup = FindByRemote(req.local_ca_guid, req.local_comm_id, from)) return OnDuplicateReq(*dup);
   if (!services_.contains(req.service_id)) {
     counters_.invalid_service_rejects_sent++;
     RejectReq(from, m, RejReason::InvalidServiceId);
     return;
   }
+  if (!CheckReq(from, m)) return;
   // The peer's QP is still bound to a connection of ours: that one is stale. A live one is told
   // so with a DREQ; one in time-wait keeps the QP number out of use until the timer (pitfall 15).
-  for (auto& [id, old] : ceps_) {
-    if (old.remote_ca_guid != req.local_ca_guid || old.remote_qpn != req.local_qpn) continue;
-    if (old.state != CmState::Timewait && old.state != CmState::Established) continue;
-    counters_.stale_rejects_sent++;
-    RejectReq(from, m, RejReason::StaleConnection);
-    if (old.state == CmState::Established) SendDreq(old);
-    return;
+  // Only the connection's own peer may say so: a REQ from elsewhere claiming its QP is dropped.
+  if (auto it = by_qp_.find({req.local_ca_guid, req.local_qpn}); it != by_qp_.end()) {
+    Cep& old = ceps_.at(it->second);
+    if (old.state == CmState::Timewait || old.state == CmState::Established) {
+      if (!FromPeer(old, from)) return;
+      counters_.stale_rejects_sent++;
+      RejectReq(from, m, RejReason::StaleConnection);
+      if (old.state == CmState::Established) SendDreq(old);
+      return;
+    }
   }
 
   uint32_t id = NewCommId();
@@ -620,51 +681,158 @@ void CmAgent::OnReq(const sockaddr_storage& from, const CmMessage& m) {
   cep.remote_ca_guid = req.local_ca_guid;
   cep.remote_qpn = req.local_qpn;
   cep.tid = m.mad.transaction_id;
-  // §3.5: the active side promised to answer our REP within its local response timeout.
-  cep.timeout_ms = TimeValueToMs(req.local_cm_response_timeout);
-  cep.max_retries = req.max_cm_retries;
+  // §3.5: the active side promised to answer our REP within its local response timeout. We
+  // wait for a peer no longer than for ourselves: its timeouts and retries are clamped to ours.
+  uint32_t ours = TimeValueToMs(response_timeout_);
+  uint32_t rep_timeout = TimeValueToMs(req.local_cm_response_timeout);
+  uint32_t req_timeout = TimeValueToMs(req.remote_cm_response_timeout);
+  if (rep_timeout > ours || req_timeout > ours)
+    Limit(CmLimit::ResponseTimeout, &cep, from, "REQ response timeouts above ours");
+  cep.timeout_ms = std::min(rep_timeout, ours);
+  if (req.max_cm_retries > config_.max_retries) Limit(CmLimit::Retries, &cep, from, "REQ Max CM Retries");
+  cep.max_retries = std::min<uint32_t>(req.max_cm_retries, config_.max_retries);
+  ClampReadLimits(cep, req.responder_resources, req.initiator_depth);
+  ClampRnrRetry(cep, req.rnr_retry_count);
   cep.state = CmState::ReqRcvd;
-  by_remote_[{cep.remote_ca_guid, cep.remote_id}] = id;
+  by_remote_[{cep.remote_ca_guid, cep.remote_id, cep.peer}] = id;
+  // The request lives as long as its sender waits for our REP unanswered (what it asked of us
+  // per transmission, times its transmissions); MRAs we send extend it (OnDuplicateReq).
+  Arm(cep, env_.NowMs() + uint64_t(std::min(req_timeout, ours)) * (1 + cep.max_retries) +
+               2 * config_.packet_lifetime_ms);
   Emit(cep, CmEventKind::ReqReceived, &m);
 }
 
-void CmAgent::OnMra(const CmMessage& m) {
-  Cep* cep = Lookup(m.mra.remote_comm_id, m.mra.local_comm_id);
-  if (!cep) return;
-  if (m.mra.message_mraed == kMraForReq &&
-      (cep->state == CmState::ReqSent || cep->state == CmState::MraReqRcvd)) {
-    cep->remote_id = m.mra.local_comm_id;
-    cep->state = CmState::MraReqRcvd;
-  } else if (m.mra.message_mraed == kMraForRep &&
-             (cep->state == CmState::RepSent || cep->state == CmState::MraRepRcvd)) {
-    cep->state = CmState::MraRepRcvd;
+// A REQ we hold already: its sender did not hear from us.
+void CmAgent::OnDuplicateReq(Cep& dup) {
+  switch (dup.state) {
+    case CmState::ReqRcvd:
+    case CmState::MraReqSent:
+      // The consumer is slow: ask for time (delayed MRA), a bounded number of times; each MRA
+      // promises an answer within its service timeout, so the request lives that much longer.
+      if (dup.mra_waits >= config_.max_mra_waits) {
+        Drop(CmDrop::Duplicate);
+        return;
+      }
+      dup.mra_waits++;
+      if (dup.state == CmState::ReqRcvd) {
+        SendMra(dup, kMraForReq);
+        dup.state = CmState::MraReqSent;
+      } else {
+        counters_.duplicate_answers++;
+        Send(dup.peer, dup.last_answer);
+      }
+      // The peer waits out the MRA's service timeout (and 2 packet lifetimes) before it repeats
+      // itself; the repeat then has a response time of ours to arrive in.
+      Arm(dup, std::max(dup.deadline, env_.NowMs() + TimeValueToMs(mra_timeout_) +
+                                          2 * config_.packet_lifetime_ms + TimeValueToMs(response_timeout_)));
+      return;
+    case CmState::RepSent:
+    case CmState::MraRepRcvd:  // our REP was lost
+      counters_.duplicate_answers++;
+      Send(dup.peer, dup.outstanding);
+      return;
+    case CmState::Timewait:
+      counters_.stale_rejects_sent++;
+      SendRej(dup, RejReason::StaleConnection, RejectedMessage::Req);
+      return;
+    default:
+      Drop(CmDrop::Duplicate);
+      return;
+  }
+}
+
+bool CmAgent::CheckReq(const sockaddr_storage& from, CmMessage& m) {
+  // An HCA cannot run a QP on an MTU it does not have, nor a service it does not offer: the REQ
+  // is refused with the reason IBA gives for each (an invalid MTU code would reach the
+  // transport's arithmetic as 0 bytes).
+  RejReason reason;
+  const char* detail;
+  char text[48];
+  if (wire::ib::MtuBytes(m.req.path_mtu) == 0) {
+    reason = RejReason::InvalidMtu;
+    snprintf(text, sizeof text, "path MTU code %u", unsigned(m.req.path_mtu));
+    detail = text;
+  } else if (m.req.transport_service_type != 0) {  // RC
+    reason = RejReason::InvalidTransportType;
+    snprintf(text, sizeof text, "transport service type %u", unsigned(m.req.transport_service_type));
+    detail = text;
   } else {
+    return true;
+  }
+  Limit(CmLimit::InvalidReq, nullptr, from, detail);
+  RejectReq(from, m, reason);
+  return false;
+}
+
+void CmAgent::ClampReadLimits(Cep& cep, uint8_t& responder_resources, uint8_t& initiator_depth) {
+  if (responder_resources <= config_.max_read_limit && initiator_depth <= config_.max_read_limit) return;
+  Limit(CmLimit::ReadLimits, &cep, cep.peer, "responder resources / initiator depth");
+  responder_resources = std::min(responder_resources, config_.max_read_limit);
+  initiator_depth = std::min(initiator_depth, config_.max_read_limit);
+}
+
+void CmAgent::ClampRnrRetry(Cep& cep, uint8_t& rnr_retry_count) {
+  if (rnr_retry_count <= config_.max_rnr_retry) return;  // 7 (forever) is the largest
+  Limit(CmLimit::RnrRetry, &cep, cep.peer, "RNR retry count");
+  rnr_retry_count = config_.max_rnr_retry;
+}
+
+void CmAgent::OnMra(const sockaddr_storage& from, const CmMessage& m) {
+  Cep* cep = Lookup(from, m.mra.remote_comm_id, m.mra.local_comm_id);
+  if (!cep) return;
+  bool for_req = m.mra.message_mraed == kMraForReq &&
+                 (cep->state == CmState::ReqSent || cep->state == CmState::MraReqRcvd);
+  bool for_rep = m.mra.message_mraed == kMraForRep &&
+                 (cep->state == CmState::RepSent || cep->state == CmState::MraRepRcvd);
+  if (!for_req && !for_rep) {
     Drop(CmDrop::WrongState);
     return;
   }
+  // A peer may not hold our exchange open as long and as often as it likes: a bounded number
+  // of MRAs, each for at most our own service timeout.
+  if (cep->mra_waits >= config_.max_mra_waits) {
+    Limit(CmLimit::MraCount, cep, from, "more MRAs than we honour per exchange");
+    return;
+  }
+  cep->mra_waits++;
+  uint32_t service = TimeValueToMs(m.mra.service_timeout);
+  if (m.mra.service_timeout > mra_timeout_) {
+    Limit(CmLimit::MraTimeout, cep, from, "MRA service timeout");
+    service = TimeValueToMs(mra_timeout_);
+  }
+  if (for_req) {
+    cep->remote_id = m.mra.local_comm_id;
+    cep->state = CmState::MraReqRcvd;
+  } else {
+    cep->state = CmState::MraRepRcvd;
+  }
   // §3.5: wait the service time the peer asked for before retransmitting.
-  Arm(*cep, env_.NowMs() + TimeValueToMs(m.mra.service_timeout) + 2 * config_.packet_lifetime_ms);
+  Arm(*cep, env_.NowMs() + service + 2 * config_.packet_lifetime_ms);
   Emit(*cep, CmEventKind::MraReceived, &m);
 }
 
-void CmAgent::OnRej(const CmMessage& m) {
+void CmAgent::OnRej(const sockaddr_storage& from, const CmMessage& m) {
   const wire::ib::CmRej& rej = m.rej;
   Cep* cep = nullptr;
   if (rej.remote_comm_id != 0) {
-    cep = Lookup(rej.remote_comm_id, rej.local_comm_id);
+    cep = Lookup(from, rej.remote_comm_id, rej.local_comm_id);
   } else if (rej.reason == uint16_t(RejReason::Timeout) && rej.reject_info_length >= 8) {
     // An active side that timed out before learning our ID names itself by its CA GUID.
-    cep = FindByRemote(wire::LoadBe64(rej.reject_info), rej.local_comm_id);
+    cep = FindByRemote(wire::LoadBe64(rej.reject_info), rej.local_comm_id, from);
     if (!cep) Drop(CmDrop::UnknownCommId);
   } else {
     Drop(CmDrop::UnknownCommId);
   }
   if (!cep) return;
   switch (cep->state) {
+    case CmState::ReqRcvd:
+    case CmState::MraReqSent:  // no QP was readied for the request: nothing to wait out
+      Disarm(*cep);
+      Emit(*cep, CmEventKind::Rejected, &m, rej.reason);
+      EnterIdle(*cep);
+      return;
     case CmState::ReqSent:
     case CmState::MraReqRcvd:
-    case CmState::ReqRcvd:
-    case CmState::MraReqSent:
     case CmState::RepSent:
     case CmState::MraRepRcvd:
       Disarm(*cep);
@@ -686,20 +854,25 @@ void CmAgent::OnRej(const CmMessage& m) {
   }
 }
 
-void CmAgent::OnRep(const CmMessage& m) {
-  const wire::ib::CmRep& rep = m.rep;
-  Cep* cep = Lookup(rep.remote_comm_id, rep.local_comm_id);
+void CmAgent::OnRep(const sockaddr_storage& from, const CmMessage& received) {
+  const wire::ib::CmRep& rep = received.rep;
+  Cep* cep = Lookup(from, rep.remote_comm_id, rep.local_comm_id);
   if (!cep) return;
   switch (cep->state) {
     case CmState::ReqSent:
-    case CmState::MraReqRcvd:
+    case CmState::MraReqRcvd: {
       Disarm(*cep);
       cep->remote_id = rep.local_comm_id;
       cep->remote_qpn = rep.local_qpn;
       cep->remote_ca_guid = rep.local_ca_guid;
       cep->state = CmState::RepRcvd;
+      cep->mra_waits = 0;  // a new exchange: the REP's
+      CmMessage m = received;
+      ClampReadLimits(*cep, m.rep.responder_resources, m.rep.initiator_depth);
+      ClampRnrRetry(*cep, m.rep.rnr_retry_count);
       Emit(*cep, CmEventKind::RepReceived, &m);
       return;
+    }
     case CmState::RepRcvd:  // the consumer has not sent its RTU yet: ask for time
       SendMra(*cep, kMraForRep);
       cep->state = CmState::MraRepSent;
@@ -724,8 +897,8 @@ void CmAgent::OnRep(const CmMessage& m) {
   }
 }
 
-void CmAgent::OnRtu(const CmMessage& m) {
-  Cep* cep = Lookup(m.rtu.remote_comm_id, m.rtu.local_comm_id);
+void CmAgent::OnRtu(const sockaddr_storage& from, const CmMessage& m) {
+  Cep* cep = Lookup(from, m.rtu.remote_comm_id, m.rtu.local_comm_id);
   if (!cep) return;
   switch (cep->state) {
     case CmState::RepSent:
@@ -754,6 +927,7 @@ void CmAgent::OnDreq(const sockaddr_storage& from, const CmMessage& m) {
     SendDrep(from, dreq.remote_comm_id, dreq.local_comm_id, m.mad.transaction_id);
     return;
   }
+  if (!FromPeer(*cep, from)) return;  // a third party may not close our connection
   if (dreq.remote_qpn != cep->local_qpn) {
     Drop(CmDrop::QpnMismatch);
     return;
@@ -788,8 +962,8 @@ void CmAgent::OnDreq(const sockaddr_storage& from, const CmMessage& m) {
   }
 }
 
-void CmAgent::OnDrep(const CmMessage& m) {
-  Cep* cep = Lookup(m.drep.remote_comm_id, m.drep.local_comm_id);
+void CmAgent::OnDrep(const sockaddr_storage& from, const CmMessage& m) {
+  Cep* cep = Lookup(from, m.drep.remote_comm_id, m.drep.local_comm_id);
   if (!cep) return;
   switch (cep->state) {
     case CmState::DreqSent:

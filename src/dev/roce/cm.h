@@ -17,18 +17,24 @@
 //     consumer sees that DREQ as its one disconnect event.
 // A DREQ reaching an active CEP before its consumer sent the RTU is dropped, as Linux does: the
 // peer retries it, and by then the RTU is out, so Connect's outcome still comes first.
+//
+// Every value in a peer's message is an attacker's (docs/security.md, "RoCE"): a REQ whose path MTU
+// or transport the device cannot use is refused; the timeouts, retry counts, MRA waits, read
+// limits and RNR retries a peer asks for are clamped to our own (CmLimit); a CEP answers only the
+// UDP address and port of its peer (CmDrop::WrongSource); and a passive CEP that the consumer
+// neither accepts nor rejects expires (RequestExpired), so that no peer holds state for long.
 #pragma once
 #include <sys/socket.h>
 
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <set>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
+#include "base/log.h"
 #include "wire/ib_cm.h"
 
 namespace ndwv::dev::roce {
@@ -41,8 +47,16 @@ struct CmConfig {
   // Added to every retransmit timeout twice (§3.5). A LAN's lifetime hides inside the response
   // timeout, so 0 is a fair default.
   uint32_t packet_lifetime_ms = 0;
-  // Service timeout advertised in our MRAs (Linux rdma_cm: time value 24, about 69 s).
+  // Service timeout advertised in our MRAs (Linux rdma_cm: time value 24, about 69 s), and the
+  // longest wait a peer's MRA may ask of us (both as the IB time value that covers it).
   uint32_t mra_timeout_ms = 68720;
+  // MRAs honoured per exchange (REQ, REP), and sent per REQ: each extends the wait once.
+  uint32_t max_mra_waits = 2;
+  // The device's most inbound/outbound RDMA Reads: a peer's responder resources and initiator
+  // depth are clamped to it before the consumer sees them.
+  uint8_t max_read_limit = 128;
+  // The most RNR retries a peer's REQ/REP may ask of our requester (7 = forever).
+  uint8_t max_rnr_retry = 7;
   // Start of the communication ID and transaction ID sequences: random in production, so that a
   // restarted process does not reuse the IDs its peers may still hold in time-wait.
   uint32_t id_seed = 0;
@@ -88,6 +102,7 @@ enum class CmEventKind : uint8_t {
   DrepReceived,  // msg.drep: our DREQ was answered; TIMEWAIT
   DreqTimeout,   // DREQ retries exhausted; TIMEWAIT
   TimewaitExit,  // TIMEWAIT over: the QP may be reused (pitfall 15)
+  RequestExpired,  // passive: neither accepted nor rejected in time; a REJ Timeout was sent, IDLE
 };
 const char* ToString(CmEventKind k);
 
@@ -107,9 +122,26 @@ enum class CmDrop : uint8_t {
   QpnMismatch,     // DREQ for another QP
   WrongState,      // not expected in the CEP's state
   Duplicate,       // a repeat that needs no answer (late RTU, DREP in TIMEWAIT, ...)
+  WrongSource,     // names a CEP (or its peer's QP) but comes from another address or port
   Count
 };
 const char* ToString(CmDrop d);
+
+// A bound a peer ran into (docs/security.md, "RoCE"): counted, and logged at Warn once per
+// connection and kind (at most one line a second per kind and agent).
+enum class CmLimit : uint8_t {
+  InvalidReq,       // REQ refused: path MTU code not 1..5 (REJ 26) or not RC (REJ 9)
+  BacklogFull,      // REQ dropped unanswered (DropRequest): the listener's backlog is full
+  RequestExpired,   // REQ neither accepted nor rejected in time (REJ Timeout)
+  ResponseTimeout,  // a CM response timeout above ours: clamped to ours
+  Retries,          // Max CM Retries above ours: clamped to ours
+  MraTimeout,       // an MRA's service timeout above mra_timeout_ms: clamped
+  MraCount,         // an MRA beyond max_mra_waits in one exchange: ignored
+  ReadLimits,       // responder resources / initiator depth above max_read_limit: clamped
+  RnrRetry,         // RNR retry count above max_rnr_retry: clamped
+  Count
+};
+const char* ToString(CmLimit l);
 
 struct CmCounters {
   static constexpr size_t kAttrs = 7;  // REQ .. DREP (attribute 0x10 + index)
@@ -121,10 +153,12 @@ struct CmCounters {
   uint64_t dreqs_without_connection = 0;  // answered with a DREP built from the DREQ
   uint64_t stale_rejects_sent = 0;        // REJ stale connection (10)
   uint64_t invalid_service_rejects_sent = 0;  // REJ invalid service ID (8)
+  uint64_t limits[size_t(CmLimit::Count)] = {};
 
   uint64_t Sent(wire::ib::CmAttr a) const { return sent[Index(a)]; }
   uint64_t Received(wire::ib::CmAttr a) const { return received[Index(a)]; }
   uint64_t Dropped(CmDrop d) const { return drops[size_t(d)]; }
+  uint64_t Limited(CmLimit l) const { return limits[size_t(l)]; }
   static size_t Index(wire::ib::CmAttr a) { return size_t(a) - size_t(wire::ib::CmAttr::Req); }
 };
 
@@ -180,10 +214,16 @@ class CmAgent {
   uint32_t Connect(const sockaddr_storage& to, const ConnectArgs& args);
   int32_t SendRtu(uint32_t id, std::span<const uint8_t> private_data = {});
 
-  // Passive side. REQs for a service nobody listens on are rejected with reason 8.
+  // Passive side. REQs for a service nobody listens on are rejected with reason 8. A REQ the
+  // consumer neither accepts nor rejects expires (RequestExpired) after the REQ's own budget
+  // (its remote CM response timeout times 1 + its Max CM Retries, each clamped to ours), extended
+  // by mra_timeout_ms for each MRA we send (at most max_mra_waits, in answer to repeats).
   int32_t Listen(uint64_t service_id);
   void StopListening(uint64_t service_id);
   int32_t Accept(uint32_t id, const AcceptArgs& args);
+  // The consumer has no room for a new request (its backlog is full): the CEP is erased and the
+  // REQ goes unanswered, so that the peer sends it again later (as Linux's rdma_cm does).
+  int32_t DropRequest(uint32_t id);
   // REJ consumer reject (28): passive before or after its REP, active after the REP.
   int32_t Reject(uint32_t id, std::span<const uint8_t> private_data = {});
   // The QP received its first packet in RTR: stands for a lost RTU (pitfall 8). Harmless once
@@ -210,6 +250,9 @@ class CmAgent {
   // REQ's local response timeout; DREQ: the CEP's own), 0 if no such ID. For tests and logs.
   uint32_t TimeoutMsOf(uint32_t id) const;
   size_t size() const { return ceps_.size(); }  // CEPs held, time-wait records included
+  // The deadline of a CEP's timer (retransmission, request lifetime, time-wait), UINT64_MAX if
+  // none or no such ID. For tests.
+  uint64_t DeadlineOf(uint32_t id) const;
 
  private:
   struct Cep {
@@ -227,28 +270,58 @@ class CmAgent {
     uint32_t max_retries = 0;
     uint32_t transmissions = 0;   // of `outstanding`
     uint64_t deadline = UINT64_MAX;
+    uint32_t mra_waits = 0;       // MRAs honoured (or, passive in REQ_RCVD, sent) this exchange
+    uint32_t warned = 0;          // CmLimit bits already logged for this connection
     wire::ib::CmMessage outstanding;  // REQ, REP or DREQ awaiting its answer
     wire::ib::CmMessage last_answer;  // RTU or MRA, resent when the peer repeats itself
   };
 
+  // A peer's request as the passive CEP knows it again: its CA GUID, its communication ID and
+  // the UDP address it came from (a REQ repeated from elsewhere is another request).
+  struct RemoteKey {
+    uint64_t ca_guid;
+    uint32_t comm_id;
+    sockaddr_storage from;
+    bool operator==(const RemoteKey& o) const;
+  };
+  struct RemoteKeyHash {
+    size_t operator()(const RemoteKey& k) const;
+  };
+  // A peer's QP: its CA GUID and QPN (the stale-connection rule).
+  struct QpKeyHash {
+    size_t operator()(const std::pair<uint64_t, uint32_t>& k) const;
+  };
+
   // One handler per incoming message type.
   void OnReq(const sockaddr_storage& from, const wire::ib::CmMessage& m);
-  void OnMra(const wire::ib::CmMessage& m);
-  void OnRej(const wire::ib::CmMessage& m);
-  void OnRep(const wire::ib::CmMessage& m);
-  void OnRtu(const wire::ib::CmMessage& m);
+  void OnMra(const sockaddr_storage& from, const wire::ib::CmMessage& m);
+  void OnRej(const sockaddr_storage& from, const wire::ib::CmMessage& m);
+  void OnRep(const sockaddr_storage& from, const wire::ib::CmMessage& m);
+  void OnRtu(const sockaddr_storage& from, const wire::ib::CmMessage& m);
   void OnDreq(const sockaddr_storage& from, const wire::ib::CmMessage& m);
-  void OnDrep(const wire::ib::CmMessage& m);
+  void OnDrep(const sockaddr_storage& from, const wire::ib::CmMessage& m);
+  void OnDuplicateReq(Cep& dup);
   void OnDeadline(Cep& cep);  // may erase cep
 
   uint32_t NewCommId();
   uint64_t NewTid();
   Cep* Find(uint32_t id);
   const Cep* Find(uint32_t id) const;
-  // The CEP a message names: `ours` is its remote_comm_id field, `theirs` its local_comm_id.
-  // theirs is checked only once we know the peer's ID. Counts the drop when none matches.
-  Cep* Lookup(uint32_t ours, uint32_t theirs);
-  Cep* FindByRemote(uint64_t ca_guid, uint32_t remote_id);
+  // The CEP a message from `from` names: `ours` is its remote_comm_id field, `theirs` its
+  // local_comm_id. theirs is checked only once we know the peer's ID. Counts the drop when none
+  // matches, or when the message does not come from the CEP's peer.
+  Cep* Lookup(const sockaddr_storage& from, uint32_t ours, uint32_t theirs);
+  Cep* FindByRemote(uint64_t ca_guid, uint32_t remote_id, const sockaddr_storage& from);
+  bool FromPeer(const Cep& cep, const sockaddr_storage& from);  // counts and warns if not
+  // The peer's QP is now bound to this CEP (ESTABLISHED or TIMEWAIT): the stale rule finds it.
+  void IndexQp(const Cep& cep);
+
+  // Validation: false if the REQ is refused (a REJ was sent). Clamps `req` to our limits.
+  bool CheckReq(const sockaddr_storage& from, wire::ib::CmMessage& m);
+  void ClampReadLimits(Cep& cep, uint8_t& responder_resources, uint8_t& initiator_depth);
+  void ClampRnrRetry(Cep& cep, uint8_t& rnr_retry_count);
+  // A peer ran into `limit`: counted; a Warn line names the peer (once per CEP and kind).
+  void Limit(CmLimit limit, Cep* cep, const sockaddr_storage& peer, const char* detail);
 
   void Send(const sockaddr_storage& to, wire::ib::CmMessage m);
   void SendOutstanding(Cep& cep, wire::ib::CmMessage m);  // first transmission, timer armed
@@ -274,15 +347,18 @@ class CmAgent {
   CmEnv& env_;
   CmConfig config_;
   uint8_t response_timeout_ = 0;  // config_.response_timeout_ms as an IB time value
+  uint8_t mra_timeout_ = 0;       // config_.mra_timeout_ms as an IB time value
   uint32_t next_index_ = 0;       // low 24 bits of a communication ID
   uint8_t next_instance_ = 0;     // top 8 bits, revolving
   uint64_t next_tid_ = 0;
   std::unordered_map<uint32_t, Cep> ceps_;
-  std::map<std::pair<uint64_t, uint32_t>, uint32_t> by_remote_;  // passive: (CA GUID, peer's ID)
+  std::unordered_map<RemoteKey, uint32_t, RemoteKeyHash> by_remote_;  // passive CEPs
+  std::unordered_map<std::pair<uint64_t, uint32_t>, uint32_t, QpKeyHash> by_qp_;
   std::unordered_set<uint64_t> services_;
   std::set<std::pair<uint64_t, uint32_t>> deadlines_;  // (deadline, local id)
   std::deque<CmEvent> events_;
   CmCounters counters_;
+  base::LogRateLimit warn_limits_[size_t(CmLimit::Count)], warn_wrong_source_;
 };
 
 }  // namespace ndwv::dev::roce

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/settings.h"
 #include "dev/address.h"
+#include "dev/counters.h"
 #include "wire/ib_cm.h"
 
 namespace ndwv::dev::roce {
@@ -174,30 +175,56 @@ int32_t Endpoint::GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* o
 }
 
 void Endpoint::OnRequest(const CmEvent& event) {
-  // Under mutex_ (listener). The request becomes an endpoint of its own until a GetRequest
-  // target adopts it; its CM events go to whoever holds it.
+  // Under mutex_ (listener). Beyond the backlog a request goes unanswered: its sender's CM sends
+  // it again, by when the application may have taken others (a REJ would end a Connect that
+  // waiting lets succeed; Linux's rdma_cm drops it too). Its CEP is gone meanwhile.
+  if (int(requests_.queued()) >= backlog_) {
+    port_->Cm([&](CmAgent& agent) { return agent.DropRequest(event.id); });
+    return;
+  }
+  // The request becomes an endpoint of its own until a GetRequest target adopts it; its CM
+  // events go to whoever holds it.
+  const CmReq& req = event.msg.req;
   auto child = std::make_shared<Endpoint>();
   child->port_ = port_;
   child->local_ = local_;
   child->comm_id_ = event.id;
-  child->req_ = event.msg.req;
-  child->peer_qpn_ = event.msg.req.local_qpn;
+  child->req_ = req;
+  child->peer_qpn_ = req.local_qpn;
+  // The peer is where the REQ came from. The RDMA-CM IP header's source is the sender's claim
+  // (an honest one differs behind a NAT): a mismatch is counted and logged, not refused.
   child->peer_port_ = event.peer;
+  child->peer_ = event.peer;
   IpHeader ip;
-  if (DecodeIpHeader({event.msg.req.private_data, kIpHeaderLen}, ip)) child->peer_ = ip.source;
-  else child->peer_ = event.peer;
-  child->peer_params_ = PeerParams(event.msg.req.responder_resources, event.msg.req.initiator_depth,
-                                   event.msg.req.private_data + kIpHeaderLen);
-  child->mtu_ = MtuBytes(std::min<uint8_t>(event.msg.req.path_mtu, PathMtuCode(event.peer)));
+  if (DecodeIpHeader({req.private_data, kIpHeaderLen}, ip) && !SameAddress(ip.source, event.peer)) {
+    AdapterCounters(Transport::Roce).AddShared(Counter::CmPeerAddressMismatches);
+    static base::LogRateLimit warnings;
+    if (warnings.Allow(port_->NowMs()))
+      NDWV_LOG(Warn, "roce cm id %08x: a REQ from %s claims to come from %s (the peer is where it came from)",
+               event.id, Describe(event.peer).c_str(), Describe(ip.source).c_str());
+  }
+  child->peer_params_ = PeerParams(req.responder_resources, req.initiator_depth, req.private_data + kIpHeaderLen);
+  child->listener_ = weak_from_this();
   child->state_ = State::Requested;
   port_->AddUser(event.id, child);
-  if (int(requests_.queued()) >= backlog_) {  // the backlog is full: the peer is refused
-    port_->Cm([&](CmAgent& agent) { return agent.Reject(event.id); });
-    port_->RemoveUser(event.id);
-    return;
-  }
   Finisher finish;  // completes under our lock: its owner does not call back into the listener
   requests_.Arrive(std::move(child), finish);
+}
+
+void Endpoint::RequestGone() {
+  std::shared_ptr<Endpoint> listener;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (state_ == State::Requested) listener = listener_.lock();
+  }
+  if (!listener) return;  // taken by a GetRequest: its Accept will find it gone
+  listener->Withdraw(this);
+  Close();  // the CEP is erased
+}
+
+void Endpoint::Withdraw(const Endpoint* request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  requests_.Withdraw(request);
 }
 
 void Endpoint::Adopt(Endpoint& child) {
@@ -210,7 +237,6 @@ void Endpoint::Adopt(Endpoint& child) {
   peer_ = child.peer_;
   peer_port_ = child.peer_port_;
   peer_params_ = child.peer_params_;
-  mtu_ = child.mtu_;
   child.comm_id_ = 0;
   child.state_ = State::Closed;
   port_->AddUser(comm_id_, weak_from_this());
@@ -326,6 +352,11 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   }
   if (state_ != State::Requested) return WV_CONNECTION_INVALID;
   if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
+  // The request may have expired, or its peer given up, since it was taken.
+  CmState request = port_->Cm([&](CmAgent& agent) { return agent.StateOf(comm_id_); });
+  if (request != CmState::ReqRcvd && request != CmState::MraReqSent) return WV_CONNECTION_ABORTED;
+  // The path MTU: the REQ's (a valid code: the CM refuses others), at most what the route takes.
+  mtu_ = MtuBytes(std::min<uint8_t>(req_.path_mtu, PathMtuCode(peer_port_)));
   local_params_ = params;
   if (qp->state() == QpState::Reset) qp->Modify(QpState::Init);
   qp->Modify(QpState::Rtr);
@@ -394,6 +425,7 @@ void Endpoint::OnFirstPacket() {
 // ------------------------------------------------------------------------------- CM events
 
 void Endpoint::OnCmEvent(const CmEvent& event) {
+  if (event.kind == CmEventKind::RequestExpired || event.kind == CmEventKind::Rejected) RequestGone();
   Finisher finish;
   std::lock_guard<std::mutex> lock(mutex_);
   NDWV_LOG(Debug, "%s: %s (id %08x) in %s", identity_.c_str(), roce::ToString(event.kind), event.id,
@@ -470,6 +502,7 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
       return;
     case CmEventKind::MraReceived:
     case CmEventKind::TimewaitExit:
+    case CmEventKind::RequestExpired:  // a request taken but not accepted: Accept finds it gone
       return;
   }
 }

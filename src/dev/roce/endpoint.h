@@ -66,6 +66,10 @@ class Endpoint final : public ConnectEndpoint,
 
   void OnRequest(const CmEvent& event);  // listener: a REQ for our service
   void Adopt(Endpoint& child);           // the GetRequest target takes the request (ListenQueue)
+  // The request went away before it was accepted (expired, or its peer gave up): a queued one
+  // leaves its listener's queue. Called without mutex_.
+  void RequestGone();
+  void Withdraw(const Endpoint* request);  // listener: takes a gone request off the queue
   // The link sends and receives through `data_port` (null: port_).
   // False if the QP failed meanwhile (the link is not started).
   [[nodiscard]] bool StartLink(const RcParams& params, std::shared_ptr<Port> data_port = nullptr);
@@ -76,7 +80,7 @@ class Endpoint final : public ConnectEndpoint,
   std::mutex mutex_;
   State state_ = State::Idle;
   sockaddr_storage local_{};        // as bound (the ND address)
-  sockaddr_storage peer_{};         // the peer's ND address (Connect's, or the REQ's IP header)
+  sockaddr_storage peer_{};         // the peer's ND address (Connect's, or where the REQ came from)
   sockaddr_storage peer_port_{};    // the peer's UDP port: where CM answers and data go
   std::shared_ptr<Port> port_;
   bool exclusive_port_ = false;     // port_ serves this endpoint alone (bound by it, not shared)
@@ -102,6 +106,7 @@ class Endpoint final : public ConnectEndpoint,
   uint64_t service_id_ = 0;
   ListenQueue<Endpoint> requests_;
   friend class ListenQueue<Endpoint>;
+  std::weak_ptr<Endpoint> listener_;  // a request not yet taken: the listener that queued it
 
   // Pre-allocated: the passive QP to RTS once established, on the work pool.
   struct EstablishedWork : WorkItem {

@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "base/settings.h"
 #include "dev/address.h"
+#include "dev/device.h"
 #include "wire/bytes.h"
 #include "wire/ib_cm.h"
 
@@ -42,15 +43,20 @@ constexpr int kSocketBuffer = 4 << 20;  // room for a window of full-size packet
 
 CmConfig AgentConfig() {
   const base::Settings& s = base::Config();
-  // "ndwv" + a random part: the CA GUID names this process's device to its peers (stale
-  // connection detection keys on it).
-  static const uint64_t guid = 0x6e647776ull << 32 | (uint64_t(getpid()) << 8 & 0xFFFFFF00u) | 2;
+  // The CA GUID names this process's device to its peers (stale connection detection keys on
+  // it): "ndw" and 40 random bits, so that nobody can tell it from the process ID.
+  static const uint64_t guid = [] {
+    std::random_device random;
+    return 0x6e6477ull << 40 | ((uint64_t(random()) << 32 | random()) & 0xFFFFFFFFFFull);
+  }();
   CmConfig config;
   config.response_timeout_ms = s.roce_cm_timeout_ms;
   config.max_retries = s.roce_cm_retries;
   config.timewait_ms = s.roce_timewait_ms;
   config.ca_guid = guid;
   config.id_seed = uint32_t(std::random_device{}());
+  config.max_read_limit = uint8_t(kMaxReadLimit);
+  config.max_rnr_retry = s.roce_rnr_retry;
   return config;
 }
 
@@ -616,6 +622,16 @@ void Port::AddCountersLocked(CounterValues& sum) const {
   add(Counter::CmRepTimeouts, cm.rep_timeouts);
   add(Counter::CmDreqTimeouts, cm.dreq_timeouts);
   for (uint64_t dropped : cm.drops) add(Counter::CmDrops, dropped);
+  add(Counter::CmDropsWrongSource, cm.Dropped(CmDrop::WrongSource));
+  add(Counter::CmReqsInvalid, cm.Limited(CmLimit::InvalidReq));
+  add(Counter::CmReqsBacklogFull, cm.Limited(CmLimit::BacklogFull));
+  add(Counter::CmReqsExpired, cm.Limited(CmLimit::RequestExpired));
+  add(Counter::CmClampedTimeouts, cm.Limited(CmLimit::ResponseTimeout));
+  add(Counter::CmClampedRetries, cm.Limited(CmLimit::Retries));
+  add(Counter::CmClampedMraTimeouts, cm.Limited(CmLimit::MraTimeout));
+  add(Counter::CmMrasIgnored, cm.Limited(CmLimit::MraCount));
+  add(Counter::CmClampedReadLimits, cm.Limited(CmLimit::ReadLimits));
+  add(Counter::CmClampedRnrRetries, cm.Limited(CmLimit::RnrRetry));
 }
 
 void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, Run& run) {
@@ -769,7 +785,7 @@ void Port::DeliverEvents(std::unique_lock<std::mutex>& lock) {
     }
     if (!user) {
       // Nobody holds this ID any more (the endpoint was released): the agent winds it down.
-      if (next.kind == CmEventKind::ReqReceived) agent_->Reject(next.id);
+      if (next.kind == CmEventKind::ReqReceived) agent_->Destroy(next.id);
       continue;
     }
     lock.unlock();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <shared_mutex>
 
@@ -77,6 +78,16 @@ uint32_t PacketsFor(uint64_t length, uint32_t mtu) {
   return length == 0 ? 1 : uint32_t((length + mtu - 1) / mtu);
 }
 
+// The transport divides by the MTU and builds packets of up to 4096 bytes of payload (TxBatch):
+// only an IB MTU (256 .. 4096, a power of two) is installed. The CM refuses a REQ that asks for
+// another; this is the last line against a bug that would let one through.
+RcParams Checked(RcParams params) {
+  uint32_t mtu = std::bit_floor(std::clamp<uint32_t>(params.mtu, 256, 4096));
+  if (mtu != params.mtu) NDWV_LOG(Error, "roce rc: MTU %u is no IB MTU; %u is used", params.mtu, mtu);
+  params.mtu = mtu;
+  return params;
+}
+
 WcStatus StatusForNak(uint8_t code) {
   switch (NakCode(code)) {
     case NakCode::RemoteAccessError: return WcStatus::RemoteAccess;
@@ -99,7 +110,7 @@ RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const 
                std::weak_ptr<RcObserver> observer)
     : port_(std::move(port)),
       qp_(std::move(qp)),
-      params_(params),
+      params_(Checked(params)),
       observer_(std::move(observer)),
       qpn_(qp_->qpn()),
       next_psn_(params.sq_psn & kPsnMask),
@@ -805,9 +816,11 @@ bool RcLink::ExecuteRead(const Packet& packet, bool duplicate) {
   uint32_t packets = PacketsFor(h.reth.length, params_.mtu);
   if (duplicate) {
     // Answered again from where the requester asks; a response still queued for the same or
-    // later PSNs is replaced by this one.
+    // later PSNs is replaced by this one. No more are queued than new Reads may be (IRD): a
+    // peer repeating old PSNs while it does not read its socket holds no more of our memory.
     while (!responses_.empty() && PsnDiff(responses_.back().psn, h.bth.psn) >= 0) responses_.pop_back();
     if (PsnDiff(PsnAdd(h.bth.psn, packets), epsn_) > 0) return false;  // claims PSNs never used
+    if (responses_.size() >= std::max<uint32_t>(params_.ird, 1)) return false;  // asked again later
   } else if (responses_.size() >= params_.ird) {
     Nak(NakCode::InvalidRequest, h.bth.psn, true);  // beyond the Reads we granted: a protocol error
     return false;
