@@ -1339,7 +1339,7 @@ TEST_F(RoceHostile, ReqWithPathMtuCodeZeroOrSevenIsRefusedInvalidMtuAndTheListen
   ASSERT_NO_FATAL_FAILURE(Establish(c));
   ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, Bytes(100, 40), 0));
   uint32_t read_psn = c.Take(2);
-  c.peer.Send(c.ReadRequest(read_psn, c.readable.addr(), c.readable.key, 2 * kMtu));
+  c.peer.Send(c.ReadRequest(read_psn, c.readable.addr(), c.readable.rkey, 2 * kMtu));
   for (uint32_t k = 0; k < 2; ++k) {
     Inbound r;
     ASSERT_TRUE(c.peer.Next(r));
@@ -1364,7 +1364,7 @@ TEST_F(RoceHostile, AnRcLinkGivenAnMtuOfZeroStillCutsPacketsOfAnIbMtu) {
   params.sq_psn = 100;
   params.mtu = 0;
   auto link = std::make_shared<roce::RcLink>(port_of_link, c.qp, params, std::weak_ptr<roce::RcObserver>());
-  link->Start();
+  ASSERT_TRUE(link->Start());
   ASSERT_EQ(c.qp->Modify(QpState::Rts), WV_SUCCESS);
   std::vector<uint8_t> message = Bytes(600, 41);
   memcpy(c.writable.region(), message.data(), message.size());
