@@ -1385,6 +1385,11 @@ TEST(ConformanceAdapter, ReleaseEverythingRightAfterAnUnawaitedDisconnect) {
       IT_CHECK(CloseHandle(file));
       IT_CHECK_EQ(0u, adapter.Reset());
     }
+    // Released with it pending, the connector still ends its Disconnect (the QP's flush included).
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!HasOverlappedIoCompleted(&disconnect) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    IT_CHECK_MSG(HasOverlappedIoCompleted(&disconnect), "the released connector's Disconnect never completed");
     Ov notify;
     HRESULT hr = b.connector->NotifyDisconnect(notify.Prepare(b.connector.get()));
     IT_OK(notify.Finish(hr, "the peer's NotifyDisconnect"));

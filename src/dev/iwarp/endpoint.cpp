@@ -816,6 +816,7 @@ void Endpoint::Close() {
     handshaking_.clear();
     for (auto& c : requests_.TakeQueued()) children.push_back(std::move(c));
     for (auto& c : children) c->listed_in_ = ListedIn::Nothing;
+    if (disconnect_) FinishDisconnect(WV_CANCELLED);  // released mid-close: the request still ends
     SetState(State::Closed);
   }
   if (stream) stream->Abort();  // released while connected: abortive close, the QP is flushed

@@ -657,6 +657,7 @@ void Endpoint::Close() {
     link_.reset();
     qp_.reset();
     children = requests_.TakeQueued();
+    if (disconnect_) FinishDisconnect(WV_CANCELLED);  // released mid-close: the request still ends
     SetState(State::Closed);
   }
   if (link) link->Fail();
