@@ -124,6 +124,13 @@ void EndAfterThePeerDied(Endpoint& e, Ov& notify, HRESULT issued) {
   e.qp.Reset();
 }
 
+// Binds a listener or connector to 127.0.0.1:port, once: no retry.
+template <class T>
+void BindTo(T* object, uint16_t port) {
+  sockaddr_in address = Loopback(port);
+  IT_OK(object->Bind(reinterpret_cast<sockaddr*>(&address), sizeof address));
+}
+
 // How the first process ends: "kill" (SIGKILL from the test, its connection still up), "exit"
 // (exit(0) with every ND object still open: atexit handlers run, nothing is disconnected) or
 // "stay" (the usual orderly end).
@@ -141,13 +148,11 @@ void EndAs(Channel& parent, const std::string& how) {
 
 // Binds a listener to 127.0.0.1:port (explicitly, once: no retry), serves one connection.
 IT_PEER(fixed_port_server) {
-  uint16_t port = uint16_t(args.GetNumber("port"));
   Adapter adapter;
   Endpoint server(adapter, Ctx(kServerQp));
   OneExchange exchange(server);
   server.listener = adapter.CreateListener();
-  sockaddr_in address = Loopback(port);
-  IT_OK(server.listener->Bind(reinterpret_cast<sockaddr*>(&address), sizeof address));
+  BindTo(server.listener.get(), uint16_t(args.GetNumber("port")));
   IT_OK(server.listener->Listen(0));
   parent.Send("listening");
   server.connector = GetConnectionRequest(adapter, server.listener.get());
@@ -210,13 +215,11 @@ TEST(IntegrationPortReuse, ServerPortIsFreeAtOnceAfterTheServerExitsWithoutDisco
 
 // Binds a connector to 127.0.0.1:local (explicitly, once), connects to the port it is told.
 IT_PEER(fixed_port_client) {
-  uint16_t local = uint16_t(args.GetNumber("local"));
   Adapter adapter;
   Endpoint client(adapter, Ctx(kClientQp));
   OneExchange exchange(client);
   client.connector = adapter.CreateConnector();
-  sockaddr_in address = Loopback(local);
-  IT_OK(client.connector->Bind(reinterpret_cast<sockaddr*>(&address), sizeof address));
+  BindTo(client.connector.get(), uint16_t(args.GetNumber("local")));
   sockaddr_in server = Loopback(uint16_t(parent.ReceiveValue("port")));
   Ov ov;
   HRESULT hr = client.connector->Connect(client.qp.get(), reinterpret_cast<sockaddr*>(&server), sizeof server,
