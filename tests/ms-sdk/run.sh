@@ -6,10 +6,12 @@
 #
 #   tests/ms-sdk/run.sh <programs dir> [iwarp] [roce]      (both transports if none is named)
 #
+# ndmpic's two processes (MPI ranks) each listen on, and bind their connectors to, ports of their
+# own address that the program fixes; two hosts in its design, 127.0.0.1 and 127.0.0.2 here.
 # A case passes when every process of it exits 0 within its time. Each case's output is kept in
 # <programs dir>/runs/<transport>.<case>.{server,client,single}.log. MS_SDK_ONLY="regex" runs the
 # cases whose names match. The ports are below the kernel's ephemeral range, except ndmpic's,
-# which the program fixes (54322-54329).
+# which the program fixes (54322-54330).
 set -uo pipefail
 if [ $# -lt 1 ]; then
   echo "usage: $0 <programs dir> [iwarp] [roce]" >&2
@@ -22,7 +24,6 @@ transports=("$@")
 runs=$bin/runs
 mkdir -p "$runs"
 ip=127.0.0.1
-linebuffered="stdbuf -oL -eL"  # line by line into the logs: a process killed at its timeout still shows how far it got
 port=$((20000 + RANDOM % 10000))
 
 # case name : program : kind (single, pair, peers) : server or single arguments : client arguments
@@ -47,7 +48,7 @@ cases=(
   "ndrpingpong-b:ndrpingpong:pair:-s -b $ip\:PORT:-c -b $ip\:PORT:900"
   "ndmval:ndmval:pair:-s $ip\:PORT:-c $ip\:PORT:120"
   "ndconn:ndconn:pair:-s $ip\:PORT:-c $ip\:PORT:150"
-  "ndmpic:ndmpic:peers:-s $ip $ip:-c $ip $ip:120"
+  "ndmpic:ndmpic:peers:-s 127.0.0.2 $ip:-c $ip 127.0.0.2:120"
   "ndmw:ndmw:pair:-s $ip\:PORT:-c $ip\:PORT:1800"
 )
 for test in NdConnClose NdConnListenClosing NdConnReject NdDualConnection NdDualListen NdInvalidIP \
@@ -103,20 +104,20 @@ for transport in "${transports[@]}"; do
     case $kind in
       single)
         # shellcheck disable=SC2086
-        $linebuffered "$bin/$program" $first > "$log.single.log" 2>&1 &
+        "$bin/$program" $first > "$log.single.log" 2>&1 &
         finish $! "$deadline"
         status=$?
         what=$(verdict $status)
         ;;
       pair|peers)
         # shellcheck disable=SC2086
-        $linebuffered "$bin/$program" $first > "$log.server.log" 2>&1 &
+        "$bin/$program" $first > "$log.server.log" 2>&1 &
         server=$!
         if [ "$kind" = pair ]; then
           for _ in $(seq 100); do port_open "$transport" "$port" && break; kill -0 $server 2>/dev/null || break; sleep 0.1; done
         fi
         # shellcheck disable=SC2086
-        $linebuffered "$bin/$program" $second > "$log.client.log" 2>&1 &
+        "$bin/$program" $second > "$log.client.log" 2>&1 &
         client=$!
         finish $client "$deadline"
         client_status=$?
@@ -132,8 +133,11 @@ for transport in "${transports[@]}"; do
         ;;
     esac
     result[$name.$transport]=$what
-    [ $status -ne 0 ] && failed=1
     printf '%-36s %-6s %s\n' "$name" "$transport" "$what"
+    if [ $status -ne 0 ]; then
+      failed=1
+      for side in "$log".*.log; do echo "    --- last lines of $side"; tail -n 5 "$side" | sed 's/^/    /'; done
+    fi
   done
 done
 

@@ -51,6 +51,8 @@ std::wstring Widen(const char* text) {
 // The entry point: Windows hands a UNICODE program its arguments as wide strings.
 int main(int argc, char* argv[]) {
   std::setlocale(LC_CTYPE, "");
+  // Line by line, also into a file: a program killed at its timeout still shows how far it got.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::vector<std::wstring> wide;
   for (int i = 0; i < argc; ++i) wide.push_back(Widen(argv[i]));
   std::vector<wchar_t*> pointers;
