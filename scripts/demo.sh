@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh --pgo build -DNDWV_TESTS=OFF
+scripts/build.sh --pgo build -DNDWV_TESTS=OFF -DNDWV_SANITIZE=OFF
 export NDWV_BENCH_SIZES=${NDWV_BENCH_SIZES:-8,4096,65536,1048576}
 export NDWV_BENCH_ITERS=${NDWV_BENCH_ITERS:-2000}
 port=$((20000 + RANDOM % 12000))  # below the ephemeral range (32768-60999): no outgoing connection holds it

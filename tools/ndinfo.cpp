@@ -41,10 +41,10 @@ void PrintDescriptorLimit() {
     return value == RLIM_INFINITY ? std::string("unlimited") : std::to_string(value);
   };
   std::printf("Descriptors (RLIMIT_NOFILE): %s, hard limit %s. iWARP holds one socket per\n"
-              "connection and per listener; RoCE one per bound port, and one per connection\n"
-              "on a listener's port while any are left. When none is left, Bind returns\n"
-              "ND_INSUFFICIENT_RESOURCES and an iWARP listener refuses incoming connections\n"
-              "(counter accepts_refused).\n\n",
+              "connection and per listener, and one more per explicit port bound (its claim);\n"
+              "RoCE one per bound port, and one per connection on a listener's port while any\n"
+              "are left. When none is left, Bind returns ND_INSUFFICIENT_RESOURCES and an\n"
+              "iWARP listener refuses incoming connections (counter accepts_refused).\n\n",
               text(limit.rlim_cur).c_str(), text(limit.rlim_max).c_str());
 }
 

@@ -29,8 +29,8 @@ void ReleaseHandle(HANDLE handle);
 // when an I/O starts, resets the OVERLAPPED's event.
 void BeginOverlapped(OVERLAPPED* ov);
 
-// Finishes the request: Internal = status, InternalHigh = bytes; signals hEvent (bit 0 masked
-// off); queues a packet to the port associated with `file` unless hEvent's bit 0 is set or no
+// Finishes the request: Internal = status, InternalHigh = bytes; signals hEvent (its tag bits
+// ignored); queues a packet to the port associated with `file` unless hEvent's bit 0 is set or no
 // port is associated (yet); wakes WaitOverlapped. `file` may be NULL (no port) and must be held
 // (RetainFile) by the caller. Does not change the thread's last error.
 void CompleteOverlapped(HANDLE file, OVERLAPPED* ov, HRESULT status, ULONG_PTR bytes = 0);

@@ -169,6 +169,12 @@ class File final : public HandleObject {
   ULONG_PTR key_ = 0;
 };
 
+// A handle without its two low bits, which Windows ignores in every call (an OVERLAPPED's
+// `hEvent | 1` is still the event). Objects are at least 4-byte aligned: the bits are never theirs.
+HandleObject* Untagged(HANDLE handle) {
+  return reinterpret_cast<HandleObject*>(reinterpret_cast<ULONG_PTR>(handle) & ~ULONG_PTR{3});
+}
+
 // The handles the application holds. Leaked on purpose so that handles closed from static
 // destructors after ours have run still work.
 class HandleTable {
@@ -190,21 +196,22 @@ class HandleTable {
     return object;
   }
 
-  // The open handle's object with a reference taken, or NULL if `handle` is not an open handle
-  // of type T.
+  // The open handle's object with a reference taken, or NULL if `handle` (tag bits ignored) is
+  // not an open handle of type T.
   template <class T>
   T* Acquire(HANDLE handle) {
     if (handle == nullptr || handle == INVALID_HANDLE_VALUE) return nullptr;
-    auto* object = static_cast<HandleObject*>(handle);
+    HandleObject* object = Untagged(handle);
     std::lock_guard lock(mutex_);
     if (!open_.contains(object) || object->kind() != T::kKind) return nullptr;
     object->Retain();
     return static_cast<T*>(object);
   }
 
-  // Forgets the handle and hands its creator reference to the caller; NULL if it was not open.
+  // Forgets the handle (tag bits ignored) and hands its creator reference to the caller; NULL if
+  // it was not open.
   HandleObject* Remove(HANDLE handle) {
-    auto* object = static_cast<HandleObject*>(handle);
+    HandleObject* object = Untagged(handle);
     std::lock_guard lock(mutex_);
     return open_.erase(object) != 0 ? object : nullptr;
   }
@@ -306,10 +313,8 @@ WaitBucket& BucketFor(const OVERLAPPED* ov) {
 
 std::atomic_ref<ULONG_PTR> InternalOf(OVERLAPPED* ov) { return std::atomic_ref(ov->Internal); }
 
-// Split hEvent: bit 0 asks for no completion-port packet; the rest is the event handle.
-HANDLE EventOf(HANDLE hEvent) {
-  return reinterpret_cast<HANDLE>(reinterpret_cast<ULONG_PTR>(hEvent) & ~ULONG_PTR{1});
-}
+// Split hEvent: bit 0 asks for no completion-port packet; the event is the handle (the event
+// lookup ignores the tag bits).
 bool SkipsPort(HANDLE hEvent) { return (reinterpret_cast<ULONG_PTR>(hEvent) & 1) != 0; }
 
 }  // namespace
@@ -333,7 +338,7 @@ void ReleaseHandle(HANDLE handle) {
 }
 
 void BeginOverlapped(OVERLAPPED* ov) {
-  if (auto event = Held<Event>::Lookup(EventOf(ov->hEvent))) event->Reset();
+  if (auto event = Held<Event>::Lookup(ov->hEvent)) event->Reset();
   std::atomic_ref(ov->InternalHigh).store(0, std::memory_order_relaxed);
   InternalOf(ov).store(EncodeStatus(ND_PENDING), std::memory_order_release);
 }
@@ -358,7 +363,7 @@ void CompleteOverlapped(HANDLE file, OVERLAPPED* ov, HRESULT status, ULONG_PTR b
     { std::lock_guard lock(bucket.mutex); }
     bucket.completed.notify_all();
   }
-  if (auto event = Held<Event>::Lookup(EventOf(hEvent))) event->Set();
+  if (auto event = Held<Event>::Lookup(hEvent)) event->Set();
   if (port != nullptr) port->Enqueue(Packet{ov, key, bytes, status});
 }
 

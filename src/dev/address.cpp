@@ -2,12 +2,16 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/un.h>
 
 #include <cerrno>
+#include <cstddef>
+#include <cstdio>
 #include <cstring>
-#include <random>
 
 #include <ndwv/wvstatus.h>
+
+#include "base/fork.h"
 
 namespace ndwv::dev {
 
@@ -59,58 +63,66 @@ std::string Describe(const sockaddr_storage& a) {
 
 namespace {
 
-constexpr uint16_t kFirstEphemeral = 49152;
-constexpr uint32_t kEphemeralCount = 65536 - kFirstEphemeral;
-
 void SetReuseAddress(int fd, int on) { setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on); }
 
-// bind(); with `take_time_wait`, when the port is taken, once more with SO_REUSEADDR. Linux grants
-// that only if every other socket on the port has SO_REUSEADDR too and none listens: connections
-// in TIME_WAIT that ReleaseTcpPort marked, never a live connector of ours (the flag is cleared
-// again once bound; a listener sets it, but listening holds the port anyway).
-bool TryBind(int fd, sockaddr_storage& local, bool take_time_wait) {
-  const sockaddr* address = reinterpret_cast<const sockaddr*>(&local);
-  if (bind(fd, address, AddressLength(local)) == 0) return true;
-  if (!take_time_wait || errno != EADDRINUSE) return false;
-  SetReuseAddress(fd, 1);
-  bool bound = bind(fd, address, AddressLength(local)) == 0;
-  int error = errno;
-  SetReuseAddress(fd, 0);
-  errno = error;
-  return bound;
-}
+bool OutOfResources(int error) { return error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM; }
 
-// One sweep of the ephemeral range from `start`: the first port that binds.
-bool BindEphemeral(int fd, sockaddr_storage& local, uint32_t start, bool take_time_wait) {
-  for (uint32_t i = 0; i < kEphemeralCount; ++i) {
-    SetPort(local, uint16_t(kFirstEphemeral + (start + i) % kEphemeralCount));
-    if (TryBind(fd, local, take_time_wait)) return true;
-    if (errno != EADDRINUSE) return false;
+// bind() and, for port 0, the port the kernel chose read back into `local`.
+int32_t BindAndReadBack(int fd, sockaddr_storage& local) {
+  bool ephemeral = PortOf(local) == 0;
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&local), AddressLength(local)) != 0) {
+    int error = errno;
+    if (error == EADDRINUSE) return ephemeral ? WV_TOO_MANY_ADDRESSES : WV_SHARING_VIOLATION;
+    return OutOfResources(error) ? WV_INSUFFICIENT_RESOURCES : WV_INVALID_ADDRESS;
   }
-  return false;
-}
-
-int32_t Bind(int fd, sockaddr_storage& local, bool tcp) {
-  if (PortOf(local) != 0) {
-    if (TryBind(fd, local, tcp)) return WV_SUCCESS;
-    return errno == EADDRINUSE ? WV_SHARING_VIOLATION : WV_INVALID_ADDRESS;
+  if (ephemeral) {
+    socklen_t length = sizeof local;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length);
   }
-  static thread_local std::minstd_rand random{std::random_device{}()};
-  uint32_t start = random() % kEphemeralCount;
-  // A free port first: on a port in TIME_WAIT, a connection to the same peer may be refused
-  // (the address pair lingers).
-  if (BindEphemeral(fd, local, start, false)) return WV_SUCCESS;
-  if (tcp && errno == EADDRINUSE && BindEphemeral(fd, local, start, true)) return WV_SUCCESS;
-  int32_t status = errno == EADDRINUSE ? WV_TOO_MANY_ADDRESSES : WV_INVALID_ADDRESS;
-  SetPort(local, 0);
-  return status;
+  return WV_SUCCESS;
 }
 
 }  // namespace
 
-int32_t BindNdPort(int fd, sockaddr_storage& local) { return Bind(fd, local, false); }
+int32_t BindUdpPort(int fd, sockaddr_storage& local) { return BindAndReadBack(fd, local); }
 
-int32_t BindNdTcpPort(int fd, sockaddr_storage& local) { return Bind(fd, local, true); }
+int32_t PortClaim::Take(const sockaddr_storage& local) {
+  Drop();
+  sockaddr_un name{};
+  name.sun_family = AF_UNIX;
+  // sun_path[0] = 0: the abstract namespace, where nothing is left behind in the file system.
+  int length = snprintf(name.sun_path + 1, sizeof name.sun_path - 1, "ndwv tcp port %s", Describe(local).c_str());
+  socklen_t size = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + length);
+  int fd = base::OpenSocket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC);
+  if (fd < 0) return WV_INSUFFICIENT_RESOURCES;
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&name), size) != 0) {
+    int error = errno;
+    base::CloseDescriptor(fd);
+    return error == EADDRINUSE ? WV_SHARING_VIOLATION : WV_INSUFFICIENT_RESOURCES;
+  }
+  fd_ = fd;
+  return WV_SUCCESS;
+}
+
+void PortClaim::Drop() {
+  if (fd_ >= 0) base::CloseDescriptor(fd_);
+  fd_ = -1;
+}
+
+int32_t BindTcpPort(int fd, sockaddr_storage& local, PortClaim& claim) {
+  if (PortOf(local) == 0) {
+    int on = 1;
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
+    return BindAndReadBack(fd, local);
+  }
+  // A retry of a failed Connect binds a new socket to the port its endpoint still holds.
+  if (!claim.held())
+    if (int32_t status = claim.Take(local); status != WV_SUCCESS) return status;
+  SetReuseAddress(fd, 1);
+  int32_t status = BindAndReadBack(fd, local);
+  if (status != WV_SUCCESS) claim.Drop();
+  return status;
+}
 
 void ReleaseTcpPort(int fd) { SetReuseAddress(fd, 1); }
 

@@ -1,4 +1,4 @@
-// Socket addresses as the device uses them: ports, printing, and binding in the ND port range.
+// Socket addresses as the device uses them: ports, printing, and binding with ND's port rules.
 #pragma once
 #include <sys/socket.h>
 
@@ -14,18 +14,50 @@ bool SameAddress(const sockaddr_storage& a, const sockaddr_storage& b);  // addr
 size_t AddressHash(const sockaddr_storage& a);  // equal for SameAddress addresses
 std::string Describe(const sockaddr_storage& a);  // "addr:port"
 
-// Binds fd to `local`. Port 0 means a port of the ND ephemeral range (49152-65535), tried from a
-// random start, written back into `local`. Returns a WV status: WV_SHARING_VIOLATION when the
-// port is taken, WV_TOO_MANY_ADDRESSES when the range is exhausted, WV_INVALID_ADDRESS otherwise.
-int32_t BindNdPort(int fd, sockaddr_storage& local);
+// Binds a UDP socket to `local`. Port 0: a port the kernel picks from its ephemeral range
+// (net.ipv4.ip_local_port_range), written back into `local`. Returns a WV status:
+// WV_SHARING_VIOLATION when the port is taken, WV_TOO_MANY_ADDRESSES when no port is free,
+// WV_INSUFFICIENT_RESOURCES when the process is out of descriptors or memory, WV_INVALID_ADDRESS
+// otherwise.
+int32_t BindUdpPort(int fd, sockaddr_storage& local);
 
-// BindNdPort for a TCP socket, where a port is in use while a live socket holds it, as an RDMA
-// NIC sees its own ports: closed connections lingering in TIME_WAIT do not count. Those are taken
-// over (explicit port), or used only when no port of the range is free (port 0). A live socket
-// holds its port alone: another Bind to it gets WV_SHARING_VIOLATION, in this process or another.
-int32_t BindNdTcpPort(int fd, sockaddr_storage& local);
+// An explicit TCP port held by one ND object of the host (of its network namespace), in this
+// process or another: a name in the abstract socket namespace, which the kernel frees the moment
+// its holder closes it or its process ends, however it ends. The kernel cannot say which sockets
+// on a port are live ND objects and which are closed connections lingering in TIME_WAIT once
+// both allow sharing the port (SO_REUSEADDR): the claim says it.
+class PortClaim {
+ public:
+  PortClaim() = default;
+  PortClaim(const PortClaim&) = delete;
+  PortClaim& operator=(const PortClaim&) = delete;
+  ~PortClaim() { Drop(); }
+  // WV_SUCCESS, WV_SHARING_VIOLATION (another ND object holds `local`), or
+  // WV_INSUFFICIENT_RESOURCES.
+  int32_t Take(const sockaddr_storage& local);
+  void Drop();
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// Binds a TCP socket for an ND object, with the ports an RDMA NIC has: a port is in use while a
+// live socket holds it; closed connections lingering in TIME_WAIT do not count.
+// * An explicit port: `claim` takes it (another ND object's Bind to it gets
+//   WV_SHARING_VIOLATION, in this process or another), and the socket is bound with
+//   SO_REUSEADDR for its whole life, so that neither the TIME_WAIT leftovers of earlier
+//   connections nor the ones it leaves itself, however its process ends, keep the port from the
+//   next Bind. A program outside ndwv that holds the port refuses the Bind (WV_SHARING_VIOLATION)
+//   unless it allows sharing too and does not listen.
+// * Port 0: only the address is bound (IP_BIND_ADDRESS_NO_PORT); the kernel picks the port at
+//   connect(), by the whole address pair (a port serves connections to different peers, and the
+//   TIME_WAIT of an earlier connection to another peer does not block it), or at listen(). The
+//   socket shares nothing while it lives; ReleaseTcpPort lets its TIME_WAIT go.
+// Returns what BindUdpPort does.
+int32_t BindTcpPort(int fd, sockaddr_storage& local, PortClaim& claim);
 // Called before a TCP socket sends its FIN (shutdown or close), so that the TIME_WAIT it may
-// leave does not keep a later BindNdTcpPort off the port.
+// leave does not keep a later BindTcpPort off the port.
 void ReleaseTcpPort(int fd);
 
 }  // namespace ndwv::dev

@@ -104,6 +104,42 @@ TEST(Win32Handles, BadHandlesFailWithInvalidHandle) {
   EXPECT_TRUE(CloseHandle(port));
 }
 
+// Windows ignores a handle's two low bits in every call: `hEvent | 1` (no completion packet) is
+// still the event, to set, reset, wait on and close (ndmrlat closes its event that way).
+TEST(Win32Handles, TagBitsAreIgnored) {
+  auto tagged = [](HANDLE handle, ULONG_PTR bits) {
+    return reinterpret_cast<HANDLE>(reinterpret_cast<ULONG_PTR>(handle) | bits);
+  };
+  for (ULONG_PTR bits : {ULONG_PTR{1}, ULONG_PTR{2}, ULONG_PTR{3}}) {
+    HANDLE event = CreateEvent(nullptr, TRUE, FALSE, nullptr);
+    ASSERT_NE(event, nullptr);
+    HANDLE alias = tagged(event, bits);
+    ASSERT_TRUE(SetEvent(alias));
+    EXPECT_EQ(WaitForSingleObject(event, 0), WAIT_OBJECT_0);
+    EXPECT_EQ(WaitForSingleObject(alias, 0), WAIT_OBJECT_0);
+    ASSERT_TRUE(ResetEvent(alias));
+    EXPECT_EQ(WaitForSingleObject(alias, 0), WAIT_TIMEOUT);
+    EXPECT_TRUE(CloseHandle(alias));
+    SetLastError(ERROR_SUCCESS);
+    EXPECT_FALSE(SetEvent(event));  // closed through its alias
+    EXPECT_EQ(GetLastError(), ERROR_INVALID_HANDLE);
+    EXPECT_FALSE(CloseHandle(event));
+  }
+
+  HANDLE file = CreateOverlappedFile();
+  HANDLE port = CreateIoCompletionPort(tagged(file, 2), nullptr, 7, 0);
+  ASSERT_NE(port, nullptr);
+  ASSERT_TRUE(PostQueuedCompletionStatus(tagged(port, 3), 5, 9, nullptr));
+  DWORD bytes = 0;
+  ULONG_PTR key = 0;
+  OVERLAPPED* ov = kNotSet;
+  EXPECT_TRUE(GetQueuedCompletionStatus(tagged(port, 1), &bytes, &key, &ov, 0));
+  EXPECT_EQ(bytes, 5u);
+  EXPECT_EQ(key, 9u);
+  EXPECT_TRUE(CloseHandle(tagged(file, 1)));
+  EXPECT_TRUE(CloseHandle(tagged(port, 2)));
+}
+
 TEST(Win32Handles, LastErrorIsPerThread) {
   SetLastError(ERROR_IO_PENDING);
   DWORD seenElsewhere = 1;

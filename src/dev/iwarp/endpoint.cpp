@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
 #include <utility>
 
 #include <ndwv/wvstatus.h>
@@ -163,7 +162,7 @@ int32_t Endpoint::OpenSocket(int family) {
   fd_ = base::OpenSocket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd_ < 0) return WV_INSUFFICIENT_RESOURCES;
   TuneConnectionSocket(fd_);
-  int32_t status = BindNdTcpPort(fd_, local_);
+  int32_t status = BindTcpPort(fd_, local_, port_claim_);
   if (status != WV_SUCCESS) CloseSocket();
   return status;
 }
@@ -199,12 +198,18 @@ int32_t Endpoint::Listen(int backlog) {
   if (state_ == State::Listening) return WV_INVALID_DEVICE_STATE;
   if (state_ != State::Bound) return WV_INVALID_DEVICE_STATE;
   backlog_ = backlog > 0 ? backlog : SOMAXCONN;
-  // Linux checks the port again at listen(): connections in TIME_WAIT that Bind took it over from
-  // are accepted only with SO_REUSEADDR. Accepted connections inherit it, so that theirs never
-  // keep a later listener off the port (the server killed and restarted, say).
+  // Accepted connections inherit SO_REUSEADDR: their TIME_WAIT never keeps a later listener off
+  // the port, however this process ends (an explicit port's socket has it already).
   int one = 1;
   setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (listen(fd_, backlog_) != 0) return WV_INSUFFICIENT_RESOURCES;
+  if (listen(fd_, backlog_) != 0) {
+    if (errno != EADDRINUSE) return WV_INSUFFICIENT_RESOURCES;
+    return ephemeral_ ? WV_TOO_MANY_ADDRESSES : WV_SHARING_VIOLATION;
+  }
+  if (ephemeral_) {  // the kernel chose the port just now
+    local_len_ = sizeof local_;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&local_), &local_len_);
+  }
   SpareDescriptor();  // reserved now, while descriptors are available
   SetState(State::Listening);
   watching_ = true;
@@ -442,7 +447,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
       local_len_ = need;
       ephemeral_ = true;
     }
-    // A retry picks a fresh ephemeral port: the last attempt's address pair may linger in TCP.
+    // A retry lets the kernel pick again: the last attempt's address pair may linger in TCP.
     if (ephemeral_) SetPort(local_, 0);
     int32_t status = OpenSocket(peer->sa_family);
     if (status != WV_SUCCESS) return status;
@@ -452,10 +457,15 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   if (connect(fd_, peer, need) != 0 && errno != EINPROGRESS) {
     int error = errno;
     CloseSocket();
-    return error == ENETUNREACH     ? WV_NETWORK_UNREACHABLE
-           : error == ECONNREFUSED  ? WV_CONNECTION_REFUSED
-           : error == EADDRNOTAVAIL ? WV_ADDRESS_ALREADY_EXISTS  // this address pair is in use
-                                    : WV_HOST_UNREACHABLE;
+    if (error == EADDRNOTAVAIL)  // no port left for this peer, or this address pair is in use
+      return ephemeral_ ? WV_TOO_MANY_ADDRESSES : WV_ADDRESS_ALREADY_EXISTS;
+    return error == ENETUNREACH    ? WV_NETWORK_UNREACHABLE
+           : error == ECONNREFUSED ? WV_CONNECTION_REFUSED
+                                   : WV_HOST_UNREACHABLE;
+  }
+  if (ephemeral_) {  // the kernel chose the port just now
+    local_len_ = sizeof local_;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&local_), &local_len_);
   }
   qpn_ = qp->qpn();
   qp_ = std::move(qp);

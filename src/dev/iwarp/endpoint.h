@@ -19,6 +19,7 @@
 #include <string>
 
 #include "base/capture.h"
+#include "dev/address.h"
 #include "dev/endpoint.h"
 #include "dev/engine.h"
 #include "dev/iwarp/negotiation.h"
@@ -106,7 +107,8 @@ class Endpoint final : public ConnectEndpoint,
   uint32_t qpn_ = 0;        // the QP being connected, once Connect or Accept named it
   std::string identity_;    // "iwarp cm qp 5 [local -> peer]", for log lines (set by SetState)
   bool bound_ = false;
-  bool ephemeral_ = false;  // the port is ours to choose (bound to 0, or not bound)
+  bool ephemeral_ = false;  // the port is the kernel's to choose (bound to 0, or not bound)
+  PortClaim port_claim_;    // an explicit port, held from Bind for the endpoint's life
   ConnectParams local_params_, peer_params_;
   bool peer_crc_ = false;
   std::shared_ptr<QueuePair> qp_;      // between Connect/Accept and the stream taking it

@@ -100,7 +100,7 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
     return nullptr;
   }
   sockaddr_storage bound = local;
-  *status = BindNdPort(fd, bound);
+  *status = BindUdpPort(fd, bound);
   if (*status != WV_SUCCESS) {
     base::CloseDescriptor(fd);
     return nullptr;

@@ -70,7 +70,7 @@ struct PortCounters {
 
 class Port final : public IoHandler, public CmEnv, public std::enable_shared_from_this<Port> {
  public:
-  // The port bound to `local` (an address of the host). Port 0: a new port in the ND range.
+  // The port bound to `local` (an address of the host). Port 0: a new port, the kernel's choice.
   // WV status in *status.
   // `shared`: the process-wide port of NDWV_ROCE_PORT, which many connectors use; otherwise a
   // port already open in this process is in use (WV_SHARING_VIOLATION).
