@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "base/mutex.h"
@@ -36,13 +37,17 @@ struct MemoryWindow {
   uint64_t length = 0;
   uint32_t access = 0;
   uint32_t qpn = 0;         // the QP it is bound to
+  // The request id a peer's Send with Invalidate of the window reports (ND v1), if any.
+  bool reports_remote_invalidate = false;
+  uint64_t remote_invalidate_id = 0;
 };
 
 class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
  public:
   ~ProtectionDomain();
 
-  // access: Access bits. Returns an NTSTATUS-style code (0 on success).
+  // access: Access bits. Returns an NTSTATUS-style code (0 on success); WV_ACCESS_VIOLATION for
+  // a range with unmapped pages (a NIC could not pin them, and placing data there would crash).
   int32_t Register(const void* addr, uint64_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey);
   int32_t Deregister(uint32_t lkey);
 
@@ -52,6 +57,10 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
   KeyCheck BindWindow(MemoryWindow* mw, uint32_t qpn, uint32_t lkey, uint64_t addr, uint64_t length,
                       uint32_t access, uint32_t* rkey);
   bool InvalidateWindow(MemoryWindow* mw);
+  // A peer's Send with Invalidate of `rkey`, which must name a window bound to `qpn`: unbinds it.
+  // *report gets the window's remote-invalidate id when it has one. False: nothing so bound.
+  bool InvalidateRemote(uint32_t rkey, uint32_t qpn, std::optional<uint64_t>* report);
+  void SetRemoteInvalidateId(MemoryWindow* mw, uint64_t id);
 
   // Local access by an SGE: the L_Key must name a region that contains the range (and grants
   // local write when `write`).
@@ -75,6 +84,7 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
     MemoryWindow* window = nullptr;
   };
   uint32_t AllocSlot(Slot::Kind kind);  // under mutex_; 0 if none (slot 0 is never used)
+  void InvalidateLocked(MemoryWindow* mw);  // under mutex_, mw bound
   const Slot* Lookup(uint32_t key, Slot::Kind kind) const;
 
   mutable base::SharedMutex mutex_;
