@@ -1,12 +1,14 @@
 #include "nd/v1/registrations.h"
 
 #include <new>
+#include <random>
 #include <utility>
 
 namespace ndwv::nd::v1 {
 
 Registrations::Registrations(size_t capacity)
     : capacity_((capacity + kBlock - 1) / kBlock * kBlock),
+      firstGeneration_(std::random_device()()),
       blocks_(new std::atomic<Slot*>[capacity_ / kBlock]) {
   for (size_t i = 0; i < capacity_ / kBlock; ++i) blocks_[i].store(nullptr);
 }
@@ -42,7 +44,8 @@ ND_MR_HANDLE Registrations::Add(const Region& region) {
     }
   }
   Slot& slot = blocks_[(number - 1) / kBlock].load()[(number - 1) % kBlock];
-  uint32_t generation = uint32_t(slot.entry.load() >> 32) + 1;
+  uint64_t entry = slot.entry.load();
+  uint32_t generation = entry == 0 ? firstGeneration_ + number : uint32_t(entry >> 32) + 1;
   slot.region = region;
   slot.entry.store(uint64_t(generation) << 32 | region.lkey, std::memory_order_release);
   return reinterpret_cast<ND_MR_HANDLE>(uintptr_t(generation) << 32 | number);

@@ -1,9 +1,10 @@
 // The memory registrations of a version 1 adapter, named by ND_MR_HANDLE. Version 1 gives the
 // application no token: it names a registration by an opaque pointer-sized handle in every SGE
 // and window bind. A handle here is a slot number and the slot's generation (64 bits, none of it
-// truncated), so a made-up handle, a deregistered one, or one whose slot was reused is recognised
-// and refused instead of followed. Posting turns a handle into its L_Key with one atomic load:
-// slots live in fixed blocks that never move, allocated as the table grows.
+// truncated), so a made-up handle, a deregistered one, one whose slot was reused, or another
+// adapter's (generations start at a random value per adapter) is recognised and refused instead
+// of followed. Posting turns a handle into its L_Key with one atomic load: slots live in fixed
+// blocks that never move, allocated as the table grows.
 #pragma once
 
 #include <ndwv/ndspi.h>
@@ -67,6 +68,7 @@ class Registrations {
   Slot* SlotOf(ND_MR_HANDLE handle) { return const_cast<Slot*>(std::as_const(*this).SlotOf(handle)); }
 
   const size_t capacity_;
+  const uint32_t firstGeneration_;  // of a slot's first registration, random per table
   std::unique_ptr<std::atomic<Slot*>[]> blocks_;  // capacity_ / kBlock, allocated on demand
   std::mutex mutex_;
   size_t used_ = 0;                  // slots ever handed out (under mutex_)
