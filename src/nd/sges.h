@@ -12,9 +12,10 @@ namespace ndwv::nd {
 
 class WvSges {
  public:
-  // Room for n entries, to be filled through data().
+  // Room for n entries, to be filled through data(). A count no device takes is not allocated
+  // (ok() is false): the caller's count is checked against its limits after this.
   explicit WvSges(SIZE_T n) : size_(n) {
-    if (n > kOnStack) heap_.reset(new (std::nothrow) WV_SGE[n]);
+    if (n > kOnStack && n <= kMostOnHeap) heap_.reset(new (std::nothrow) WV_SGE[n]);
   }
   WvSges(const ND2_SGE sge[], ULONG n) : WvSges(SIZE_T(n)) {
     if (!ok()) return;
@@ -29,6 +30,7 @@ class WvSges {
 
  private:
   static constexpr SIZE_T kOnStack = 16;
+  static constexpr SIZE_T kMostOnHeap = SIZE_T(1) << 20;
   SIZE_T size_;
   WV_SGE local_[kOnStack];
   std::unique_ptr<WV_SGE[]> heap_;

@@ -180,7 +180,7 @@ void V1Serve(Channel& channel, V1Side& server, const V1Prepare& prepare) {
 
 void V1ConnectTo(Channel& channel, V1Side& client, const V1Prepare& prepare) {
   uint16_t port = uint16_t(channel.ReceiveValue("port"));
-  client.CreateEndpoint();
+  if (!client.endpoint) client.CreateEndpoint();
   if (prepare) prepare(client);
   IT_OK(V1Connect(client, port, nullptr, 0, IPPROTO_TCP));
   V1CompleteConnect(client);

@@ -106,8 +106,8 @@ void V1GetConnectionRequest(V1Side& side);
 // The usual establishment over the channel, the version 1 way, with the channel protocol of
 // Serve/ConnectTo (the peer may be either version). The server listens, sends the port, takes
 // the request, makes its endpoint with the requester's limits (capped by its shape), lets
-// `prepare` post its receives, and accepts; the client makes its endpoint, lets `prepare` post,
-// connects and completes.
+// `prepare` post its receives, and accepts; the client makes its endpoint (unless it has one),
+// lets `prepare` post, connects and completes.
 using V1Prepare = std::function<void(V1Side&)>;
 void V1Serve(Channel& channel, V1Side& server, const V1Prepare& prepare = nullptr);
 void V1ConnectTo(Channel& channel, V1Side& client, const V1Prepare& prepare = nullptr);
