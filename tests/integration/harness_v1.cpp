@@ -56,7 +56,14 @@ HRESULT V1Deregister(INDAdapter* adapter, ND_MR_HANDLE handle) {
 V1Mr::V1Mr(V1Adapter& adapter, const void* buffer, size_t length)
     : adapter_(adapter.get()), handle_(V1Register(adapter_, buffer, length)) {}
 
+HRESULT V1Mr::Deregister() {
+  HRESULT hr = V1Deregister(adapter_, handle_);
+  if (hr == ND_SUCCESS) handle_ = nullptr;
+  return hr;
+}
+
 V1Mr::~V1Mr() {
+  if (handle_ == nullptr) return;
   // No failure may escape a destructor: a plain bounded wait.
   HANDLE event = CreateEvent(nullptr, FALSE, FALSE, nullptr);
   OVERLAPPED ov{};

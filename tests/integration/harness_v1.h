@@ -48,6 +48,8 @@ class V1Mr {
   V1Mr(const V1Mr&) = delete;
   V1Mr& operator=(const V1Mr&) = delete;
   ND_MR_HANDLE handle() const { return handle_; }
+  // Deregisters now (the destructor then has nothing to do); returns the final status.
+  HRESULT Deregister();
 
  private:
   INDAdapter* adapter_;
