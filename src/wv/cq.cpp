@@ -9,6 +9,9 @@ static_assert(int(dev::NotifyType::Solicited) == WvCqSolicited && int(dev::Notif
 CompletionQueue::CompletionQueue(Device* device, base::HandleRef file, size_t entries)
     : device_(device), file_(std::move(file)), cq_(std::make_shared<dev::CompletionQueue>(entries)) {}
 
+// Released with Notify requests armed: they complete (canceled) rather than never.
+CompletionQueue::~CompletionQueue() { cq_->CancelNotifies(); }
+
 HRESULT CompletionQueue::CancelOverlappedRequests() {
   cq_->CancelNotifies();
   return WV_SUCCESS;

@@ -56,6 +56,7 @@ class ProtectionDomain;
 class CompletionQueue final : public Unknown<IWVCompletionQueue, IID_IWVOverlapped, IID_IWVCompletionQueue> {
  public:
   CompletionQueue(Device* device, base::HandleRef file, size_t entries);
+  ~CompletionQueue() override;
   HRESULT CancelOverlappedRequests() override;
   HRESULT GetOverlappedResult(OVERLAPPED* overlapped, DWORD* bytes, BOOL wait) override;
   HRESULT Resize(SIZE_T* entries) override;

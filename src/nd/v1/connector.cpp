@@ -143,6 +143,7 @@ HRESULT Connector::Accept(INDEndpoint* pEndpoint, const void* pPrivateData,
   if (endpoint == nullptr) return ND_INVALID_PARAMETER_1;
   if (PrivateDataLength > adapter_->info().MaxCalleeData) return ND_INVALID_BUFFER_SIZE;
   if (pOverlapped == nullptr) return ND_INVALID_PARAMETER_4;
+  if (endpoint->Connected()) return ND_CONNECTION_ACTIVE;  // version 1 names it so (§2.8)
   const Endpoint::Limits& limits = endpoint->limits();
   return connector_->Accept(&endpoint->base(), Narrow(limits.inboundReadLimit),
                             Narrow(limits.outboundReadLimit), pPrivateData,

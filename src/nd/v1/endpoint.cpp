@@ -41,6 +41,11 @@ Endpoint::~Endpoint() { connector_->EndpointGone(); }
 
 HRESULT Endpoint::Flush() { return qp_->Flush(); }
 
+bool Endpoint::Connected() const {
+  WV_QP_ATTRIBUTES attributes{};
+  return SUCCEEDED(qp_->wv()->Query(&attributes)) && attributes.QpState == WvQpStateRts;
+}
+
 HRESULT Endpoint::Convert(const ND_SGE* pSgl, SIZE_T nSge, Use use, WvSges* sgl,
                           DWORD* wvFlags) const {
   const ND_ADAPTER_INFO1& info = adapter_->info();

@@ -32,6 +32,8 @@ class Endpoint final : public Object<Endpoint, INDEndpoint, IID_INDEndpoint> {
   Connector* connector() const { return connector_.get(); }
   nd::QueuePair& base() const { return *qp_; }
   const Limits& limits() const { return limits_; }
+  // Whether the queue pair carries a connection (ready to send).
+  bool Connected() const;
 
   // INDEndpoint
   HRESULT STDMETHODCALLTYPE Flush() override;
