@@ -531,6 +531,16 @@ IT_PEER(v1_cancel_client) {
   IT_CHECK_HR(ND_PENDING, hr);
   IT_OK(client.connector->CancelOverlappedRequests());
   IT_CHECK_HR(ND_CANCELED, connect.Finish(hr, "a canceled Connect"));
+  // A connector released with a Connect pending completes it too (the adapter reports it).
+  V1Side released(adapter);
+  released.CreateEndpoint();
+  hr = released.connector->Connect(released.endpoint.get(), reinterpret_cast<sockaddr*>(&server),
+                                   sizeof server, kV1Protocol, 0, nullptr, 0,
+                                   connect.Prepare(adapter.get()));
+  IT_CHECK_HR(ND_PENDING, hr);
+  released.endpoint.Reset();  // the endpoint holds its connector: both go
+  IT_CHECK_EQ(0u, released.connector.Reset());
+  IT_CHECK_HR(ND_CANCELED, connect.Finish(hr, "the Connect of a released connector"));
   // A CQ released with a Notify armed completes it (the adapter tells its final status).
   Ref<INDCompletionQueue> cq = adapter.CreateCq(4);
   Ov notify;
