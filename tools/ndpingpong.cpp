@@ -151,16 +151,9 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
   for (int i = 0; i < kWarmupIterations; ++i) Ping(ep, kWarmupSize);
   SleepMs(1000);
 
-  PrintTableHeader();
-  for (const Round& round : rounds) {
-    RoundTimer timer;
-    timer.Start();
-    for (std::uint64_t i = 0; i < round.iterations; ++i) Ping(ep, round.size);
-    timer.Stop();
-    double seconds = timer.elapsedUs / 1e6;
-    PrintTableRow(round.size, round.iterations, timer.elapsedUs / double(round.iterations) / 2.0,
-                  timer.cpuPercent, 2.0 * double(round.size) * double(round.iterations) / seconds);
-  }
+  MeasureRounds(rounds, 2, [&](std::size_t size, std::uint64_t iterations) {
+    for (std::uint64_t i = 0; i < iterations; ++i) Ping(ep, size);
+  });
 
   Disconnect(connector.get());
   ep.mr.Deregister();

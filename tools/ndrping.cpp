@@ -185,16 +185,9 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
   client.Run(kWarmupSize, kWarmupIterations);
   SleepMs(1000);
 
-  PrintTableHeader();
-  for (const Round& round : rounds) {
-    RoundTimer timer;
-    timer.Start();
-    client.Run(round.size, round.iterations);
-    timer.Stop();
-    PrintTableRow(round.size, round.iterations, timer.elapsedUs / double(round.iterations),
-                  timer.cpuPercent,
-                  double(round.size) * double(round.iterations) / (timer.elapsedUs / 1e6));
-  }
+  MeasureRounds(rounds, 1, [&](std::size_t size, std::uint64_t iterations) {
+    client.Run(size, iterations);
+  });
 
   ND_CHECK(qp->Send(kSendContext, nullptr, 0, 0), "IND2QueuePair::Send");  // terminate
   Expect(cq, Nd2RequestTypeSend, kSendContext, "Sending the terminate");

@@ -3,12 +3,12 @@
 // server spins until that byte arrives, sets it to 'Y' and writes the buffer back. The client
 // prints the full round trip per size. Requires in-order placement (the last byte lands last).
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "last_byte.h"
 #include "nd_objects.h"
 
 using namespace ndtool;
@@ -32,13 +32,6 @@ struct Record {
 };
 static_assert(sizeof(Record) == 16);
 
-// Marks of the last byte: ping and pong, in the warm-up and in the measured rounds.
-struct Marks {
-  char ping, pong;
-};
-constexpr Marks kWarmupMarks{'A', 'B'};
-constexpr Marks kTestMarks{'X', 'Y'};
-
 const char kUsage[] =
     "ndrpingpong -s|-c [-b|-p] [-n nSge] [-q N] [-l logFile] <ip>[:port]\n"
     "\n"
@@ -59,17 +52,6 @@ const char kUsage[] =
     "Both sides run the same schedule, so NDWV_BENCH_SIZES and NDWV_BENCH_ITERS must match.\n" NDTOOL_ENV_USAGE;
 
 const ToolSpec kSpec{"ndrpingpong", 54327, kUsage, false};
-
-char LoadByte(const char* at) {
-  char value = *reinterpret_cast<const volatile char*>(at);
-  std::atomic_thread_fence(std::memory_order_acquire);  // the rest of the write is visible too
-  return value;
-}
-
-void StoreByte(char* at, char value) {
-  std::atomic_thread_fence(std::memory_order_release);
-  *reinterpret_cast<volatile char*>(at) = value;
-}
 
 struct Endpoint {
   Endpoint(Adapter& adapter, const Options& options, ULONG depth)
@@ -240,16 +222,9 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
 
   for (int i = 0; i < kWarmupIterations; ++i) Ping(ep, kWarmupSize, kWarmupMarks);
 
-  PrintTableHeader();
-  for (const Round& round : rounds) {
-    RoundTimer timer;
-    timer.Start();
-    for (std::uint64_t i = 0; i < round.iterations; ++i) Ping(ep, round.size, kTestMarks);
-    timer.Stop();
-    PrintTableRow(round.size, round.iterations, timer.elapsedUs / double(round.iterations),
-                  timer.cpuPercent,
-                  double(round.size) * double(round.iterations) / (timer.elapsedUs / 1e6));
-  }
+  MeasureRounds(rounds, 1, [&](std::size_t size, std::uint64_t iterations) {
+    for (std::uint64_t i = 0; i < iterations; ++i) Ping(ep, size, kTestMarks);
+  });
 
   // Zero-byte terminate. Its completion may also be a flush if the server tears down first.
   ND_CHECK(ep.qp->Send(kSendContext, nullptr, 0, 0), "IND2QueuePair::Send");

@@ -58,7 +58,7 @@ for header in ndspi.h ndsupport.h ndstatus.h win32.h winverbs.h wvstatus.h ndwv.
   [ -f "$prefix/include/ndwv/$header" ] || fail "not installed: include/ndwv/$header"
 done
 for tool in ndinfo ndpingpong ndrpingpong ndrping ndping ndmrlat ndmrrate ndcat ndadapterinfo \
-            ndconn; do
+            ndconn nd1pingpong nd1rpingpong nd1rping; do
   [ -x "$prefix/bin/$tool" ] || fail "not installed: bin/$tool"
 done
 pc=$(find "$prefix" -name ndwv.pc -path '*/pkgconfig/*' | head -n 1)

@@ -25,8 +25,28 @@ OVERLAPPED* Overlapped::Prepare(bool portPacket) {
   return &ov_;
 }
 
+namespace {
+HRESULT ResultOf(IND2Overlapped* object, OVERLAPPED* ov, BOOL wait) {
+  return object->GetOverlappedResult(ov, wait);
+}
+HRESULT ResultOf(INDOverlapped* object, OVERLAPPED* ov, BOOL wait) {
+  SIZE_T bytes = 0;  // version 1's byte count: ND requests have none
+  return object->GetOverlappedResult(ov, &bytes, wait);
+}
+}  // namespace
+
 HRESULT Overlapped::Complete(IND2Overlapped* object, HRESULT issued, const char* what,
                              std::uint32_t timeoutMs) {
+  return Await(object, issued, what, timeoutMs);
+}
+
+HRESULT Overlapped::Complete(INDOverlapped* object, HRESULT issued, const char* what,
+                             std::uint32_t timeoutMs) {
+  return Await(object, issued, what, timeoutMs);
+}
+
+template <class Object>
+HRESULT Overlapped::Await(Object* object, HRESULT issued, const char* what, std::uint32_t timeoutMs) {
   if (issued != ND_PENDING) return issued;  // done inline or refused: no notification follows
   const std::uint64_t deadline = NowMicros() + std::uint64_t(timeoutMs) * 1000;
   for (;;) {
@@ -39,7 +59,7 @@ HRESULT Overlapped::Complete(IND2Overlapped* object, HRESULT issued, const char*
     if (wait == WAIT_FAILED) Fail("WaitForSingleObject", HRESULT(GetLastError()), __LINE__);
     // Signalled: the request is done, so the waiting call returns at once (and gives the
     // provider its post-processing hook). Otherwise only peek.
-    HRESULT hr = object->GetOverlappedResult(&ov_, wait == WAIT_OBJECT_0 ? TRUE : FALSE);
+    HRESULT hr = ResultOf(object, &ov_, wait == WAIT_OBJECT_0 ? TRUE : FALSE);
     if (hr != ND_PENDING) return hr;  // (ND_PENDING again: a further phase was started)
     if (NowMicros() >= deadline) {
       object->CancelOverlappedRequests();
@@ -173,25 +193,8 @@ CompletionQueue::CompletionQueue(Adapter& adapter, ULONG depth, bool blocking)
     : cq_(adapter.CreateCompletionQueue(depth)), blocking_(blocking) {}
 
 ND2_RESULT CompletionQueue::Next(const char* what, std::uint32_t timeoutMs) {
-  NoteProgress();
-  ND2_RESULT result{};
-  if (!blocking_) {
-    SpinDeadline deadline(timeoutMs);
-    while (!Poll(&result))
-      if (deadline.Expired()) FailTimeout(what, timeoutMs, __LINE__);
-    return result;
-  }
-  // Arm, wait, reap: anything queued after the last empty GetResults satisfies the Notify.
-  const std::uint64_t end = NowMicros() + std::uint64_t(timeoutMs) * 1000;
-  while (!Poll(&result)) {
-    std::uint64_t now = NowMicros();
-    if (now >= end) FailTimeout(what, timeoutMs, __LINE__);
-    std::uint32_t leftMs = std::uint32_t((end - now + 999) / 1000);
-    HRESULT hr = cq_->Notify(ND_CQ_NOTIFY_ANY, notify_.Prepare());
-    hr = notify_.Complete(cq_.get(), hr, what, leftMs);
-    if (hr != ND_SUCCESS) Fail("IND2CompletionQueue::Notify", hr, __LINE__);
-  }
-  return result;
+  return NextCompletion<IND2CompletionQueue, ND2_RESULT>(
+      cq_.get(), notify_, blocking_, [this](ND2_RESULT* r) { return Poll(r); }, what, timeoutMs);
 }
 
 // ---- memory ----------------------------------------------------------------------------------
@@ -210,20 +213,9 @@ void MemoryRegion::Deregister() {
 }
 
 ULONG BuildSgl(ND2_SGE* sgl, ULONG maxSge, void* buffer, std::size_t length, UINT32 token) {
-  constexpr std::size_t kPiece = 40;
-  char* at = static_cast<char*>(buffer);
-  ULONG count = 0;
-  auto add = [&](std::size_t bytes) {
-    sgl[count].Buffer = at;
-    sgl[count].BufferLength = ULONG(bytes);
-    sgl[count].MemoryRegionToken = token;
-    ++count;
-    at += bytes;
-    length -= bytes;
-  };
-  while (length > kPiece && count + 1 < maxSge) add(kPiece);
-  if (length > 0) add(length);
-  return count;
+  return SplitSgl(sgl, maxSge, buffer, length, [token](ND2_SGE& sge, char* at, std::size_t bytes) {
+    sge = {at, ULONG(bytes), token};
+  });
 }
 
 // ---- connections -----------------------------------------------------------------------------

@@ -201,6 +201,24 @@ std::vector<Round> TestSchedule(std::uint64_t maxIterations);
 std::vector<std::size_t> TestSizes();
 std::uint64_t IterationCap(std::uint64_t maxIterations);
 
+// The measured part of a client: the table header, then per round `run(size, iterations)`
+// timed, and its row. `transfers` is how many messages an iteration moves (2 for a ping-pong,
+// whose latency column is half a round trip).
+template <class Run>
+void MeasureRounds(const std::vector<Round>& rounds, int transfers, Run run) {
+  PrintTableHeader();
+  for (const Round& round : rounds) {
+    RoundTimer timer;
+    timer.Start();
+    run(round.size, round.iterations);
+    timer.Stop();
+    double iterations = double(round.iterations);
+    PrintTableRow(round.size, round.iterations, timer.elapsedUs / iterations / transfers,
+                  timer.cpuPercent,
+                  transfers * double(round.size) * iterations / (timer.elapsedUs / 1e6));
+  }
+}
+
 // main() of the measuring tools (ndping, ndpingpong, ndrping, ndrpingpong): the options, then the
 // server or the client side over TestSchedule(maxIterations) between the begin and end lines,
 // with the counters after the table. Returns the side's exit status.
