@@ -3,11 +3,11 @@
 // time per size. Every request carries an ND_RESULT of its own, which the CQ hands back; small
 // messages go inline without asking (version 1 has no INLINE flag: the provider decides).
 #include <algorithm>
-#include <deque>
 #include <memory>
 #include <vector>
 
 #include "nd1_objects.h"
+#include "pingpong.h"
 
 using namespace ndtool;
 
@@ -23,15 +23,7 @@ const char kUsage[] =
     "message and the server sends it back; the client prints half the round trip per size,\n"
     "1 B to 4 MiB. Either side may be ndpingpong (version 2).\n"
     "\n"
-    "  -s              server: listen on ip:port\n"
-    "  -c              client: connect to ip:port\n"
-    "  -b              blocking: wait for completions (CQ Notify)\n"
-    "  -p              polling: spin on the CQ (default)\n"
-    "  -n nSge         SGEs per request (default 1)\n"
-    "  -q N            accepted and ignored\n"
-    "  -l, --logFile f write stdout (and append stderr) to file f\n"
-    "  -h, --help      this text\n"
-    "  <ip>[:port]     a.b.c.d[:port] or [ipv6][:port], last; default port 54325\n"
+    NDTOOL_PINGPONG_OPTIONS
     "\n" NDTOOL_ENV_USAGE;
 
 const ToolSpec kSpec{"nd1pingpong", 54325, kUsage, false};
@@ -62,8 +54,17 @@ struct Endpoint {
   void Repost(ND_RESULT* receive) {
     ND_CHECK(endpoint->Receive(receive, receiveSgl.data(), receiveSges), "INDEndpoint::Receive");
   }
-  bool IsReceive(const ND_RESULT* r) const {
-    return r >= receives.data() && r < receives.data() + receives.size();
+
+  // The rounds' needs (pingpong.h): a result is the ND_RESULT the request was posted with.
+  ND_RESULT* Next(const char* what) { return cq.Next(what); }
+  Completed KindOf(const ND_RESULT* r) const {
+    if (r >= receives.data() && r < receives.data() + receives.size()) return Completed::Receive;
+    return r == &send ? Completed::Send : Completed::Other;
+  }
+  static HRESULT StatusOf(const ND_RESULT* r) { return r->Status; }
+  static std::size_t BytesOf(const ND_RESULT* r) { return r->BytesTransferred; }
+  [[noreturn]] static void Fail(const char* what, const ND_RESULT* r, int line) {
+    FailResult(what, r, line);
   }
 
   void Send(std::size_t size) {
@@ -90,31 +91,6 @@ struct Endpoint {
   NdRef<INDEndpoint> endpoint;
 };
 
-// Pong until the client disconnects (its flush completes a receive with ND_CANCELED). One pong
-// is in flight at a time: the next is sent once the previous send has completed.
-void Serve(Endpoint& ep) {
-  std::deque<SIZE_T> pending;  // sizes of pings not yet answered
-  bool sending = false;
-  for (;;) {
-    ND_RESULT* r = ep.cq.Next("Waiting for a ping");
-    if (r->Status == ND_CANCELED) return;
-    if (r->Status != ND_SUCCESS) FailResult("Pong", r, __LINE__);
-    if (ep.IsReceive(r)) {
-      pending.push_back(r->BytesTransferred);
-      ep.Repost(r);
-    } else if (r == &ep.send) {
-      sending = false;
-    } else {
-      FailResult("Pong", r, __LINE__);
-    }
-    if (!sending && !pending.empty()) {
-      ep.Send(pending.front());
-      pending.pop_front();
-      sending = true;
-    }
-  }
-}
-
 int RunServer(const Options& o, const std::vector<Round>&) {
   NdLibrary nd;
   V1Adapter adapter;
@@ -122,31 +98,10 @@ int RunServer(const Options& o, const std::vector<Round>&) {
   adapter.Open(address, o.addressLength);
   const ND_ADAPTER_INFO& info = adapter.info();
   Endpoint ep(adapter, o, std::min(info.MaxCqEntries, info.MaxInboundRequests));
-  NdRef<INDListen> listen = Listen(adapter, address);
-  ep.Create(GetConnectionRequest(adapter, listen.get()), info);
-  Accept(ep.connector.get(), ep.endpoint.get());
-  Serve(ep);
+  NdRef<INDListen> listen = AcceptOne(adapter, address, ep);
+  ServePongs(ep);
   ep.End();
   return 0;
-}
-
-// One round trip: send, then reap both the send's result and the pong.
-void Ping(Endpoint& ep, std::size_t size) {
-  ep.Send(size);
-  bool sent = false, answered = false;
-  while (!sent || !answered) {
-    ND_RESULT* r = ep.cq.Next("Waiting for a pong");
-    if (r->Status != ND_SUCCESS) FailResult("Ping", r, __LINE__);
-    if (r == &ep.send) {
-      sent = true;
-    } else if (ep.IsReceive(r)) {
-      if (r->BytesTransferred != size) FailResult("Pong of the wrong size", r, __LINE__);
-      ep.Repost(r);
-      answered = true;
-    } else {
-      FailResult("Ping", r, __LINE__);
-    }
-  }
 }
 
 int RunClient(const Options& o, const std::vector<Round>& rounds) {
@@ -156,14 +111,12 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
   adapter.OpenForPeer(server, o.addressLength);
   const ND_ADAPTER_INFO& info = adapter.info();
   Endpoint ep(adapter, o, std::min(info.MaxCqEntries, info.MaxOutboundRequests));
-  ep.Create(adapter.CreateConnector(), info);
-  Connect(ep.connector.get(), ep.endpoint.get(), server, o.addressLength);
-  CompleteConnect(ep.connector.get());
+  ConnectTo(adapter, server, o.addressLength, ep);
 
-  for (int i = 0; i < kWarmupIterations; ++i) Ping(ep, kWarmupSize);
+  for (int i = 0; i < kWarmupIterations; ++i) PingOnce(ep, kWarmupSize);
   SleepMs(1000);
   MeasureRounds(rounds, 2, [&](std::size_t size, std::uint64_t iterations) {
-    for (std::uint64_t i = 0; i < iterations; ++i) Ping(ep, size);
+    for (std::uint64_t i = 0; i < iterations; ++i) PingOnce(ep, size);
   });
   ep.End();
   return 0;

@@ -25,17 +25,7 @@ const char kUsage[] =
     "client keeps RDMA Writes (default) or Reads in flight against the server's memory window\n"
     "and prints time per operation and bytes/s per size, 1 B to 4 MiB.\n"
     "\n"
-    "  -s              server: listen on ip:port\n"
-    "  -c              client: connect to ip:port\n"
-    "  -b              blocking: wait for completions (CQ Notify)\n"
-    "  -p              polling: spin on the CQ (default)\n"
-    "  -w, --write     RDMA Write (default)\n"
-    "  -r, --read      RDMA Read; give both sides the same operation\n"
-    "  -n nSge         SGEs per operation (default 1; capped by the adapter)\n"
-    "  -q N            accepted and ignored\n"
-    "  -l, --logFile f write stdout (and append stderr) to file f\n"
-    "  -h, --help      this text\n"
-    "  <ip>[:port]     a.b.c.d[:port] or [ipv6][:port], last; default port 54326\n"
+    NDTOOL_RPING_OPTIONS
     "\n" NDTOOL_ENV_USAGE
     "  NDWV_TOOL_RUN_TIMEOUT_MS=ms  bound on the server's wait for the end of the run;\n"
     "                            default 900000\n";

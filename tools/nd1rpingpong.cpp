@@ -31,17 +31,7 @@ const char kUsage[] =
     "soon as its last byte has arrived (in-order placement). The client prints the full round\n"
     "trip per size, 1 B to 4 MiB.\n"
     "\n"
-    "  -s              server: listen on ip:port\n"
-    "  -c              client: connect to ip:port\n"
-    "  -b              blocking: wait for completions (CQ Notify); data is still polled\n"
-    "  -p              polling: spin on the CQ (default)\n"
-    "  -n nSge         SGEs per RDMA Write (default 1)\n"
-    "  -q N            accepted and ignored\n"
-    "  -l, --logFile f write stdout (and append stderr) to file f\n"
-    "  -h, --help      this text\n"
-    "  <ip>[:port]     a.b.c.d[:port] or [ipv6][:port], last; default port 54327\n"
-    "\n"
-    "Both sides run the same schedule, so NDWV_BENCH_SIZES and NDWV_BENCH_ITERS must match.\n" NDTOOL_ENV_USAGE;
+    NDTOOL_RPINGPONG_OPTIONS NDTOOL_ENV_USAGE;
 
 const ToolSpec kSpec{"nd1rpingpong", 54327, kUsage, false};
 
@@ -97,26 +87,16 @@ struct Endpoint {
     ND_CHECK(endpoint->Write(&write, sgl.data(), count, &peer, 0, 0), "INDEndpoint::Write");
   }
 
-  // Spins until the last byte of a `size` transfer equals `mark`. When polling, the CQ is polled
-  // on the way (drives a busy-polling provider's progress); a write's result seen there counts
-  // in *writes.
-  void AwaitByte(std::size_t size, char mark, int* writes, const char* what) {
-    const char* last = buffer.get() + size - 1;
-    SpinDeadline deadline(WaitTimeoutMs());
-    while (LoadByte(last) != mark) {
-      ND_RESULT* r;
-      if (!options.blocking && cq.Poll(&r)) {
-        if (r != &write || r->Status != ND_SUCCESS || *writes == 0) FailResult(what, r, __LINE__);
-        --*writes;
-      }
-      CpuRelax();
-      if (deadline.Expired()) {
-        std::printf("  (size %zu: byte %zu is 0x%02x, waiting for '%c')\n", size, size - 1,
-                    unsigned(static_cast<unsigned char>(LoadByte(last))), mark);
-        FailTimeout(what, deadline.timeoutMs(), __LINE__);
-      }
-    }
+  // The last-byte rounds' needs (last_byte.h).
+  char* data() const { return buffer.get(); }
+  bool blocking() const { return options.blocking; }
+  void PollWrite(int* writes, const char* what) {
+    ND_RESULT* r;
+    if (!cq.Poll(&r)) return;
+    if (r != &write || r->Status != ND_SUCCESS || *writes == 0) FailResult(what, r, __LINE__);
+    --*writes;
   }
+  void ReapWrite(const char* what) { Reap({&write}, what); }
 
   void End() {
     Disconnect(connector.get());
@@ -138,24 +118,6 @@ struct Endpoint {
   ND_MW_DESCRIPTOR peer{};
 };
 
-// Client: last byte := ping mark, write, wait for the pong mark, reap the write.
-void Ping(Endpoint& ep, std::size_t size, Marks marks) {
-  StoreByte(ep.buffer.get() + size - 1, marks.ping);
-  ep.Write(size);
-  int writes = 1;
-  ep.AwaitByte(size, marks.pong, &writes, "Waiting for the pong write");
-  if (writes) ep.Reap({&ep.write}, "RDMA Write");
-}
-
-// Server: wait for the ping mark, answer with the pong mark, reap the write.
-void Pong(Endpoint& ep, std::size_t size, Marks marks) {
-  int writes = 0;
-  ep.AwaitByte(size, marks.ping, &writes, "Waiting for the ping write");
-  StoreByte(ep.buffer.get() + size - 1, marks.pong);
-  ep.Write(size);
-  ep.Reap({&ep.write}, "RDMA Write (pong)");
-}
-
 int RunServer(const Options& o, const std::vector<Round>& rounds) {
   NdLibrary nd;
   V1Adapter adapter;
@@ -163,9 +125,7 @@ int RunServer(const Options& o, const std::vector<Round>& rounds) {
   adapter.Open(address, o.addressLength);
   const ND_ADAPTER_INFO& info = adapter.info();
   Endpoint ep(adapter, o, std::min(info.MaxCqEntries, info.MaxInboundRequests));
-  NdRef<INDListen> listen = Listen(adapter, address);
-  ep.Create(GetConnectionRequest(adapter, listen.get()), info);
-  Accept(ep.connector.get(), ep.endpoint.get());
+  NdRef<INDListen> listen = AcceptOne(adapter, address, ep);
   ep.Reap({&ep.receive}, "Waiting for the client's descriptor");
   ep.TakePeerDescriptor();
   // The client's terminate comes into the same record slot, after the rounds.
@@ -190,9 +150,7 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
   adapter.OpenForPeer(server, o.addressLength);
   const ND_ADAPTER_INFO& info = adapter.info();
   Endpoint ep(adapter, o, std::min(info.MaxCqEntries, info.MaxOutboundRequests));
-  ep.Create(adapter.CreateConnector(), info);
-  Connect(ep.connector.get(), ep.endpoint.get(), server, o.addressLength);
-  CompleteConnect(ep.connector.get());
+  ConnectTo(adapter, server, o.addressLength, ep);
   ep.BindAndSendDescriptor();  // the client goes first: the server may only send after a receive
   ep.Reap({&ep.send, &ep.receive}, "Exchanging descriptors");
   ep.TakePeerDescriptor();

@@ -39,17 +39,7 @@ const char kUsage[] =
     "server writes it back as soon as its last byte has arrived (in-order placement). The\n"
     "client prints the full round trip per size, 1 B to 4 MiB.\n"
     "\n"
-    "  -s              server: listen on ip:port\n"
-    "  -c              client: connect to ip:port\n"
-    "  -b              blocking: wait for completions (CQ Notify); data is still polled\n"
-    "  -p              polling: spin on the CQ (default)\n"
-    "  -n nSge         SGEs per RDMA Write (default 1)\n"
-    "  -q N            accepted and ignored\n"
-    "  -l, --logFile f write stdout (and append stderr) to file f\n"
-    "  -h, --help      this text\n"
-    "  <ip>[:port]     a.b.c.d[:port] or [ipv6][:port], last; default port 54327\n"
-    "\n"
-    "Both sides run the same schedule, so NDWV_BENCH_SIZES and NDWV_BENCH_ITERS must match.\n" NDTOOL_ENV_USAGE;
+    NDTOOL_RPINGPONG_OPTIONS NDTOOL_ENV_USAGE;
 
 const ToolSpec kSpec{"ndrpingpong", 54327, kUsage, false};
 
@@ -121,24 +111,15 @@ struct Endpoint {
              "IND2QueuePair::Write");
   }
 
-  // Spins until the last byte of a `size` transfer equals `mark`. When polling, the CQ is polled
-  // on the way (drives a busy-polling provider's progress); a write completion seen there is
-  // counted in *writes.
-  void AwaitByte(std::size_t size, char mark, int* writes, const char* what) {
-    const char* last = buffer.get() + size - 1;
-    SpinDeadline deadline(WaitTimeoutMs());
+  // The last-byte rounds' needs (last_byte.h).
+  char* data() const { return buffer.get(); }
+  bool blocking() const { return options.blocking; }
+  void PollWrite(int* writes, const char* what) {
+    ND2_RESULT r;
     int none = 0;
-    while (LoadByte(last) != mark) {
-      ND2_RESULT r;
-      if (!options.blocking && cq.Poll(&r)) Count(r, &none, &none, &none, writes, what);
-      CpuRelax();
-      if (deadline.Expired()) {
-        std::printf("  (size %zu: byte %zu is 0x%02x, waiting for '%c')\n", size, size - 1,
-                    unsigned(static_cast<unsigned char>(LoadByte(last))), mark);
-        FailTimeout(what, deadline.timeoutMs(), __LINE__);
-      }
-    }
+    if (cq.Poll(&r)) Count(r, &none, &none, &none, writes, what);
   }
+  void ReapWrite(const char* what) { Reap(0, 0, 0, 1, what); }
 
   void Disconnect(IND2Connector* connector) {
     ndtool::Disconnect(connector);
@@ -156,25 +137,6 @@ struct Endpoint {
   NdRef<IND2QueuePair> qp;
   Record peer{};
 };
-
-// Client: last byte := ping mark, write, wait for the pong mark, reap the write.
-void Ping(Endpoint& ep, std::size_t size, Marks marks) {
-  StoreByte(ep.buffer.get() + size - 1, marks.ping);
-  ep.Write(size);
-  int writes = 1;
-  ep.AwaitByte(size, marks.pong, &writes, "Waiting for the pong write");
-  ep.Reap(0, 0, 0, writes, "RDMA Write");
-}
-
-// Server: wait for the ping mark, answer with the pong mark, reap the write. A receive
-// completion here would be the client's terminate, i.e. the schedules differ.
-void Pong(Endpoint& ep, std::size_t size, Marks marks) {
-  int writes = 0;
-  ep.AwaitByte(size, marks.ping, &writes, "Waiting for the ping write");
-  StoreByte(ep.buffer.get() + size - 1, marks.pong);
-  ep.Write(size);
-  ep.Reap(0, 0, 0, 1, "RDMA Write (pong)");
-}
 
 int RunServer(const Options& o, const std::vector<Round>& rounds) {
   NdLibrary nd;

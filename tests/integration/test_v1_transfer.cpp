@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <set>
 #include <thread>
@@ -59,9 +60,14 @@ constexpr size_t kResultSizes[] = {0, 1, 300, 70000};
 IT_PEER(v1_results_server) {
   V1Adapter adapter;
   V1Buffer out(adapter, 70000);
+  V1Buffer in(adapter, 256);
   V1Side server(adapter);
-  V1Serve(parent, server);
-  // Three messages of the sizes the client's receives expect, then its window for the RDMA.
+  ND_RESULT receive;  // for the client's Send of two SGEs
+  V1Serve(parent, server, [&](V1Side& s) {
+    ND_SGE sge = in.Sge(0, 256);
+    IT_OK(s.endpoint->Receive(&receive, &sge, 1));
+  });
+  // Four messages of the sizes the client's receives expect, then its window for the RDMA.
   for (size_t i = 0; i < std::size(kResultSizes); ++i) {
     FillPattern(out.data(), kResultSizes[i], i);
     ND_RESULT send;
@@ -74,6 +80,7 @@ IT_PEER(v1_results_server) {
   SendDescriptor(parent, BindWindow(server, window.get(), out, 0, 4096,
                                     ND_OP_FLAG_ALLOW_READ | ND_OP_FLAG_ALLOW_WRITE));
   parent.Expect("rdma done");
+  V1ExpectResult(server.cq.get(), &receive, ND_SUCCESS, 128, "the client's send of 2 SGEs");
   V1ServerTeardown(parent, server);
 }
 
@@ -120,10 +127,12 @@ TEST(ConformanceV1Results, TheCallersNdResultsInPostingOrderWithTheirByteCounts)
     ND_MW_DESCRIPTOR mine;
     IT_OK(client.endpoint->Bind(&bind.result, out.mr.handle(), window.get(), out.data(), 512,
                                 ND_OP_FLAG_ALLOW_READ, &mine));
+    IT_OK(client.endpoint->Send(&send.result, two, 2, 0));
     IT_OK(client.endpoint->Read(&read.result, two, 2, &remote, 16, 0));
     IT_OK(client.endpoint->Write(&write.result, two, 2, &remote, 1024, 0));
     IT_OK(client.endpoint->Invalidate(&invalidate.result, window.get(), 0));
     V1ExpectResult(client.cq.get(), &bind.result, ND_SUCCESS, 0, "bind");
+    V1ExpectResult(client.cq.get(), &send.result, ND_SUCCESS, 128, "send of 2 SGEs");
     V1ExpectResult(client.cq.get(), &read.result, ND_SUCCESS, 128, "read of 2 SGEs");
     V1ExpectResult(client.cq.get(), &write.result, ND_SUCCESS, 128, "write of 2 SGEs");
     V1ExpectResult(client.cq.get(), &invalidate.result, ND_SUCCESS, 0, "invalidate");
@@ -454,28 +463,36 @@ IT_PEER(v1_small_receive_server) {
   V1Disconnect(server.connector.get());
 }
 
+// The client of the refused-send cases: connected with one receive posted, it sends 64 bytes and
+// gives the Send's status to `check`; the connection is then over, so its receive is flushed.
+void SendThePeerCannotTake(Channel& peer, const char* what,
+                           const std::function<void(HRESULT)>& check) {
+  V1Adapter adapter;
+  V1Buffer buffer(adapter, 256);
+  V1Side client(adapter);
+  ND_RESULT receive;
+  V1ConnectTo(peer, client, [&](V1Side& s) {
+    ND_SGE sge = buffer.Sge(128, 64);
+    IT_OK(s.endpoint->Receive(&receive, &sge, 1));
+  });
+  ND_RESULT send;
+  ND_SGE sge = buffer.Sge(0, 64);
+  IT_OK(client.endpoint->Send(&send, &sge, 1, 0));
+  IT_CHECK(V1NextResult(client.cq.get(), what) == &send);
+  check(send.Status);
+  V1ExpectResult(client.cq.get(), &receive, ND_CANCELED, 0, "the client's receive, connection over");
+  peer.Send("client done");
+  V1Disconnect(client.connector.get());
+}
+
 TEST(ConformanceV1Transfer, AMessageLargerThanTheReceiveFailsBothSides) {
   RunWithPeer("v1_small_receive_server", [](Channel& peer) {
-    V1Adapter adapter;
-    V1Buffer buffer(adapter, 256);
-    V1Side client(adapter);
-    ND_RESULT receive;
-    V1ConnectTo(peer, client, [&](V1Side& s) {
-      ND_SGE sge = buffer.Sge(128, 64);
-      IT_OK(s.endpoint->Receive(&receive, &sge, 1));
+    SendThePeerCannotTake(peer, "the send to a receive too small", [](HRESULT status) {
+      // Where Sends complete once the peer took them, the peer's refusal is this Send's status;
+      // an iWARP Send handed to TCP has completed already, and the refusal ends the connection.
+      bool refused = status == ND_REMOTE_ERROR || status == ND_BUFFER_OVERFLOW;
+      IT_CHECK_MSG(refused || (!SendsConfirmed() && status == ND_SUCCESS), StatusName(status));
     });
-    ND_RESULT send;
-    ND_SGE sge = buffer.Sge(0, 64);
-    IT_OK(client.endpoint->Send(&send, &sge, 1, 0));
-    ND_RESULT* r = V1NextResult(client.cq.get(), "the send to a receive too small");
-    IT_CHECK(r == &send);
-    // Where Sends complete once the peer took them, the peer's refusal is this Send's status;
-    // an iWARP Send handed to TCP has completed already, and the refusal ends the connection.
-    bool refused = send.Status == ND_REMOTE_ERROR || send.Status == ND_BUFFER_OVERFLOW;
-    IT_CHECK_MSG(refused || (!SendsConfirmed() && send.Status == ND_SUCCESS), StatusName(send.Status));
-    V1ExpectResult(client.cq.get(), &receive, ND_CANCELED, 0, "the client's receive, connection over");
-    peer.Send("client done");
-    V1Disconnect(client.connector.get());
   });
 }
 
@@ -489,26 +506,12 @@ IT_PEER(v1_no_receive_server) {
 
 TEST(ConformanceV1Transfer, ASendWithNoReceiveTimesOut) {
   RunWithPeer("v1_no_receive_server", [](Channel& peer) {
-    V1Adapter adapter;
-    V1Buffer buffer(adapter, 256);
-    V1Side client(adapter);
-    ND_RESULT receive;
-    V1ConnectTo(peer, client, [&](V1Side& s) {
-      ND_SGE sge = buffer.Sge(128, 64);
-      IT_OK(s.endpoint->Receive(&receive, &sge, 1));
+    SendThePeerCannotTake(peer, "the send nobody had a receive for", [](HRESULT status) {
+      // Version 1's status for a receiver not ready past the retries is ND_TIMEOUT (not v2's
+      // ND_IO_TIMEOUT); an unconfirmed iWARP Send completed when handed to TCP.
+      IT_CHECK_MSG(status == ND_TIMEOUT || (!SendsConfirmed() && status == ND_SUCCESS),
+                   StatusName(status));
     });
-    ND_RESULT send;
-    ND_SGE sge = buffer.Sge(0, 64);
-    IT_OK(client.endpoint->Send(&send, &sge, 1, 0));
-    ND_RESULT* r = V1NextResult(client.cq.get(), "the send nobody had a receive for");
-    IT_CHECK(r == &send);
-    // Version 1's status for a receiver not ready past the retries is ND_TIMEOUT (not v2's
-    // ND_IO_TIMEOUT); an unconfirmed iWARP Send completed when handed to TCP.
-    IT_CHECK_MSG(send.Status == ND_TIMEOUT || (!SendsConfirmed() && send.Status == ND_SUCCESS),
-                 StatusName(send.Status));
-    V1ExpectResult(client.cq.get(), &receive, ND_CANCELED, 0, "the client's receive, connection over");
-    peer.Send("client done");
-    V1Disconnect(client.connector.get());
   });
 }
 

@@ -60,15 +60,19 @@ ND_RESULT* V1CompletionQueue::Next(const char* what, std::uint32_t timeoutMs) {
 
 V1MemoryRegion::V1MemoryRegion(V1Adapter& adapter, const void* buffer, std::size_t length)
     : adapter_(adapter.get()) {
-  Overlapped ov;
-  HRESULT hr = adapter_->RegisterMemory(buffer, length, ov.Prepare(), &handle_);
-  ND_CHECK(ov.Complete(adapter_, hr, "INDAdapter::RegisterMemory"), "INDAdapter::RegisterMemory");
+  const char* what = "INDAdapter::RegisterMemory";
+  ND_CHECK(RunRequest(adapter_, what,
+                      [&](OVERLAPPED* ov) {
+                        return adapter_->RegisterMemory(buffer, length, ov, &handle_);
+                      }),
+           what);
 }
 
 void V1MemoryRegion::Deregister() {
-  Overlapped ov;
-  HRESULT hr = adapter_->DeregisterMemory(handle_, ov.Prepare());
-  ND_CHECK(ov.Complete(adapter_, hr, "INDAdapter::DeregisterMemory"), "INDAdapter::DeregisterMemory");
+  const char* what = "INDAdapter::DeregisterMemory";
+  ND_CHECK(RunRequest(adapter_, what,
+                      [&](OVERLAPPED* ov) { return adapter_->DeregisterMemory(handle_, ov); }),
+           what);
 }
 
 ULONG BuildSgl(ND_SGE* sgl, ULONG maxSge, void* buffer, std::size_t length, ND_MR_HANDLE handle) {
@@ -93,28 +97,19 @@ NdRef<INDEndpoint> CreateEndpoint(INDConnector* connector, INDCompletionQueue* c
 
 void Connect(INDConnector* connector, INDEndpoint* endpoint, const sockaddr* server,
              ULONG serverLength) {
-  const std::uint64_t end = NowMicros() + std::uint64_t(WaitTimeoutMs()) * 1000;
-  for (;;) {
-    std::uint64_t now = NowMicros();
-    std::uint32_t leftMs = now < end ? std::uint32_t((end - now + 999) / 1000) : 1;
+  // A refused or timed-out attempt (ND_TIMEOUT is version 1's "try again") is issued again on
+  // the same connector and endpoint.
+  RetryConnect("INDConnector::Connect", [&](std::uint32_t leftMs) {
     Overlapped ov;
     HRESULT hr = connector->Connect(endpoint, server, serverLength, kProtocol, 0, nullptr, 0,
                                     ov.Prepare());
-    hr = ov.Complete(connector, hr, "INDConnector::Connect", leftMs);
-    if (hr == ND_SUCCESS) return;
-    // ND_TIMEOUT is version 1's "try again"; a refusal is retried while the server comes up.
-    bool retry = hr == ND_CONNECTION_REFUSED || hr == ND_TIMEOUT ||
-                 hr == ND_NETWORK_UNREACHABLE || hr == ND_HOST_UNREACHABLE;
-    if (!retry || NowMicros() + 50000 >= end) Fail("INDConnector::Connect", hr, __LINE__);
-    SleepMs(50);
-  }
+    return ov.Complete(connector, hr, "INDConnector::Connect", leftMs);
+  });
 }
 
 void CompleteConnect(INDConnector* connector) {
-  Overlapped ov;
-  HRESULT hr = connector->CompleteConnect(ov.Prepare());
-  hr = ov.Complete(connector, hr, "INDConnector::CompleteConnect");
-  if (hr != ND_SUCCESS) Fail("INDConnector::CompleteConnect", hr, __LINE__);
+  RequireSuccess(connector, "INDConnector::CompleteConnect", __LINE__,
+                 [&](OVERLAPPED* ov) { return connector->CompleteConnect(ov); });
 }
 
 NdRef<INDListen> Listen(V1Adapter& adapter, const sockaddr* address) {
@@ -128,10 +123,9 @@ NdRef<INDListen> Listen(V1Adapter& adapter, const sockaddr* address) {
 
 NdRef<INDConnector> GetConnectionRequest(V1Adapter& adapter, INDListen* listen) {
   NdRef<INDConnector> connector = adapter.CreateConnector();
-  Overlapped ov;
-  HRESULT hr = listen->GetConnectionRequest(connector.get(), ov.Prepare());
-  hr = ov.Complete(listen, hr, "INDListen::GetConnectionRequest");
-  if (hr != ND_SUCCESS) Fail("INDListen::GetConnectionRequest", hr, __LINE__);
+  RequireSuccess(listen, "INDListen::GetConnectionRequest", __LINE__, [&](OVERLAPPED* ov) {
+    return listen->GetConnectionRequest(connector.get(), ov);
+  });
   return connector;
 }
 
@@ -141,17 +135,15 @@ void GetReadLimits(INDConnector* connector, SIZE_T* inbound, SIZE_T* outbound) {
 }
 
 void Accept(INDConnector* connector, INDEndpoint* endpoint) {
-  Overlapped ov;
-  HRESULT hr = connector->Accept(endpoint, nullptr, 0, ov.Prepare());
-  hr = ov.Complete(connector, hr, "INDConnector::Accept");
-  if (hr != ND_SUCCESS) Fail("INDConnector::Accept", hr, __LINE__);
+  RequireSuccess(connector, "INDConnector::Accept", __LINE__,
+                 [&](OVERLAPPED* ov) { return connector->Accept(endpoint, nullptr, 0, ov); });
 }
 
 void Disconnect(INDConnector* connector) {
-  Overlapped ov;
-  HRESULT hr = connector->Disconnect(ov.Prepare());
   // ND_TIMEOUT (the peer never answered the disconnect request) is a success.
-  ND_CHECK(ov.Complete(connector, hr, "INDConnector::Disconnect"), "INDConnector::Disconnect");
+  const char* what = "INDConnector::Disconnect";
+  ND_CHECK(RunRequest(connector, what, [&](OVERLAPPED* ov) { return connector->Disconnect(ov); }),
+           what);
 }
 
 void FailResult(const char* what, const ND_RESULT* result, int line) {

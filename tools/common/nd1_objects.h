@@ -86,6 +86,24 @@ NdRef<INDConnector> GetConnectionRequest(V1Adapter& adapter, INDListen* listen);
 void GetReadLimits(INDConnector* connector, SIZE_T* inbound, SIZE_T* outbound);
 void Accept(INDConnector* connector, INDEndpoint* endpoint);
 
+// The connection of a tool's endpoint object `ep`, whose Create(NdRef<INDConnector>, const
+// ND_ADAPTER_INFO&) makes its endpoint on that connector and sets ep.connector and ep.endpoint.
+// Server: the first connection request to `address`, accepted; returns the listen.
+template <class Ep>
+NdRef<INDListen> AcceptOne(V1Adapter& adapter, const sockaddr* address, Ep& ep) {
+  NdRef<INDListen> listen = Listen(adapter, address);
+  ep.Create(GetConnectionRequest(adapter, listen.get()), adapter.info());
+  Accept(ep.connector.get(), ep.endpoint.get());
+  return listen;
+}
+// Client: connected to `server`, on a connector of its own.
+template <class Ep>
+void ConnectTo(V1Adapter& adapter, const sockaddr* server, ULONG serverLength, Ep& ep) {
+  ep.Create(adapter.CreateConnector(), adapter.info());
+  Connect(ep.connector.get(), ep.endpoint.get(), server, serverLength);
+  CompleteConnect(ep.connector.get());
+}
+
 // Tears the connection down and waits for it (flushes the endpoint).
 void Disconnect(INDConnector* connector);
 

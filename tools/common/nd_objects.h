@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -87,6 +88,20 @@ class Overlapped {
   OVERLAPPED ov_{};
   HANDLE event_ = nullptr;
 };
+
+// One request of `object` (either version) through a fresh Overlapped: issues call(OVERLAPPED*)
+// and returns the request's final status (Overlapped::Complete).
+template <class Object, class Call>
+HRESULT RunRequest(Object* object, const char* what, Call call) {
+  Overlapped ov;
+  return ov.Complete(object, call(ov.Prepare()), what);
+}
+// The same, for a request that must end in ND_SUCCESS exactly (else the tool fails, at `line`).
+template <class Object, class Call>
+void RequireSuccess(Object* object, const char* what, int line, Call call) {
+  HRESULT hr = RunRequest(object, what, call);
+  if (hr != ND_SUCCESS) Fail(what, hr, line);
+}
 
 // The next completion of a CQ of either version: spins on poll(&result), or (blocking) arms
 // Notify(ND_CQ_NOTIFY_ANY) and waits for it; the tool fails if none comes within timeoutMs.
@@ -224,6 +239,11 @@ class MemoryRegion {
 
 // SplitSgl's pieces as ND2_SGEs under `token`.
 ULONG BuildSgl(ND2_SGE* sgl, ULONG maxSge, void* buffer, std::size_t length, UINT32 token);
+
+// A client's connection attempts: attempt(leftMs) connects and waits at most leftMs for the
+// outcome; a status the SPI lets a client retry (no listener yet, timeouts, routes coming up) is
+// retried after 50 ms until the wait bound (WaitTimeoutMs); anything else fails the tool.
+void RetryConnect(const char* what, const std::function<HRESULT(std::uint32_t leftMs)>& attempt);
 
 // Client side, after adapter.OpenForPeer(server): creates a connector, binds it to the source
 // address OpenForPeer chose and connects `qp` to the server. A refused or timed-out attempt is

@@ -226,6 +226,37 @@ using ToolSide = int (*)(const Options& options, const std::vector<Round>& round
 int RunMeasuringTool(int argc, char* argv[], const ToolSpec& spec, std::uint64_t maxIterations,
                      ToolSide server, ToolSide client);
 
+// Usage text lines shared by the measuring tools: the options every one has (the side, the
+// completion wait, the log file, the address and its default port), and the whole option list
+// of each tool that exists for both versions (ndpingpong and nd1pingpong, ...), which take the
+// same options.
+#define NDTOOL_SIDE_USAGE                                                                     \
+  "  -s              server: listen on ip:port\n"                                              \
+  "  -c              client: connect to ip:port\n"
+#define NDTOOL_WAIT_USAGE(blockingNote)                                                       \
+  "  -b              blocking: wait for completions (CQ Notify)" blockingNote "\n"            \
+  "  -p              polling: spin on the CQ (default)\n"
+#define NDTOOL_ADDRESS_USAGE(port)                                                            \
+  "  -l, --logFile f write stdout (and append stderr) to file f\n"                            \
+  "  -h, --help      this text\n"                                                             \
+  "  <ip>[:port]     a.b.c.d[:port] or [ipv6][:port], last; default port " #port "\n"
+#define NDTOOL_PINGPONG_OPTIONS                                                               \
+  NDTOOL_SIDE_USAGE NDTOOL_WAIT_USAGE("")                                                     \
+  "  -n nSge         SGEs per request (default 1)\n"                                          \
+  "  -q N            accepted and ignored\n" NDTOOL_ADDRESS_USAGE(54325)
+#define NDTOOL_RPING_OPTIONS                                                                  \
+  NDTOOL_SIDE_USAGE NDTOOL_WAIT_USAGE("")                                                     \
+  "  -w, --write     RDMA Write (default)\n"                                                  \
+  "  -r, --read      RDMA Read; give both sides the same operation\n"                         \
+  "  -n nSge         SGEs per operation (default 1; capped by the adapter)\n"                 \
+  "  -q N            accepted and ignored\n" NDTOOL_ADDRESS_USAGE(54326)
+#define NDTOOL_RPINGPONG_OPTIONS                                                              \
+  NDTOOL_SIDE_USAGE NDTOOL_WAIT_USAGE("; data is still polled")                               \
+  "  -n nSge         SGEs per RDMA Write (default 1)\n"                                       \
+  "  -q N            accepted and ignored\n" NDTOOL_ADDRESS_USAGE(54327)                      \
+  "\n"                                                                                        \
+  "Both sides run the same schedule, so NDWV_BENCH_SIZES and NDWV_BENCH_ITERS must match.\n"
+
 // Usage text lines shared by the benchmark tools (environment variables).
 #define NDTOOL_ENV_USAGE                                                                      \
   "Environment:\n"                                                                            \
