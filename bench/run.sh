@@ -38,6 +38,8 @@
 #               Bytes/Sec = size*iter/s (one-way rate).
 #   ndping      -s -p 127.0.0.1:PORT  /  ndping -c -p 127.0.0.1:PORT
 #               client table: Latency = us per message, Bytes/Sec = size*iter/s (one-way rate).
+#   nd1pingpong as ndpingpong, over NetworkDirect v1; run right after ndpingpong at 8 bytes
+#               (iWARP and RoCE) and compared with it (information: v1 against v2).
 #   Options come before the address, which is the last argument. The server serves one client
 #   and exits; the client connects once (no retry), so the runner starts it only after the
 #   server's port is listening (ss(8)).
@@ -130,6 +132,7 @@ nd_pp=$(find_exe ndpingpong) || nd_pp=""
 nd_rpp=$(find_exe ndrpingpong) || nd_rpp=""
 nd_rping=$(find_exe ndrping) || nd_rping=""
 nd_ping=$(find_exe ndping) || nd_ping=""
+nd1_pp=$(find_exe nd1pingpong) || nd1_pp=""
 
 # ------------------------------------------------------------------ sizes, timeouts, ports
 all_sizes() { local s=1; while [ $s -le 4194304 ]; do printf '%s ' $s; s=$((s * 2)); done; }
@@ -369,7 +372,7 @@ if [ $restrict -eq 1 ]; then given="given to the tools"; else given="the tools r
 echo "  sizes: $(csv $sizes) ($given), repeat $repeat, client timeout ${t_client} s"
 built() { if [ -n "$1" ]; then echo yes; else echo no; fi; }
 echo "  ndwv tools: ndpingpong $(built "$nd_pp"), ndrpingpong $(built "$nd_rpp")," \
-  "ndrping $(built "$nd_rping"), ndping $(built "$nd_ping")"
+  "ndrping $(built "$nd_rping"), ndping $(built "$nd_ping"), nd1pingpong $(built "$nd1_pp")"
 echo "  raw output: $logdir"
 # Both sides of every measurement spin on a core of their own: anything else running skews the
 # figures (the ratios less, as each pair runs back to back). Say so when the machine is busy.
@@ -393,6 +396,9 @@ for r in $(seq "$repeat"); do
   # 1. send/receive ping-pong
   [ -n "$nd_pp" ] && measure "ndpingpong.r$r" tcp "$pp_sizes" -- \
     "$nd_pp" -s -p "$ip:PORT" -- "$nd_pp" -c -p "$ip:PORT"
+  # The v1 ping-pong right after the v2 one, at 8 bytes: information (v1 against v2).
+  [ -n "$nd_pp" ] && [ -n "$nd1_pp" ] && [ -n "$info_sizes" ] && measure "nd1pingpong.r$r" tcp "$info_sizes" -- \
+    "$nd1_pp" -s -p "$ip:PORT" -- "$nd1_pp" -c -p "$ip:PORT"
   measure "tcp_pp_a.r$r" tcp "$pp_sizes" -- \
     "$tcp_pp" -s "$ip:PORT" --timeout "$w_server" -- \
     "$tcp_pp" -c "$ip:PORT" --sizes "$(csv $pp_sizes)" "${pp_iter[@]}" --timeout "$w_client"
@@ -430,6 +436,8 @@ for r in $(seq "$repeat"); do
   #    (NDWV_TRANSPORTS set for the call: the commands' own words go through PORT substitution.)
   [ -n "$nd_pp" ] && [ -n "$udp_sizes" ] && NDWV_TRANSPORTS=roce measure "roce_ndpingpong.r$r" udp "$udp_sizes" -- \
     "$nd_pp" -s -p "$ip:PORT" -- "$nd_pp" -c -p "$ip:PORT"
+  [ -n "$nd_pp" ] && [ -n "$nd1_pp" ] && [ -n "$info_udp_sizes" ] && NDWV_TRANSPORTS=roce measure "roce_nd1pingpong.r$r" udp "$info_udp_sizes" -- \
+    "$nd1_pp" -s -p "$ip:PORT" -- "$nd1_pp" -c -p "$ip:PORT"
   [ -n "$udp_sizes" ] && measure "udp_pp.r$r" udp "$udp_sizes" -- \
     "$tcp_pp" --udp -s "$ip:PORT" --timeout "$w_server" -- \
     "$tcp_pp" --udp -c "$ip:PORT" --sizes "$(csv $udp_sizes)" "${pp_iter[@]}" --timeout "$w_client"
@@ -530,6 +538,9 @@ for s in $lat_sizes; do
   [ -n "$info_sizes" ] && pair=$(paired ndpingpong tcp_pp_mt "$s" 3 1 1) no_target=1 \
     line "  the same, reference with 2 threads" lat "$nv" "$ns" \
     "$(best tcp_pp_mt "$s" 3 min 1)" "tcp pp, 2 threads" tcp_pp_mt "$s"
+  [ -n "$nd1_pp" ] && [ -n "$nd_pp" ] && [ "$s" -eq 8 ] && pair=$(paired nd1pingpong ndpingpong "$s" 3 1 1) no_target=1 \
+    line "  v1 against v2 (same tool)" lat "$(best nd1pingpong "$s" 3 min 1)" "nd1pingpong -p" \
+    "$nv" "$ns" ndpingpong "$s"
   if [ -n "$nd_rpp" ]; then
     nv=$(best ndrpingpong "$s" 3 min 2); ns="ndrpingpong -p, RTT/2"
     ref=tcp_pp_b
@@ -580,6 +591,9 @@ for s in $(filter 8 8 $udp_sizes); do
   [ -n "$info_udp_sizes" ] && pair=$(paired roce_ndpingpong udp_pp_roce "$s" 3 1 1) no_target=1 \
     line "  against UDP in RoCE's datagrams" lat "$nv" "$ns" \
     "$(best udp_pp_roce "$s" 3 min 1)" "udp as RoCE, 2 thr" udp_pp_roce "$s"
+  [ -n "$nd1_pp" ] && [ -n "$nd_pp" ] && pair=$(paired roce_nd1pingpong roce_ndpingpong "$s" 3 1 1) no_target=1 \
+    line "  v1 against v2 (same tool)" lat "$(best roce_nd1pingpong "$s" 3 min 1)" "RoCE nd1pingpong -p" \
+    "$nv" "$ns" roce_ndpingpong "$s"
 done
 for s in $bw_sizes; do
   [ -n "$nd_rping" ] || continue

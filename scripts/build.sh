@@ -20,7 +20,7 @@ configure() {
 if [ $pgo = USE ]; then
   configure "$@" -DNDWV_PGO=GENERATE
   rm -rf "$profile"  # counts from an older training would be merged into the new ones
-  cmake --build "$dir" -j2 --target ndpingpong ndrpingpong ndrping ndping
+  cmake --build "$dir" -j2 --target ndpingpong ndrpingpong ndrping ndping nd1pingpong
   scripts/pgo-train.sh "$dir"
 fi
 configure "$@" -DNDWV_PGO=$pgo

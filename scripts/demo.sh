@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds, then runs a server and a client process on
 # 127.0.0.1 doing send/receive (ndpingpong), RDMA Write (ndrpingpong, ndrping -w) and RDMA Read
-# (ndrping -r), each printing latency and bandwidth: on iWARP, then on RoCEv2.
+# (ndrping -r), each printing latency and bandwidth, then the same through NetworkDirect
+# version 1 (nd1pingpong, nd1rpingpong, nd1rping): on iWARP, then on RoCEv2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -20,4 +21,8 @@ for NDWV_TRANSPORTS in iwarp roce; do
   run_pair ndrpingpong -p
   run_pair ndrping -p -w
   run_pair ndrping -p -r
+  run_pair nd1pingpong -p
+  run_pair nd1rpingpong -p
+  run_pair nd1rping -p -w
+  run_pair nd1rping -p -r
 done

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The training run of a profile-guided build: scripts/pgo-train.sh <build dir>, on a library built
 # with -DNDWV_PGO=GENERATE (scripts/build.sh --pgo does all three steps). Runs the ND tools as
-# server and client on 127.0.0.1, on both transports: send/receive, RDMA Write and Read, small
-# and large, latency and streams. The profile is what an HPC program does most: small messages
+# server and client on 127.0.0.1, on both transports: send/receive (v2, and v1's ping-pong), RDMA
+# Write and Read, small and large, latency and streams. The profile is what an HPC program does most: small messages
 # one at a time and large transfers back to back. About 20 s on 2 cores.
 set -euo pipefail
 dir=$1
@@ -18,6 +18,7 @@ run_pair() {  # sizes tool options...
 for NDWV_TRANSPORTS in iwarp roce; do
   export NDWV_TRANSPORTS
   run_pair 8,64,4096,65536 ndpingpong -p
+  run_pair 8,4096 nd1pingpong -p  # NetworkDirect v1's own objects (src/nd/v1)
   run_pair 8,4096 ndrpingpong -p
   run_pair 4096,65536,1048576 ndrping -p -w
   run_pair 4096,65536 ndrping -p -r

@@ -30,15 +30,10 @@ const char kUsage[] =
     "One-way send/receive message rate: the client sends, the server receives and grants\n"
     "credits; the client prints the time per message and bytes/s per size, 1 B to 4 MiB.\n"
     "\n"
-    "  -s              server: listen on ip:port\n"
-    "  -c              client: connect to ip:port\n"
-    "  -b              blocking: wait for completions (CQ Notify)\n"
-    "  -p              polling: spin on the CQ (default)\n"
+    NDTOOL_SIDE_USAGE NDTOOL_WAIT_USAGE("")
     "  -n nSge         SGEs per request (default 1)\n"
     "  -q pipeline     sends kept in flight by the client (default 128)\n"
-    "  -l, --logFile f write stdout (and append stderr) to file f\n"
-    "  -h, --help      this text\n"
-    "  <ip>[:port]     a.b.c.d[:port] or [ipv6][:port], last; default port 54324\n"
+    NDTOOL_ADDRESS_USAGE(54324)
     "\n" NDTOOL_ENV_USAGE;
 
 const ToolSpec kSpec{"ndping", 54324, kUsage, false};
@@ -195,16 +190,9 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
   client.Run(kWarmupSize, kWarmupIterations);
   SleepMs(1000);
 
-  PrintTableHeader();
-  for (const Round& round : rounds) {
-    RoundTimer timer;
-    timer.Start();
-    client.Run(round.size, round.iterations);
-    timer.Stop();
-    PrintTableRow(round.size, round.iterations, timer.elapsedUs / double(round.iterations),
-                  timer.cpuPercent,
-                  double(round.size) * double(round.iterations) / (timer.elapsedUs / 1e6));
-  }
+  MeasureRounds(rounds, 1, [&](std::size_t size, std::uint64_t iterations) {
+    client.Run(size, iterations);
+  });
 
   Disconnect(connector.get());
   ep.mr.Deregister();

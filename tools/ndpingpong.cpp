@@ -1,11 +1,11 @@
 // ndpingpong: send/receive round trip (nd-tools.md §8). The client sends a message and waits for
 // the server to send it back; it prints half the round-trip time per size.
 #include <algorithm>
-#include <deque>
 #include <memory>
 #include <vector>
 
 #include "nd_objects.h"
+#include "pingpong.h"
 
 using namespace ndtool;
 
@@ -22,15 +22,7 @@ const char kUsage[] =
     "Send/receive ping-pong: the client sends a message and the server sends it back; the\n"
     "client prints half the round trip per size, 1 B to 4 MiB.\n"
     "\n"
-    "  -s              server: listen on ip:port\n"
-    "  -c              client: connect to ip:port\n"
-    "  -b              blocking: wait for completions (CQ Notify)\n"
-    "  -p              polling: spin on the CQ (default)\n"
-    "  -n nSge         SGEs per request (default 1)\n"
-    "  -q N            accepted and ignored\n"
-    "  -l, --logFile f write stdout (and append stderr) to file f\n"
-    "  -h, --help      this text\n"
-    "  <ip>[:port]     a.b.c.d[:port] or [ipv6][:port], last; default port 54325\n"
+    NDTOOL_PINGPONG_OPTIONS
     "\n" NDTOOL_ENV_USAGE;
 
 const ToolSpec kSpec{"ndpingpong", 54325, kUsage, false};
@@ -59,6 +51,19 @@ struct Endpoint {
     ND_CHECK(qp->Receive(kReceiveContext, receiveSgl.data(), receiveSges), "IND2QueuePair::Receive");
   }
 
+  // The rounds' needs (pingpong.h): a result is the CQ's ND2_RESULT.
+  ND2_RESULT Next(const char* what) { return cq.Next(what); }
+  static Completed KindOf(const ND2_RESULT& r) {
+    if (r.RequestType == Nd2RequestTypeReceive) return Completed::Receive;
+    return r.RequestType == Nd2RequestTypeSend ? Completed::Send : Completed::Other;
+  }
+  static HRESULT StatusOf(const ND2_RESULT& r) { return r.Status; }
+  static std::size_t BytesOf(const ND2_RESULT& r) { return r.BytesTransferred; }
+  void Repost(const ND2_RESULT&) { Repost(); }
+  [[noreturn]] static void Fail(const char* what, const ND2_RESULT& r, int line) {
+    FailCompletion(what, r, line);
+  }
+
   void Send(std::size_t size) {
     ULONG count = BuildSgl(sgl.data(), options.nSge, buffer.get(), size, mr.localToken());
     ULONG flags = size < threshold ? ND_OP_FLAG_INLINE : 0;
@@ -76,31 +81,6 @@ struct Endpoint {
   NdRef<IND2QueuePair> qp;
 };
 
-// Pong until the client disconnects (its flush completes a receive with ND_CANCELED). One pong
-// is in flight at a time: the next is sent once the previous send has completed.
-void Serve(Endpoint& ep) {
-  std::deque<ULONG> pending;  // sizes of pings not yet answered
-  bool sending = false;
-  for (;;) {
-    ND2_RESULT r = ep.cq.Next("Waiting for a ping");
-    if (r.Status == ND_CANCELED) return;
-    if (r.Status != ND_SUCCESS) FailCompletion("Pong", r, __LINE__);
-    if (r.RequestType == Nd2RequestTypeReceive) {
-      ep.Repost();
-      pending.push_back(r.BytesTransferred);
-    } else if (r.RequestType == Nd2RequestTypeSend) {
-      sending = false;
-    } else {
-      FailCompletion("Pong", r, __LINE__);
-    }
-    if (!sending && !pending.empty()) {
-      ep.Send(pending.front());
-      pending.pop_front();
-      sending = true;
-    }
-  }
-}
-
 int RunServer(const Options& o, const std::vector<Round>&) {
   NdLibrary nd;
   Adapter adapter;
@@ -111,30 +91,11 @@ int RunServer(const Options& o, const std::vector<Round>&) {
   NdRef<IND2Listener> listener = Listen(adapter, reinterpret_cast<const sockaddr*>(&o.address), o.addressLength);
   NdRef<IND2Connector> connector = GetConnectionRequest(adapter, listener.get());
   Accept(connector.get(), ep.qp.get(), 0, 0);
-  Serve(ep);
+  ServePongs(ep);
 
   Disconnect(connector.get());
   ep.mr.Deregister();
   return 0;
-}
-
-// One round trip: send, then reap both the send completion and the pong.
-void Ping(Endpoint& ep, std::size_t size) {
-  ep.Send(size);
-  bool sent = false, answered = false;
-  while (!sent || !answered) {
-    ND2_RESULT r = ep.cq.Next("Waiting for a pong");
-    if (r.Status != ND_SUCCESS) FailCompletion("Ping", r, __LINE__);
-    if (r.RequestType == Nd2RequestTypeSend) {
-      sent = true;
-    } else if (r.RequestType == Nd2RequestTypeReceive) {
-      if (r.BytesTransferred != size) FailCompletion("Pong of the wrong size", r, __LINE__);
-      ep.Repost();
-      answered = true;
-    } else {
-      FailCompletion("Ping", r, __LINE__);
-    }
-  }
 }
 
 int RunClient(const Options& o, const std::vector<Round>& rounds) {
@@ -148,19 +109,12 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
   NdRef<IND2Connector> connector = Connect(adapter, ep.qp.get(), server, o.addressLength, 0, 0);
   CompleteConnect(connector.get());
 
-  for (int i = 0; i < kWarmupIterations; ++i) Ping(ep, kWarmupSize);
+  for (int i = 0; i < kWarmupIterations; ++i) PingOnce(ep, kWarmupSize);
   SleepMs(1000);
 
-  PrintTableHeader();
-  for (const Round& round : rounds) {
-    RoundTimer timer;
-    timer.Start();
-    for (std::uint64_t i = 0; i < round.iterations; ++i) Ping(ep, round.size);
-    timer.Stop();
-    double seconds = timer.elapsedUs / 1e6;
-    PrintTableRow(round.size, round.iterations, timer.elapsedUs / double(round.iterations) / 2.0,
-                  timer.cpuPercent, 2.0 * double(round.size) * double(round.iterations) / seconds);
-  }
+  MeasureRounds(rounds, 2, [&](std::size_t size, std::uint64_t iterations) {
+    for (std::uint64_t i = 0; i < iterations; ++i) PingOnce(ep, size);
+  });
 
   Disconnect(connector.get());
   ep.mr.Deregister();

@@ -37,17 +37,7 @@ const char kUsage[] =
     "One-way RDMA rate: the client keeps RDMA Writes (default) or Reads in flight against the\n"
     "server's memory window and prints time per operation and bytes/s per size, 1 B to 4 MiB.\n"
     "\n"
-    "  -s              server: listen on ip:port\n"
-    "  -c              client: connect to ip:port\n"
-    "  -b              blocking: wait for completions (CQ Notify)\n"
-    "  -p              polling: spin on the CQ (default)\n"
-    "  -w, --write     RDMA Write (default)\n"
-    "  -r, --read      RDMA Read; give both sides the same operation\n"
-    "  -n nSge         SGEs per operation (default 1; capped by the adapter)\n"
-    "  -q N            accepted and ignored\n"
-    "  -l, --logFile f write stdout (and append stderr) to file f\n"
-    "  -h, --help      this text\n"
-    "  <ip>[:port]     a.b.c.d[:port] or [ipv6][:port], last; default port 54326\n"
+    NDTOOL_RPING_OPTIONS
     "\n" NDTOOL_ENV_USAGE
     "  NDWV_TOOL_RUN_TIMEOUT_MS=ms  bound on the server's wait for the end of the run;\n"
     "                            default 900000\n";
@@ -185,16 +175,9 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
   client.Run(kWarmupSize, kWarmupIterations);
   SleepMs(1000);
 
-  PrintTableHeader();
-  for (const Round& round : rounds) {
-    RoundTimer timer;
-    timer.Start();
-    client.Run(round.size, round.iterations);
-    timer.Stop();
-    PrintTableRow(round.size, round.iterations, timer.elapsedUs / double(round.iterations),
-                  timer.cpuPercent,
-                  double(round.size) * double(round.iterations) / (timer.elapsedUs / 1e6));
-  }
+  MeasureRounds(rounds, 1, [&](std::size_t size, std::uint64_t iterations) {
+    client.Run(size, iterations);
+  });
 
   ND_CHECK(qp->Send(kSendContext, nullptr, 0, 0), "IND2QueuePair::Send");  // terminate
   Expect(cq, Nd2RequestTypeSend, kSendContext, "Sending the terminate");

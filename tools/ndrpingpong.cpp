@@ -3,12 +3,12 @@
 // server spins until that byte arrives, sets it to 'Y' and writes the buffer back. The client
 // prints the full round trip per size. Requires in-order placement (the last byte lands last).
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "last_byte.h"
 #include "nd_objects.h"
 
 using namespace ndtool;
@@ -32,13 +32,6 @@ struct Record {
 };
 static_assert(sizeof(Record) == 16);
 
-// Marks of the last byte: ping and pong, in the warm-up and in the measured rounds.
-struct Marks {
-  char ping, pong;
-};
-constexpr Marks kWarmupMarks{'A', 'B'};
-constexpr Marks kTestMarks{'X', 'Y'};
-
 const char kUsage[] =
     "ndrpingpong -s|-c [-b|-p|-m] [-n nSge] [-q N] [-l logFile] <ip>[:port]\n"
     "\n"
@@ -46,33 +39,9 @@ const char kUsage[] =
     "server writes it back as soon as its last byte has arrived (in-order placement). The\n"
     "client prints the full round trip per size, 1 B to 4 MiB.\n"
     "\n"
-    "  -s              server: listen on ip:port\n"
-    "  -c              client: connect to ip:port\n"
-    "  -b              blocking: wait for completions (CQ Notify); data is still polled\n"
-    "  -p              polling: spin on the CQ (default)\n"
-    "  -m              memory: spin on the last byte alone, never polling the CQ while waiting\n"
-    "                  (as Microsoft's ndrpingpong and MPI eager protocols); the write is\n"
-    "                  reaped once the byte arrived\n"
-    "  -n nSge         SGEs per RDMA Write (default 1)\n"
-    "  -q N            accepted and ignored\n"
-    "  -l, --logFile f write stdout (and append stderr) to file f\n"
-    "  -h, --help      this text\n"
-    "  <ip>[:port]     a.b.c.d[:port] or [ipv6][:port], last; default port 54327\n"
-    "\n"
-    "Both sides run the same schedule, so NDWV_BENCH_SIZES and NDWV_BENCH_ITERS must match.\n" NDTOOL_ENV_USAGE;
+    NDTOOL_RPINGPONG_OPTIONS NDTOOL_ENV_USAGE;
 
 const ToolSpec kSpec{"ndrpingpong", 54327, kUsage, false, 0, true};
-
-char LoadByte(const char* at) {
-  char value = *reinterpret_cast<const volatile char*>(at);
-  std::atomic_thread_fence(std::memory_order_acquire);  // the rest of the write is visible too
-  return value;
-}
-
-void StoreByte(char* at, char value) {
-  std::atomic_thread_fence(std::memory_order_release);
-  *reinterpret_cast<volatile char*>(at) = value;
-}
 
 struct Endpoint {
   Endpoint(Adapter& adapter, const Options& options, ULONG depth)
@@ -142,24 +111,15 @@ struct Endpoint {
              "IND2QueuePair::Write");
   }
 
-  // Spins until the last byte of a `size` transfer equals `mark`. When polling (-p), the CQ is
-  // polled on the way (drives a busy-polling provider's progress); a write completion seen there
-  // is counted in *writes. With -m (and -b) only the memory is watched.
-  void AwaitByte(std::size_t size, char mark, int* writes, const char* what) {
-    const char* last = buffer.get() + size - 1;
-    SpinDeadline deadline(WaitTimeoutMs());
+  // The last-byte rounds' needs (last_byte.h).
+  char* data() const { return buffer.get(); }
+  bool pollsWhileWaiting() const { return !options.blocking && !options.memoryWait; }
+  void PollWrite(int* writes, const char* what) {
+    ND2_RESULT r;
     int none = 0;
-    while (LoadByte(last) != mark) {
-      ND2_RESULT r;
-      if (!options.blocking && !options.memoryWait && cq.Poll(&r)) Count(r, &none, &none, &none, writes, what);
-      CpuRelax();
-      if (deadline.Expired()) {
-        std::printf("  (size %zu: byte %zu is 0x%02x, waiting for '%c')\n", size, size - 1,
-                    unsigned(static_cast<unsigned char>(LoadByte(last))), mark);
-        FailTimeout(what, deadline.timeoutMs(), __LINE__);
-      }
-    }
+    if (cq.Poll(&r)) Count(r, &none, &none, &none, writes, what);
   }
+  void ReapWrite(const char* what) { Reap(0, 0, 0, 1, what); }
 
   void Disconnect(IND2Connector* connector) {
     ndtool::Disconnect(connector);
@@ -177,25 +137,6 @@ struct Endpoint {
   NdRef<IND2QueuePair> qp;
   Record peer{};
 };
-
-// Client: last byte := ping mark, write, wait for the pong mark, reap the write.
-void Ping(Endpoint& ep, std::size_t size, Marks marks) {
-  StoreByte(ep.buffer.get() + size - 1, marks.ping);
-  ep.Write(size);
-  int writes = 1;
-  ep.AwaitByte(size, marks.pong, &writes, "Waiting for the pong write");
-  ep.Reap(0, 0, 0, writes, "RDMA Write");
-}
-
-// Server: wait for the ping mark, answer with the pong mark, reap the write. A receive
-// completion here would be the client's terminate, i.e. the schedules differ.
-void Pong(Endpoint& ep, std::size_t size, Marks marks) {
-  int writes = 0;
-  ep.AwaitByte(size, marks.ping, &writes, "Waiting for the ping write");
-  StoreByte(ep.buffer.get() + size - 1, marks.pong);
-  ep.Write(size);
-  ep.Reap(0, 0, 0, 1, "RDMA Write (pong)");
-}
 
 int RunServer(const Options& o, const std::vector<Round>& rounds) {
   NdLibrary nd;
@@ -243,16 +184,9 @@ int RunClient(const Options& o, const std::vector<Round>& rounds) {
 
   for (int i = 0; i < kWarmupIterations; ++i) Ping(ep, kWarmupSize, kWarmupMarks);
 
-  PrintTableHeader();
-  for (const Round& round : rounds) {
-    RoundTimer timer;
-    timer.Start();
-    for (std::uint64_t i = 0; i < round.iterations; ++i) Ping(ep, round.size, kTestMarks);
-    timer.Stop();
-    PrintTableRow(round.size, round.iterations, timer.elapsedUs / double(round.iterations),
-                  timer.cpuPercent,
-                  double(round.size) * double(round.iterations) / (timer.elapsedUs / 1e6));
-  }
+  MeasureRounds(rounds, 1, [&](std::size_t size, std::uint64_t iterations) {
+    for (std::uint64_t i = 0; i < iterations; ++i) Ping(ep, size, kTestMarks);
+  });
 
   // Zero-byte terminate. Its completion may also be a flush if the server tears down first.
   ND_CHECK(ep.qp->Send(kSendContext, nullptr, 0, 0), "IND2QueuePair::Send");

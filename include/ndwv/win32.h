@@ -1,12 +1,42 @@
 // The Windows types and calls that NetworkDirect's overlapped model needs, made portable so that
 // ND application code compiles unchanged on Linux. Every type keeps its Windows width (LLP64):
 // ULONG is 32 bits here although Linux `long` is 64.
+//
+// C and C++ both, as on Windows: COM interfaces are declared with the interface macros
+// (DECLARE_INTERFACE_, STDMETHOD, THIS_, PURE), which give a C++ class with virtual methods or,
+// in C, a struct whose first member `lpVtbl` points at a table of function pointers laid out as
+// the C++ vtable is. GUID arguments are references in C++ (REFIID) and pointers in C. Windows'
+// `interface` keyword macro is left out: on Linux it would rename every identifier `interface`
+// in the program and in the system headers included after this one.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
 #include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
+#ifndef __cplusplus
+#include <string.h>  // memcmp, for IsEqualGUID
+#endif
+
+// ---- Language glue ------------------------------------------------------------------------------
+
+#ifdef __cplusplus
+#define NDWV_EXTERN_C_BEGIN extern "C" {
+#define NDWV_EXTERN_C_END }
+#define NDWV_INLINE inline
+#define NDWV_STATIC_ASSERT(condition) static_assert(condition, #condition)
+#ifndef EXTERN_C
+#define EXTERN_C extern "C"
+#endif
+#else
+#define NDWV_EXTERN_C_BEGIN
+#define NDWV_EXTERN_C_END
+#define NDWV_INLINE static inline
+#define NDWV_STATIC_ASSERT(condition) _Static_assert(condition, #condition)
+#ifndef EXTERN_C
+#define EXTERN_C extern
+#endif
+#endif
 
 // ---- Integer types ------------------------------------------------------------------------------
 
@@ -55,10 +85,19 @@ typedef DWORD* LPDWORD;
 
 #define INVALID_HANDLE_VALUE ((HANDLE)(LONG_PTR)-1)
 
-static_assert(sizeof(ULONG) == 4 && sizeof(LONG) == 4 && sizeof(DWORD) == 4 && sizeof(BOOL) == 4);
-static_assert(sizeof(USHORT) == 2 && sizeof(ULONGLONG) == 8);
-static_assert(sizeof(SIZE_T) == sizeof(void*) && sizeof(ULONG_PTR) == sizeof(void*));
-static_assert(sizeof(KAFFINITY) == sizeof(void*) && sizeof(HANDLE) == sizeof(void*));
+// A distinct pointer type per kind of handle (ND_MR_HANDLE, ...), as Windows declares them.
+#ifndef DECLARE_HANDLE
+#define DECLARE_HANDLE(name) \
+  struct name##__ {          \
+    int unused;              \
+  };                         \
+  typedef struct name##__* name
+#endif
+
+NDWV_STATIC_ASSERT(sizeof(ULONG) == 4 && sizeof(LONG) == 4 && sizeof(DWORD) == 4);
+NDWV_STATIC_ASSERT(sizeof(BOOL) == 4 && sizeof(USHORT) == 2 && sizeof(ULONGLONG) == 8);
+NDWV_STATIC_ASSERT(sizeof(SIZE_T) == sizeof(void*) && sizeof(ULONG_PTR) == sizeof(void*));
+NDWV_STATIC_ASSERT(sizeof(KAFFINITY) == sizeof(void*) && sizeof(HANDLE) == sizeof(void*));
 
 // ---- Status codes and their tests ---------------------------------------------------------------
 
@@ -71,6 +110,8 @@ static_assert(sizeof(KAFFINITY) == sizeof(void*) && sizeof(HANDLE) == sizeof(voi
 #define E_UNEXPECTED ((HRESULT)0x8000FFFFL)
 #define E_OUTOFMEMORY ((HRESULT)0x8007000EL)
 #define E_INVALIDARG ((HRESULT)0x80070057L)
+#define CLASS_E_NOAGGREGATION ((HRESULT)0x80040110L)
+#define CLASS_E_CLASSNOTAVAILABLE ((HRESULT)0x80040111L)
 
 #define FAILED(hr) (((HRESULT)(hr)) < 0)
 #define SUCCEEDED(hr) (((HRESULT)(hr)) >= 0)
@@ -112,19 +153,36 @@ static_assert(sizeof(KAFFINITY) == sizeof(void*) && sizeof(HANDLE) == sizeof(voi
 #define WAIT_OBJECT_0 0x00000000u
 #define WAIT_FAILED 0xFFFFFFFFu
 
-// ---- GUIDs and IUnknown -------------------------------------------------------------------------
+// ---- GUIDs --------------------------------------------------------------------------------------
 
-struct GUID {
+typedef struct _GUID {
   uint32_t Data1;
   uint16_t Data2;
   uint16_t Data3;
   uint8_t Data4[8];
-};
+} GUID;
 typedef GUID IID;
-typedef const GUID& REFGUID;
-typedef const GUID& REFIID;
+typedef GUID CLSID;
+NDWV_STATIC_ASSERT(sizeof(GUID) == 16);
 
-static_assert(sizeof(GUID) == 16);
+// Defines a GUID constant in every translation unit that includes the definition, so that no
+// INITGUID dance is needed: a compile-time constant in C++, a static const in C. ndwv's headers
+// use this name; DEFINE_GUID, Windows' name, is offered to applications unless they have one.
+#ifdef __cplusplus
+#define NDWV_DEFINE_GUID(name, l, w1, w2, b1, b2, b3, b4, b5, b6, b7, b8) \
+  inline constexpr GUID name = {l, w1, w2, {b1, b2, b3, b4, b5, b6, b7, b8}}
+#else
+#define NDWV_DEFINE_GUID(name, l, w1, w2, b1, b2, b3, b4, b5, b6, b7, b8) \
+  static const GUID name __attribute__((unused)) = {l, w1, w2, {b1, b2, b3, b4, b5, b6, b7, b8}}
+#endif
+#ifndef DEFINE_GUID
+#define DEFINE_GUID NDWV_DEFINE_GUID
+#endif
+
+#ifdef __cplusplus
+typedef const GUID& REFGUID;
+typedef const IID& REFIID;
+typedef const CLSID& REFCLSID;
 
 inline constexpr bool operator==(const GUID& a, const GUID& b) {
   if (a.Data1 != b.Data1 || a.Data2 != b.Data2 || a.Data3 != b.Data3) return false;
@@ -135,36 +193,103 @@ inline constexpr bool operator==(const GUID& a, const GUID& b) {
 }
 inline constexpr bool IsEqualGUID(REFGUID a, REFGUID b) { return a == b; }
 inline constexpr bool IsEqualIID(REFIID a, REFIID b) { return a == b; }
+inline constexpr bool IsEqualCLSID(REFCLSID a, REFCLSID b) { return a == b; }
+#else
+typedef const GUID* REFGUID;
+typedef const IID* REFIID;
+typedef const CLSID* REFCLSID;
 
-inline constexpr IID IID_IUnknown = {0x00000000, 0x0000, 0x0000,
-                                     {0xC0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x46}};
+#define IsEqualGUID(rguid1, rguid2) (!memcmp((rguid1), (rguid2), sizeof(GUID)))
+#define IsEqualIID(riid1, riid2) IsEqualGUID(riid1, riid2)
+#define IsEqualCLSID(rclsid1, rclsid2) IsEqualGUID(rclsid1, rclsid2)
+#endif
 
-// No calling conventions on Linux; the macros exist so that Windows-style declarations compile.
+// ---- Interface declarations ---------------------------------------------------------------------
+// No calling conventions on Linux: one ABI serves C and C++ callers alike.
+
 #define STDMETHODCALLTYPE
 #define STDMETHODIMP HRESULT STDMETHODCALLTYPE
 #define STDMETHODIMP_(type) type STDMETHODCALLTYPE
+
+#ifdef __cplusplus
 #define STDMETHOD(method) virtual HRESULT STDMETHODCALLTYPE method
 #define STDMETHOD_(type, method) virtual type STDMETHODCALLTYPE method
+#define PURE = 0
+#define THIS_
+#define THIS void
+#define DECLARE_INTERFACE(iface) struct iface
+#define DECLARE_INTERFACE_(iface, baseiface) struct iface : public baseiface
+// Objects die through Release(); an interface pointer is never deleted. (The destructor is not
+// virtual: that would add vtable slots.)
+// (Written without a semicolon after it: in C it is nothing at all.)
+#define NDWV_DESTROYED_BY_RELEASE(iface) \
+ protected:                              \
+  ~iface() = default;
+#else
+#define STDMETHOD(method) HRESULT(STDMETHODCALLTYPE* method)
+#define STDMETHOD_(type, method) type(STDMETHODCALLTYPE* method)
+#define PURE
+#define THIS_ INTERFACE* This,
+#define THIS INTERFACE* This
+#define DECLARE_INTERFACE(iface)                   \
+  typedef struct iface {                           \
+    const struct iface##Vtbl* lpVtbl;              \
+  } iface;                                         \
+  typedef const struct iface##Vtbl iface##Vtbl;    \
+  struct iface##Vtbl
+#define DECLARE_INTERFACE_(iface, baseiface) DECLARE_INTERFACE(iface)
+#define NDWV_DESTROYED_BY_RELEASE(iface)
+#endif
+#define IFACEMETHOD(method) STDMETHOD(method)
+#define IFACEMETHOD_(type, method) STDMETHOD_(type, method)
 
-struct IUnknown {
-  virtual HRESULT STDMETHODCALLTYPE QueryInterface(REFIID riid, void** ppvObject) = 0;
-  virtual ULONG STDMETHODCALLTYPE AddRef() = 0;
-  virtual ULONG STDMETHODCALLTYPE Release() = 0;
+// Every interface repeats the methods of its bases, as Windows' headers do, so that the C
+// vtable lists them all; in C++ the repetitions are overrides and add no slot.
+#define NDWV_IUNKNOWN_METHODS                                        \
+  IFACEMETHOD(QueryInterface)(THIS_ REFIID riid, void** ppvObject) PURE; \
+  IFACEMETHOD_(ULONG, AddRef)(THIS) PURE;                            \
+  IFACEMETHOD_(ULONG, Release)(THIS) PURE
 
- protected:
-  // Objects die through Release(); a virtual destructor would also add vtable slots.
-  ~IUnknown() = default;
+// ---- IUnknown, IClassFactory --------------------------------------------------------------------
+
+NDWV_DEFINE_GUID(IID_IUnknown, 0x00000000, 0x0000, 0x0000, 0xC0, 0x00, 0x00, 0x00, 0x00, 0x00,
+                 0x00, 0x46);
+
+#undef INTERFACE
+#define INTERFACE IUnknown
+DECLARE_INTERFACE(IUnknown) {
+  NDWV_IUNKNOWN_METHODS;
+
+  NDWV_DESTROYED_BY_RELEASE(IUnknown)
 };
+typedef IUnknown* LPUNKNOWN;
+
+// What a provider library's DllGetClassObject hands out for IID_IClassFactory (ND v1).
+NDWV_DEFINE_GUID(IID_IClassFactory, 0x00000001, 0x0000, 0x0000, 0xC0, 0x00, 0x00, 0x00, 0x00,
+                 0x00, 0x00, 0x46);
+
+#undef INTERFACE
+#define INTERFACE IClassFactory
+DECLARE_INTERFACE_(IClassFactory, IUnknown) {
+  NDWV_IUNKNOWN_METHODS;
+
+  STDMETHOD(CreateInstance)(THIS_ IUnknown* pUnkOuter, REFIID riid, void** ppvObject) PURE;
+  STDMETHOD(LockServer)(THIS_ BOOL fLock) PURE;
+
+  NDWV_DESTROYED_BY_RELEASE(IClassFactory)
+};
+#undef INTERFACE
 
 // ---- OVERLAPPED, LARGE_INTEGER ------------------------------------------------------------------
 
-// Windows exposes Offset/OffsetHigh and LowPart/HighPart through anonymous structs, which ISO C++
-// lacks; GCC and Clang accept them, so only the pedantic warning is silenced.
+// Windows exposes Offset/OffsetHigh and LowPart/HighPart through anonymous structs, which ISO
+// C11 has and ISO C++ lacks; GCC and Clang accept them in C++, so only the pedantic warning is
+// silenced.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpedantic"
 
 // Internal holds the request's status (ND_PENDING while it runs), InternalHigh its byte count.
-struct OVERLAPPED {
+typedef struct _OVERLAPPED {
   ULONG_PTR Internal;
   ULONG_PTR InternalHigh;
   union {
@@ -175,10 +300,9 @@ struct OVERLAPPED {
     PVOID Pointer;
   };
   HANDLE hEvent;
-};
-typedef OVERLAPPED* LPOVERLAPPED;
+} OVERLAPPED, *LPOVERLAPPED;
 
-union LARGE_INTEGER {
+typedef union _LARGE_INTEGER {
   struct {
     DWORD LowPart;
     LONG HighPart;
@@ -188,18 +312,18 @@ union LARGE_INTEGER {
     LONG HighPart;
   } u;
   LONGLONG QuadPart;
-};
+} LARGE_INTEGER;
 
 #pragma GCC diagnostic pop
 
-static_assert(sizeof(OVERLAPPED) == 32);
-static_assert(offsetof(OVERLAPPED, Internal) == 0);
-static_assert(offsetof(OVERLAPPED, InternalHigh) == 8);
-static_assert(offsetof(OVERLAPPED, Offset) == 16);
-static_assert(offsetof(OVERLAPPED, OffsetHigh) == 20);
-static_assert(offsetof(OVERLAPPED, Pointer) == 16);
-static_assert(offsetof(OVERLAPPED, hEvent) == 24);
-static_assert(sizeof(LARGE_INTEGER) == 8);
+NDWV_STATIC_ASSERT(sizeof(OVERLAPPED) == 32);
+NDWV_STATIC_ASSERT(offsetof(OVERLAPPED, Internal) == 0);
+NDWV_STATIC_ASSERT(offsetof(OVERLAPPED, InternalHigh) == 8);
+NDWV_STATIC_ASSERT(offsetof(OVERLAPPED, Offset) == 16);
+NDWV_STATIC_ASSERT(offsetof(OVERLAPPED, OffsetHigh) == 20);
+NDWV_STATIC_ASSERT(offsetof(OVERLAPPED, Pointer) == 16);
+NDWV_STATIC_ASSERT(offsetof(OVERLAPPED, hEvent) == 24);
+NDWV_STATIC_ASSERT(sizeof(LARGE_INTEGER) == 8);
 
 // Status 0x103 is STATUS_PENDING (= ND_PENDING).
 #define HasOverlappedIoCompleted(lpOverlapped) (((DWORD)(lpOverlapped)->Internal) != 0x00000103u)
@@ -207,57 +331,56 @@ static_assert(sizeof(LARGE_INTEGER) == 8);
 // ---- Socket addresses ---------------------------------------------------------------------------
 
 typedef USHORT ADDRESS_FAMILY;
-typedef sockaddr SOCKADDR;
-typedef sockaddr* LPSOCKADDR;
-typedef sockaddr_in SOCKADDR_IN;
-typedef sockaddr_in6 SOCKADDR_IN6;
+typedef struct sockaddr SOCKADDR;
+typedef struct sockaddr* LPSOCKADDR;
+typedef struct sockaddr_in SOCKADDR_IN;
+typedef struct sockaddr_in6 SOCKADDR_IN6;
 
-union SOCKADDR_INET {
-  sockaddr_in Ipv4;
-  sockaddr_in6 Ipv6;
+typedef union _SOCKADDR_INET {
+  struct sockaddr_in Ipv4;
+  struct sockaddr_in6 Ipv6;
   ADDRESS_FAMILY si_family;
-};
+} SOCKADDR_INET;
 
-struct SOCKET_ADDRESS {
+typedef struct _SOCKET_ADDRESS {
   LPSOCKADDR lpSockaddr;
   INT iSockaddrLength;
-};
-typedef SOCKET_ADDRESS* PSOCKET_ADDRESS;
-typedef SOCKET_ADDRESS* LPSOCKET_ADDRESS;
+} SOCKET_ADDRESS, *PSOCKET_ADDRESS, *LPSOCKET_ADDRESS;
 
 // Variable length: iAddressCount entries follow in place of Address[1].
-struct SOCKET_ADDRESS_LIST {
+typedef struct _SOCKET_ADDRESS_LIST {
   INT iAddressCount;
   SOCKET_ADDRESS Address[1];
-};
-typedef SOCKET_ADDRESS_LIST* PSOCKET_ADDRESS_LIST;
-typedef SOCKET_ADDRESS_LIST* LPSOCKET_ADDRESS_LIST;
+} SOCKET_ADDRESS_LIST, *PSOCKET_ADDRESS_LIST, *LPSOCKET_ADDRESS_LIST;
 
-static_assert(sizeof(SOCKET_ADDRESS) == 16);
-static_assert(offsetof(SOCKET_ADDRESS, lpSockaddr) == 0);
-static_assert(offsetof(SOCKET_ADDRESS, iSockaddrLength) == 8);
-static_assert(offsetof(SOCKET_ADDRESS_LIST, Address) == 8);
-static_assert(sizeof(sockaddr_in) == 16 && sizeof(sockaddr_in6) == 28);
+NDWV_STATIC_ASSERT(sizeof(SOCKET_ADDRESS) == 16);
+NDWV_STATIC_ASSERT(offsetof(SOCKET_ADDRESS, lpSockaddr) == 0);
+NDWV_STATIC_ASSERT(offsetof(SOCKET_ADDRESS, iSockaddrLength) == 8);
+NDWV_STATIC_ASSERT(offsetof(SOCKET_ADDRESS_LIST, Address) == 8);
+NDWV_STATIC_ASSERT(sizeof(struct sockaddr_in) == 16 && sizeof(struct sockaddr_in6) == 28);
 
 // ---- Calls --------------------------------------------------------------------------------------
-// Failures return FALSE / NULL / WAIT_FAILED and set the calling thread's last error. Handles
-// are validated: NULL, INVALID_HANDLE_VALUE, closed or wrong-kind handles give
-// ERROR_INVALID_HANDLE.
+// C linkage, so that C programs (and dlsym) find them by their Windows names. Failures return
+// FALSE / NULL / WAIT_FAILED and set the calling thread's last error. Handles are validated:
+// NULL, INVALID_HANDLE_VALUE, closed or wrong-kind handles give ERROR_INVALID_HANDLE.
 
-DWORD GetLastError();
+NDWV_EXTERN_C_BEGIN
+
+DWORD GetLastError(void);
 void SetLastError(DWORD error);
 
 BOOL CloseHandle(HANDLE handle);
 
 // Events. `attributes` and `name` are accepted and ignored (every event is anonymous).
 HANDLE CreateEvent(void* attributes, BOOL manualReset, BOOL initialState, const char* name);
-inline HANDLE CreateEventA(void* attributes, BOOL manualReset, BOOL initialState,
-                           const char* name) {
+NDWV_INLINE HANDLE CreateEventA(void* attributes, BOOL manualReset, BOOL initialState,
+                                const char* name) {
   return CreateEvent(attributes, manualReset, initialState, name);
 }
-inline HANDLE CreateEventW(void* attributes, BOOL manualReset, BOOL initialState,
-                           const wchar_t* /*name*/) {
-  return CreateEvent(attributes, manualReset, initialState, nullptr);
+NDWV_INLINE HANDLE CreateEventW(void* attributes, BOOL manualReset, BOOL initialState,
+                                const wchar_t* name) {
+  (void)name;
+  return CreateEvent(attributes, manualReset, initialState, NULL);
 }
 BOOL SetEvent(HANDLE event);
 BOOL ResetEvent(HANDLE event);
@@ -283,3 +406,5 @@ BOOL QueryPerformanceCounter(LARGE_INTEGER* count);
 BOOL QueryPerformanceFrequency(LARGE_INTEGER* frequency);
 
 void Sleep(DWORD milliseconds);
+
+NDWV_EXTERN_C_END

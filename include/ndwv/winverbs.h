@@ -9,6 +9,10 @@
 //  * Memory registration is synchronous in the software device: RegisterMemory/DeregisterMemory
 //    return WV_SUCCESS or an error and never touch the OVERLAPPED (which may be NULL).
 //  * IWVConnectQueuePair::InvalidateMemoryWindow exists (ND2 type-2 windows need it).
+//  * Send with Invalidate (WV_SEND_INVALIDATE) and the report of a remote invalidation
+//    (IWVMemoryWindow::SetRemoteInvalidateId) exist: ND v1's SendAndInvalidate needs them.
+//  * Two endpoint options (IWVEndpoint::Modify) give ND v1's connection rules: the service's IP
+//    protocol, and timeouts that say "try again".
 //  * WV_COMPLETION carries the status as a WV_WC_STATUS code, as WinVerbs does.
 #pragma once
 #include <ndwv/win32.h>
@@ -157,6 +161,10 @@ enum WV_QP_STATE { WvQpStateReset, WvQpStateInit, WvQpStateRtr, WvQpStateRts, Wv
 #define WV_SEND_SIGNALED   0x00000004
 #define WV_SEND_SOLICITED  0x00000008
 #define WV_SEND_INLINE     0x00000010
+// ndwv: Send with Invalidate. The peer invalidates the memory window whose R_Key (network order)
+// is the request's ImmediateData, before the Send's receive completes; a key that names no window
+// bound to the connection fails the receive (WvWcLocalOpError) and ends the connection.
+#define WV_SEND_INVALIDATE 0x00000020
 
 #define WV_QP_SIGNAL_SENDS        0x00000001
 #define WV_QP_MEMORY_MANAGEMENT   0x00000002
@@ -250,7 +258,12 @@ struct IWVCompletionQueue : IWVOverlapped {
   virtual SIZE_T Poll(WV_COMPLETION Completions[], SIZE_T Entries) = 0;
 };
 
-struct IWVMemoryWindow : IUnknown {};
+struct IWVMemoryWindow : IUnknown {
+  // ndwv: when a peer's Send with Invalidate unbinds the window, a WvInvalidateWindow completion
+  // with this WrId (status WvWcSuccess) reaches the receive CQ of the QP the window was bound to,
+  // before that Send's receive completion. Until it is set, a remote invalidation reports nothing.
+  virtual HRESULT SetRemoteInvalidateId(UINT64 WrId) = 0;
+};
 
 struct IWVSharedReceiveQueue : IWVOverlapped {
   virtual HRESULT Query(SIZE_T* pMaxWr, SIZE_T* pMaxSge, SIZE_T* pSrqLimit) = 0;
@@ -303,6 +316,13 @@ struct IWVDevice : IWVOverlapped {
 };
 
 #define WV_EP_OPTION_ROUTE 0x00000001
+// ndwv: OptionData one UINT8, the IANA protocol number of the service the endpoint listens or
+// connects for (default 6, TCP). RoCE carries it in the IB CM service ID (port space, Annex A11),
+// so a request reaches only a listener of the same protocol; iWARP's wire has no place for it.
+#define WV_EP_OPTION_PROTOCOL 0x00000002
+// ndwv: no OptionData. A Connect or Accept that times out completes WV_TIMEOUT, a success status
+// meaning "not answered: try again", instead of WV_IO_TIMEOUT (ND v1's rule).
+#define WV_EP_OPTION_RETRYABLE_TIMEOUT 0x00000004
 
 struct IWVEndpoint : IWVOverlapped {
   virtual HRESULT Modify(DWORD Option, const VOID* pOptionData, SIZE_T OptionLength) = 0;

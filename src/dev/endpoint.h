@@ -123,6 +123,9 @@ class ConnectEndpoint {
   virtual ~ConnectEndpoint() = default;
 
   virtual int32_t Bind(const sockaddr* address, socklen_t length) = 0;
+  // The IANA protocol of the service the endpoint listens or connects for (default TCP, 6), where
+  // the transport's wire carries one (RoCE: the service ID); ignored where it does not (iWARP).
+  virtual void SetProtocol(uint8_t /*protocol*/) {}
   virtual int32_t Listen(int backlog) = 0;
   // Completes when a connection request was attached to `target` (a fresh endpoint).
   virtual int32_t GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) = 0;

@@ -1,5 +1,9 @@
 #include "dev/memory.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <mutex>
 #include <shared_mutex>
 
@@ -18,6 +22,22 @@ constexpr int kRandomProbes = 8;
 
 bool Contains(uint64_t base, uint64_t length, uint64_t addr, uint64_t len) {
   return addr >= base && len <= length && addr - base <= length - len;
+}
+
+// Whether every page of [addr, addr + length) is mapped. mincore() fails with ENOMEM on a range
+// with a hole, without touching the memory; it is asked in steps so its vector stays small.
+bool Mapped(uint64_t addr, uint64_t length) {
+  static const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  constexpr uint64_t kPagesPerCall = 4096;
+  unsigned char residency[kPagesPerCall];
+  uint64_t first = addr & ~(page - 1);
+  uint64_t end = addr + length;
+  if (end < addr) return false;  // wraps around the address space
+  for (uint64_t at = first; at < end; at += kPagesPerCall * page) {
+    uint64_t span = std::min(end - at, kPagesPerCall * page);
+    if (mincore(reinterpret_cast<void*>(at), span, residency) != 0) return false;
+  }
+  return true;
 }
 }  // namespace
 
@@ -81,6 +101,7 @@ void ProtectionDomain::Release(uint32_t key) {
 
 int32_t ProtectionDomain::Register(const void* addr, uint64_t length, uint32_t access, uint32_t* lkey,
                                    uint32_t* rkey) {
+  if (!Mapped(reinterpret_cast<uint64_t>(addr), length)) return WV_ACCESS_VIOLATION;
   std::unique_lock lock(mutex_);
   // Two entries, two independent keys: knowing the R_Key tells nothing of the L_Key.
   uint32_t local = Claim(Entry::LocalKey);
@@ -153,6 +174,7 @@ KeyCheck ProtectionDomain::BindWindow(MemoryWindow* mw, uint32_t qpn, uint32_t l
   w.length = length;
   w.access = access;
   w.qpn = qpn;
+  w.window = mw;
   Find(lkey)->bound_windows++;
   mw->rkey = key;
   mw->region_lkey = lkey;
@@ -167,10 +189,32 @@ KeyCheck ProtectionDomain::BindWindow(MemoryWindow* mw, uint32_t qpn, uint32_t l
 bool ProtectionDomain::InvalidateWindow(MemoryWindow* mw) {
   std::unique_lock lock(mutex_);
   if (!mw->rkey) return false;
+  InvalidateLocked(mw);
+  return true;
+}
+
+void ProtectionDomain::InvalidateLocked(MemoryWindow* mw) {
   if (Lookup(mw->region_lkey, Entry::LocalKey)) Find(mw->region_lkey)->bound_windows--;
   Find(mw->entry_key)->kind = Entry::Reserved;  // kept for the next bind; its key matches nothing
   mw->rkey = 0;
+}
+
+bool ProtectionDomain::InvalidateRemote(uint32_t rkey, uint32_t qpn, std::optional<uint64_t>* report) {
+  std::unique_lock lock(mutex_);
+  const Entry* e = Lookup(rkey, Entry::Window);
+  // Only a window, bound now under this very key, to this connection: a region's key, a stale
+  // token or another connection's window is refused (IB's and RDMAP's rules).
+  if (!e || e->qpn != qpn) return false;
+  MemoryWindow* mw = e->window;
+  if (mw->reports_remote_invalidate) *report = mw->remote_invalidate_id;
+  InvalidateLocked(mw);
   return true;
+}
+
+void ProtectionDomain::SetRemoteInvalidateId(MemoryWindow* mw, uint64_t id) {
+  std::unique_lock lock(mutex_);
+  mw->reports_remote_invalidate = true;
+  mw->remote_invalidate_id = id;
 }
 
 KeyCheck ProtectionDomain::CheckLocal(uint32_t lkey, uint64_t addr, uint64_t length, bool write) const {

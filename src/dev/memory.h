@@ -21,6 +21,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "base/mutex.h"
@@ -49,6 +50,9 @@ struct MemoryWindow {
   uint64_t length = 0;
   uint32_t access = 0;
   uint32_t qpn = 0;         // the QP it is bound to
+  // The request id a peer's Send with Invalidate of the window reports (ND v1), if any.
+  bool reports_remote_invalidate = false;
+  uint64_t remote_invalidate_id = 0;
 };
 
 class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
@@ -60,7 +64,8 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
   ProtectionDomain();
   ~ProtectionDomain();
 
-  // access: Access bits. Returns an NTSTATUS-style code (0 on success).
+  // access: Access bits. Returns an NTSTATUS-style code (0 on success); WV_ACCESS_VIOLATION for
+  // a range with unmapped pages (a NIC could not pin them, and placing data there would crash).
   int32_t Register(const void* addr, uint64_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey);
   int32_t Deregister(uint32_t lkey);
 
@@ -70,6 +75,10 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
   KeyCheck BindWindow(MemoryWindow* mw, uint32_t qpn, uint32_t lkey, uint64_t addr, uint64_t length,
                       uint32_t access, uint32_t* rkey);
   bool InvalidateWindow(MemoryWindow* mw);
+  // A peer's Send with Invalidate of `rkey`, which must name a window bound to `qpn`: unbinds it.
+  // *report gets the window's remote-invalidate id when it has one. False: nothing so bound.
+  bool InvalidateRemote(uint32_t rkey, uint32_t qpn, std::optional<uint64_t>* report);
+  void SetRemoteInvalidateId(MemoryWindow* mw, uint64_t id);
 
   // Local access by an SGE: the L_Key must name a region that contains the range (and grants
   // local write when `write`).
@@ -93,6 +102,7 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
     uint32_t partner = 0;    // a region's other key (to deregister both)
     uint32_t bound_windows = 0;  // LocalKey: windows bound into the region
     uint32_t qpn = 0;        // Window: the QP it is bound to
+    MemoryWindow* window = nullptr;  // Window: its owner
     uint32_t access = 0;
     uint64_t addr = 0, length = 0;
   };
@@ -102,6 +112,7 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
   uint32_t Claim(Entry::Kind kind, uint32_t avoid_consumer = 0);
   void Release(uint32_t key);  // under mutex_ (exclusive)
   bool Grow();
+  void InvalidateLocked(MemoryWindow* mw);  // under mutex_ (exclusive), mw bound
   Entry* Find(uint32_t key) { return &table_[(key >> 8) & mask_]; }
   const Entry* Lookup(uint32_t key, Entry::Kind kind) const {
     const Entry& e = table_[(key >> 8) & mask_];

@@ -209,8 +209,11 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
     wqe.sent = 0;
     wqe.done = false;
     wqe.status = WcStatus::Success;
-    if (request.opcode == WrOpcode::Invalidate && (!request.window || request.window->rkey == 0)) {
-      // Nothing bound to invalidate: a malformed request, completed in its turn with LocalOp.
+    // The window stops working now, in one step with the check that it was bound, so that a
+    // peer's Send with Invalidate racing this request unbinds it at most once: one of the two
+    // fails. Nothing bound to invalidate: a malformed request, completed in its turn with LocalOp.
+    if (request.opcode == WrOpcode::Invalidate && state != QpState::Error &&
+        (!request.window || !pd_->InvalidateWindow(request.window.get()))) {
       wqe.done = true;
       wqe.status = WcStatus::LocalOp;
     }
@@ -323,6 +326,13 @@ bool QueuePair::TakeReceive(RecvWqe* out) {
   rq_[rq_head_].CopyTo(out);
   rq_head_++;
   rq_.Prefetch(rq_head_, false);
+  return true;
+}
+
+bool QueuePair::InvalidateRemote(uint32_t rkey) {
+  std::optional<uint64_t> report;
+  if (!pd_->InvalidateRemote(rkey, qpn_, &report)) return false;
+  if (report) recv_cq_->Push({context_, *report, 0, WrOpcode::Invalidate, WcStatus::Success}, false);
   return true;
 }
 

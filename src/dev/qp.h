@@ -29,8 +29,10 @@ enum class QpState { Reset, Init, Rtr, Rts, Sqd, Sqe, Error };
 const char* ToString(QpState state);
 bool IsLegalTransition(QpState from, QpState to);
 
-// Send flags, with the WV_SEND_* values.
-enum SendFlag : uint32_t { kFence = 0x2, kSignaled = 0x4, kSolicited = 0x8, kInline = 0x10 };
+// Send flags, with the WV_SEND_* values. kInvalidate: a Send with Invalidate of `rkey`.
+enum SendFlag : uint32_t {
+  kFence = 0x2, kSignaled = 0x4, kSolicited = 0x8, kInline = 0x10, kInvalidate = 0x20
+};
 
 struct Sge {
   uint64_t addr;
@@ -57,7 +59,7 @@ struct SendWqe {
   uint32_t num_sge;       // 0 for inline requests
   uint64_t length;        // bytes the request moves
   uint64_t remote_addr;   // Write/Read
-  uint32_t rkey;          // Write/Read
+  uint32_t rkey;          // Write/Read: the target's key; Send with kInvalidate: the key to invalidate
   // Execution state, owned by the link while it transmits.
   WcStatus status;        // set when done
   bool done;
@@ -156,6 +158,10 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   // Takes the next receive for an incoming message (from the SRQ if the QP has one).
   bool TakeReceive(RecvWqe* out);
   void CompleteReceive(const RecvWqe& wqe, uint32_t length, WcStatus status, bool solicited);
+  // A Send with Invalidate of `rkey` arrived whole: unbinds the window it names, which must be
+  // bound to this QP, and reports that on the receive CQ when the window asks for it; call before
+  // completing the Send's receive. False: nothing to invalidate (the receive fails LocalOp).
+  bool InvalidateRemote(uint32_t rkey);
 
  private:
   size_t Flush();  // returns the requests flushed

@@ -60,9 +60,18 @@ ND2_ADAPTER_INFO Describe(NET64 guid, const WV_DEVICE_ATTRIBUTES& device) {
   return info;
 }
 
+// Publishes what a New* method made: `hr` its status, `*made` the object (read once the call
+// that makes it is over, whatever order the arguments were evaluated in).
 template <class T>
-HRESULT PublishNew(T* object, REFIID iid, void** ppv) {
-  return object != nullptr ? Publish(object, iid, ppv) : ND_NO_MEMORY;
+HRESULT PublishNew(HRESULT hr, T* const* made, REFIID iid, void** ppv) {
+  if (FAILED(hr)) return hr;
+  return *made != nullptr ? Publish(*made, iid, ppv) : ND_NO_MEMORY;
+}
+
+template <class T>
+HRESULT Made(T* object, T** out) {
+  *out = object;
+  return object != nullptr ? ND_SUCCESS : ND_NO_MEMORY;
 }
 
 // A handle the application passed for an object's overlapped file: held for the object's life,
@@ -154,24 +163,36 @@ HRESULT Adapter::CreateCompletionQueue(REFIID iid, HANDLE hOverlappedFile, ULONG
   if (group != 0) return ND_INVALID_PARAMETER_4;  // no processor groups; affinity is advisory
   base::HandleRef file = HoldOverlappedFile(hOverlappedFile);
   if (!file) return ND_INVALID_HANDLE;
-  SIZE_T entries = queueDepth;
-  ComPtr<IWVCompletionQueue> cq;
-  if (HRESULT hr = device_->CreateCompletionQueue(file.get(), &entries, cq.put()); FAILED(hr))
-    return NdStatus(hr);
-  return PublishNew(new (std::nothrow) CompletionQueue(*this, std::move(file), std::move(cq)), iid,
+  CompletionQueue* cq = nullptr;
+  return PublishNew(NewCompletionQueue(std::move(file), queueDepth, &cq), &cq, iid,
                     ppCompletionQueue);
+}
+
+HRESULT Adapter::NewCompletionQueue(base::HandleRef file, ULONG queueDepth, CompletionQueue** cq) {
+  SIZE_T entries = queueDepth;
+  ComPtr<IWVCompletionQueue> wv;
+  if (HRESULT hr = device_->CreateCompletionQueue(file.get(), &entries, wv.put()); FAILED(hr))
+    return NdStatus(hr);
+  return Made(new (std::nothrow) CompletionQueue(*this, std::move(file), std::move(wv)), cq);
 }
 
 HRESULT Adapter::CreateMemoryRegion(REFIID iid, HANDLE hOverlappedFile, void** ppMemoryRegion) {
   base::HandleRef file = HoldOverlappedFile(hOverlappedFile);
   if (!file) return ND_INVALID_HANDLE;
-  return PublishNew(new (std::nothrow) MemoryRegion(*this, std::move(file)), iid, ppMemoryRegion);
+  MemoryRegion* mr = nullptr;
+  return PublishNew(Made(new (std::nothrow) MemoryRegion(*this, std::move(file)), &mr), &mr, iid,
+                    ppMemoryRegion);
 }
 
 HRESULT Adapter::CreateMemoryWindow(REFIID iid, void** ppMemoryWindow) {
-  ComPtr<IWVMemoryWindow> mw;
-  if (HRESULT hr = pd_->AllocateMemoryWindow(mw.put()); FAILED(hr)) return NdStatus(hr);
-  return PublishNew(new (std::nothrow) MemoryWindow(*this, std::move(mw)), iid, ppMemoryWindow);
+  MemoryWindow* mw = nullptr;
+  return PublishNew(NewMemoryWindow(&mw), &mw, iid, ppMemoryWindow);
+}
+
+HRESULT Adapter::NewMemoryWindow(MemoryWindow** mw) {
+  ComPtr<IWVMemoryWindow> wv;
+  if (HRESULT hr = pd_->AllocateMemoryWindow(wv.put()); FAILED(hr)) return NdStatus(hr);
+  return Made(new (std::nothrow) MemoryWindow(*this, std::move(wv)), mw);
 }
 
 HRESULT Adapter::CreateSharedReceiveQueue(REFIID iid, HANDLE hOverlappedFile, ULONG queueDepth,
@@ -186,13 +207,15 @@ HRESULT Adapter::CreateSharedReceiveQueue(REFIID iid, HANDLE hOverlappedFile, UL
   if (group != 0) return ND_INVALID_PARAMETER_6;
   base::HandleRef file = HoldOverlappedFile(hOverlappedFile);
   if (!file) return ND_INVALID_HANDLE;
-  ComPtr<IWVSharedReceiveQueue> srq;
+  ComPtr<IWVSharedReceiveQueue> wv;
   // As for queue pairs, grant the adapter's SGE maximum rather than the request (§12 rounding).
   HRESULT hr =
-      pd_->CreateSharedReceiveQueue(file.get(), queueDepth, maxSge, notifyThreshold, srq.put());
+      pd_->CreateSharedReceiveQueue(file.get(), queueDepth, maxSge, notifyThreshold, wv.put());
   if (FAILED(hr)) return NdStatus(hr);
-  return PublishNew(new (std::nothrow) SharedReceiveQueue(*this, std::move(file), std::move(srq)),
-                    iid, ppSharedReceiveQueue);
+  SharedReceiveQueue* srq = nullptr;
+  return PublishNew(
+      Made(new (std::nothrow) SharedReceiveQueue(*this, std::move(file), std::move(wv)), &srq), &srq,
+      iid, ppSharedReceiveQueue);
 }
 
 HRESULT Adapter::CreateQueuePair(REFIID iid, IUnknown* pReceiveCompletionQueue,
@@ -211,8 +234,10 @@ HRESULT Adapter::CreateQueuePair(REFIID iid, IUnknown* pReceiveCompletionQueue,
   if (maxReceiveRequestSge > info_.MaxReceiveSge) return ND_INVALID_PARAMETER_7;
   if (maxInitiatorRequestSge > info_.MaxInitiatorSge) return ND_INVALID_PARAMETER_8;
   if (inlineDataSize > info_.MaxInlineDataSize) return ND_INVALID_PARAMETER_9;
-  return MakeQueuePair(iid, *receiveCq, *initiatorCq, nullptr, context, receiveQueueDepth,
-                       initiatorQueueDepth, inlineDataSize, ppQueuePair);
+  QueuePair* qp = nullptr;
+  return PublishNew(NewQueuePair(*receiveCq, *initiatorCq, nullptr, context, receiveQueueDepth,
+                                 initiatorQueueDepth, inlineDataSize, &qp),
+                    &qp, iid, ppQueuePair);
 }
 
 HRESULT Adapter::CreateQueuePairWithSrq(REFIID iid, IUnknown* pReceiveCompletionQueue,
@@ -231,14 +256,15 @@ HRESULT Adapter::CreateQueuePairWithSrq(REFIID iid, IUnknown* pReceiveCompletion
     return ND_INVALID_PARAMETER_6;
   if (maxInitiatorRequestSge > info_.MaxInitiatorSge) return ND_INVALID_PARAMETER_7;
   if (inlineDataSize > info_.MaxInlineDataSize) return ND_INVALID_PARAMETER_8;
-  return MakeQueuePair(iid, *receiveCq, *initiatorCq, srq, context, 0, initiatorQueueDepth,
-                       inlineDataSize, ppQueuePair);
+  QueuePair* qp = nullptr;
+  return PublishNew(NewQueuePair(*receiveCq, *initiatorCq, srq, context, 0, initiatorQueueDepth,
+                                 inlineDataSize, &qp),
+                    &qp, iid, ppQueuePair);
 }
 
-HRESULT Adapter::MakeQueuePair(REFIID iid, CompletionQueue& receiveCq, CompletionQueue& initiatorCq,
-                               SharedReceiveQueue* srq, void* context, ULONG receiveQueueDepth,
-                               ULONG initiatorQueueDepth, ULONG inlineDataSize,
-                               void** ppQueuePair) {
+HRESULT Adapter::NewQueuePair(CompletionQueue& receiveCq, CompletionQueue& initiatorCq,
+                              SharedReceiveQueue* srq, void* context, ULONG receiveQueueDepth,
+                              ULONG initiatorQueueDepth, ULONG inlineDataSize, QueuePair** qp) {
   WV_QP_CREATE create{};
   create.pSendCq = initiatorCq.wv();
   create.pReceiveCq = receiveCq.wv();
@@ -246,40 +272,44 @@ HRESULT Adapter::MakeQueuePair(REFIID iid, CompletionQueue& receiveCq, Completio
   create.Context = context;  // comes back as ND2_RESULT.QueuePairContext
   create.SendDepth = initiatorQueueDepth;
   create.ReceiveDepth = receiveQueueDepth;
-  // SGE capacity is the adapter's maximum whatever was asked: applications post more SGEs than
-  // they declared and expect success (nd2-spi.md §12, ndmw).
   create.SendSge = info_.MaxInitiatorSge;
   create.ReceiveSge = srq != nullptr ? 0 : info_.MaxReceiveSge;
   create.MaxInlineSend = inlineDataSize;
-  // The read limits of a connection are set by Connect/Accept; the QP can hold the most.
   create.InitiatorDepth = info_.MaxOutboundReadLimit;
   create.ResponderResources = info_.MaxInboundReadLimit;
   create.QpType = WvQpTypeRc;
   create.QpFlags = WV_QP_MEMORY_MANAGEMENT;  // ND posts memory-window binds
-  ComPtr<IWVConnectQueuePair> qp;
-  if (HRESULT hr = pd_->CreateConnectQueuePair(&create, qp.put()); FAILED(hr)) return NdStatus(hr);
-  return PublishNew(new (std::nothrow) QueuePair(*this, receiveCq, initiatorCq, srq, std::move(qp)),
-                    iid, ppQueuePair);
+  ComPtr<IWVConnectQueuePair> wv;
+  if (HRESULT hr = pd_->CreateConnectQueuePair(&create, wv.put()); FAILED(hr)) return NdStatus(hr);
+  return Made(new (std::nothrow) QueuePair(*this, receiveCq, initiatorCq, srq, std::move(wv)), qp);
 }
 
 HRESULT Adapter::CreateConnector(REFIID iid, HANDLE hOverlappedFile, void** ppConnector) {
   base::HandleRef file = HoldOverlappedFile(hOverlappedFile);
   if (!file) return ND_INVALID_HANDLE;
+  Connector* connector = nullptr;
+  return PublishNew(NewConnector(std::move(file), &connector), &connector, iid, ppConnector);
+}
+
+HRESULT Adapter::NewConnector(base::HandleRef file, Connector** connector) {
   ComPtr<IWVConnectEndpoint> endpoint;
   if (HRESULT hr = wv_->CreateConnectEndpoint(file.get(), endpoint.put()); FAILED(hr))
     return NdStatus(hr);
-  return PublishNew(new (std::nothrow) Connector(*this, std::move(file), std::move(endpoint)), iid,
-                    ppConnector);
+  return Made(new (std::nothrow) Connector(*this, std::move(file), std::move(endpoint)), connector);
 }
 
 HRESULT Adapter::CreateListener(REFIID iid, HANDLE hOverlappedFile, void** ppListener) {
   base::HandleRef file = HoldOverlappedFile(hOverlappedFile);
   if (!file) return ND_INVALID_HANDLE;
+  Listener* listener = nullptr;
+  return PublishNew(NewListener(std::move(file), &listener), &listener, iid, ppListener);
+}
+
+HRESULT Adapter::NewListener(base::HandleRef file, Listener** listener) {
   ComPtr<IWVConnectEndpoint> endpoint;
   if (HRESULT hr = wv_->CreateConnectEndpoint(file.get(), endpoint.put()); FAILED(hr))
     return NdStatus(hr);
-  return PublishNew(new (std::nothrow) Listener(*this, std::move(file), std::move(endpoint)), iid,
-                    ppListener);
+  return Made(new (std::nothrow) Listener(*this, std::move(file), std::move(endpoint)), listener);
 }
 
 }  // namespace ndwv::nd

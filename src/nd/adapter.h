@@ -9,6 +9,10 @@
 namespace ndwv::nd {
 
 class CompletionQueue;
+class Connector;
+class Listener;
+class MemoryWindow;
+class QueuePair;
 class SharedReceiveQueue;
 
 class Adapter final : public Object<Adapter, IND2Adapter, IID_IND2Adapter> {
@@ -32,6 +36,19 @@ class Adapter final : public Object<Adapter, IND2Adapter, IID_IND2Adapter> {
     T* object = Downcast<T>(p);
     return object != nullptr && object->adapter() == this ? object : nullptr;
   }
+
+  // The objects of the adapter, made with arguments already checked, each returned with its
+  // creation reference (the IND2Adapter methods publish them; version 1 wraps them). SGE
+  // capacity is the adapter's maximum whatever was asked: applications post more SGEs than they
+  // declared and expect success (nd2-spi.md §12, ndmw); the QP can hold the most read limits,
+  // which the connection sets.
+  HRESULT NewCompletionQueue(base::HandleRef file, ULONG queueDepth, CompletionQueue** cq);
+  HRESULT NewQueuePair(CompletionQueue& receiveCq, CompletionQueue& initiatorCq,
+                       SharedReceiveQueue* srq, void* context, ULONG receiveQueueDepth,
+                       ULONG initiatorQueueDepth, ULONG inlineDataSize, QueuePair** qp);
+  HRESULT NewMemoryWindow(MemoryWindow** mw);
+  HRESULT NewConnector(base::HandleRef file, Connector** connector);
+  HRESULT NewListener(base::HandleRef file, Listener** listener);
 
   // IND2Adapter
   HRESULT STDMETHODCALLTYPE CreateOverlappedFile(HANDLE* phOverlappedFile) override;
@@ -68,11 +85,6 @@ class Adapter final : public Object<Adapter, IND2Adapter, IID_IND2Adapter> {
  private:
   Adapter(ComPtr<IWVProvider> wv, ComPtr<IWVDevice> device, ComPtr<IWVProtectionDomain> pd,
           NET64 guid, const WV_DEVICE_ATTRIBUTES& attributes);
-
-  // The shared tail of both CreateQueuePair flavours, once the arguments are checked.
-  HRESULT MakeQueuePair(REFIID iid, CompletionQueue& receiveCq, CompletionQueue& initiatorCq,
-                        SharedReceiveQueue* srq, void* context, ULONG receiveQueueDepth,
-                        ULONG initiatorQueueDepth, ULONG inlineDataSize, void** ppQueuePair);
 
   const ComPtr<IWVProvider> wv_;
   const ComPtr<IWVDevice> device_;

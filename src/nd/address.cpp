@@ -38,9 +38,17 @@ WV_SOCKADDR CopySockaddr(const sockaddr* address) {
 
 WV_SOCKADDR WithoutPort(const sockaddr* address) {
   WV_SOCKADDR copy = CopySockaddr(address);
-  if (copy.Sa.sa_family == AF_INET) copy.Sin.sin_port = 0;
-  if (copy.Sa.sa_family == AF_INET6) copy.Sin6.sin6_port = 0;
+  SetPort(&copy, 0);
   return copy;
+}
+
+USHORT PortOf(const WV_SOCKADDR& address) {
+  return address.Sa.sa_family == AF_INET6 ? address.Sin6.sin6_port : address.Sin.sin_port;
+}
+
+void SetPort(WV_SOCKADDR* address, USHORT port) {
+  if (address->Sa.sa_family == AF_INET) address->Sin.sin_port = port;
+  if (address->Sa.sa_family == AF_INET6) address->Sin6.sin6_port = port;
 }
 
 bool IsUnspecified(const sockaddr* address) {

@@ -25,6 +25,9 @@ HRESULT CheckSockaddr(const sockaddr* address, SIZE_T length, int n, int lengthA
 WV_SOCKADDR CopySockaddr(const sockaddr* address);
 // The same address with port 0: what identifies an adapter.
 WV_SOCKADDR WithoutPort(const sockaddr* address);
+// The port of an IPv4 or IPv6 address, and setting it; network order both.
+USHORT PortOf(const WV_SOCKADDR& address);
+void SetPort(WV_SOCKADDR* address, USHORT port);
 // 0.0.0.0 or ::.
 bool IsUnspecified(const sockaddr* address);
 // Same family and IP (ports ignored).

@@ -57,6 +57,9 @@ class ComPtr {
 
 // ---- Client references and holds ----------------------------------------------------------------
 
+// Objects of the provider alive in the process, of either version (DllCanUnloadNow).
+inline std::atomic<size_t> liveObjects{0};
+
 class Shared {
  public:
   Shared(const Shared&) = delete;
@@ -71,14 +74,19 @@ class Shared {
   }
 
  protected:
-  Shared() = default;
-  virtual ~Shared() = default;
+  Shared() { liveObjects.fetch_add(1, std::memory_order_relaxed); }
+  virtual ~Shared() { liveObjects.fetch_sub(1, std::memory_order_release); }
   virtual void Destroy() noexcept = 0;
+  // The application released its last reference; the library's holds may keep the object.
+  virtual void Abandoned() noexcept {}
 
   ULONG AddClient() noexcept { return clients_.fetch_add(1, std::memory_order_relaxed) + 1; }
   ULONG ReleaseClient() noexcept {
     ULONG left = clients_.fetch_sub(1, std::memory_order_acq_rel) - 1;
-    if (left == 0) Unhold();  // the hold all clients shared
+    if (left == 0) {
+      Abandoned();
+      Unhold();  // the hold all clients shared
+    }
     return left;
   }
 
@@ -117,40 +125,45 @@ class Ref {
 
 // ---- QueryInterface -----------------------------------------------------------------------------
 
-// Asking an object for DowncastIid(iid) means "are you this library's implementation of the
-// interface iid?". The IID is the public one with its first field scrambled: no other code uses
-// it, so a foreign object answers E_NOINTERFACE. The answer is a plain pointer, not a reference.
-constexpr IID DowncastIid(const IID& iid) {
+// Which SPI version an implementation serves. It tells implementations apart where the SPI
+// gives two interfaces one IID (IND2MemoryWindow and INDMemoryWindow).
+enum class Version : uint32_t { V2 = 0x6e647776 /* "ndwv" */, V1 = 0x6e647631 /* "ndv1" */ };
+
+// Asking an object for DowncastIid(iid, version) means "are you this library's implementation of
+// the interface iid?". The IID is the public one with its first field scrambled: no other code
+// uses it, so a foreign object answers E_NOINTERFACE. The answer is a plain pointer, not a
+// reference.
+constexpr IID DowncastIid(const IID& iid, Version version) {
   IID scrambled = iid;
-  scrambled.Data1 ^= 0x6e647776;  // "ndwv"
+  scrambled.Data1 ^= uint32_t(version);
   return scrambled;
 }
 
 // `p` as our T, or nullptr if it is NULL or not a T of this library.
 template <class T>
 T* Downcast(IUnknown* p) {
-  static constexpr IID kIid = DowncastIid(T::kInterfaceIid);
   void* object = nullptr;
-  if (p == nullptr || p->QueryInterface(kIid, &object) != S_OK) return nullptr;
+  if (p == nullptr || p->QueryInterface(T::kDowncastIid, &object) != S_OK) return nullptr;
   return static_cast<T*>(object);
 }
 
 // The base of every ND object: implements IUnknown for `Interface`, whose IID is `interfaceIid`
-// (and IND2Overlapped, when Interface derives from it), on behalf of the concrete class `Self`.
-template <class Self, class Interface, const IID& interfaceIid>
+// (and IND2Overlapped or INDOverlapped, when Interface derives from it), on behalf of the
+// concrete class `Self`.
+template <class Self, class Interface, const IID& interfaceIid, Version version = Version::V2>
 class Object : public Interface, public Shared {
  public:
-  static constexpr const IID& kInterfaceIid = interfaceIid;
+  static constexpr IID kDowncastIid = DowncastIid(interfaceIid, version);
 
   HRESULT STDMETHODCALLTYPE QueryInterface(REFIID iid, void** ppv) override {
-    static constexpr IID kDowncast = DowncastIid(interfaceIid);
     if (ppv == nullptr) return E_POINTER;
-    if (iid == kDowncast) {
+    if (iid == kDowncastIid) {
       *ppv = static_cast<Self*>(this);
       return S_OK;
     }
     if (iid == IID_IUnknown || iid == interfaceIid ||
-        (std::is_base_of_v<IND2Overlapped, Interface> && iid == IID_IND2Overlapped)) {
+        (std::is_base_of_v<IND2Overlapped, Interface> && iid == IID_IND2Overlapped) ||
+        (std::is_base_of_v<INDOverlapped, Interface> && iid == IID_INDOverlapped)) {
       *ppv = static_cast<Interface*>(this);
       AddClient();
       return S_OK;
@@ -169,6 +182,12 @@ class Object : public Interface, public Shared {
 // asynchronous calls say "pending" with the Win32-flavoured WV_IO_PENDING.
 inline HRESULT NdStatus(HRESULT wv) { return wv == WV_IO_PENDING ? ND_PENDING : wv; }
 
+// CancelOverlappedRequests of an object whose requests `requests` owns (nullptr: none can be
+// outstanding).
+inline HRESULT CancelWvRequests(IWVOverlapped* requests) {
+  return requests ? NdStatus(requests->CancelOverlappedRequests()) : ND_SUCCESS;
+}
+
 // IND2Overlapped for objects whose overlapped requests are WV requests: Self::wvRequests() names
 // the WV object that owns them (nullptr when none can be outstanding). Completions are resolved
 // from the OVERLAPPED itself, so any object of the adapter can report on any request (ndmrrate).
@@ -176,8 +195,7 @@ template <class Self, class Interface, const IID& interfaceIid>
 class OverlappedObject : public Object<Self, Interface, interfaceIid> {
  public:
   HRESULT STDMETHODCALLTYPE CancelOverlappedRequests() override {
-    IWVOverlapped* requests = static_cast<Self*>(this)->wvRequests();
-    return requests ? NdStatus(requests->CancelOverlappedRequests()) : ND_SUCCESS;
+    return CancelWvRequests(static_cast<Self*>(this)->wvRequests());
   }
   HRESULT STDMETHODCALLTYPE GetOverlappedResult(OVERLAPPED* ov, BOOL wait) override {
     return base::WaitOverlapped(ov, wait != FALSE);

@@ -17,7 +17,8 @@ ND2_REQUEST_TYPE RequestType(WV_WC_OPCODE opcode) {
   }
 }
 
-// The verbs → ND status mapping that ND applications and their tests expect (nd2-spi.md §12).
+}  // namespace
+
 HRESULT CompletionStatus(WV_WC_STATUS status) {
   switch (status) {
     case WvWcSuccess: return ND_SUCCESS;
@@ -35,8 +36,6 @@ HRESULT CompletionStatus(WV_WC_STATUS status) {
     default: return ND_INTERNAL_ERROR;  // BadResponse, Error
   }
 }
-
-}  // namespace
 
 ND2_RESULT ToNdResult(const WV_COMPLETION& completion) {
   ND2_RESULT result{};
@@ -81,19 +80,8 @@ HRESULT CompletionQueue::Notify(ULONG type, OVERLAPPED* pOverlapped) {
 }
 
 ULONG CompletionQueue::GetResults(ND2_RESULT results[], ULONG nResults) {
-  // Poll in small batches through a stack buffer: WV_COMPLETION is larger than ND2_RESULT, so
-  // the caller's array cannot serve as the poll buffer.
-  constexpr ULONG kBatch = 16;
-  WV_COMPLETION batch[kBatch];
-  ULONG done = 0;
-  while (done < nResults) {
-    ULONG want = nResults - done < kBatch ? nResults - done : kBatch;
-    ULONG got = ULONG(cq_->Poll(batch, want));
-    for (ULONG i = 0; i < got; ++i) results[done + i] = ToNdResult(batch[i]);
-    done += got;
-    if (got < want) break;
-  }
-  return done;
+  return PollCompletions(cq_.get(), results, nResults,
+                         [](const WV_COMPLETION& c) { return ToNdResult(c); });
 }
 
 }  // namespace ndwv::nd

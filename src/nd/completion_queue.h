@@ -30,6 +30,26 @@ class CompletionQueue final
 
 // What an ND consumer sees of a WV work completion.
 ND2_RESULT ToNdResult(const WV_COMPLETION& completion);
+// The verbs → ND status mapping that ND applications and their tests expect (nd2-spi.md §12).
+HRESULT CompletionStatus(WV_WC_STATUS status);
+
+// Polls up to `n` completions of `cq` into out[] as convert(WV_COMPLETION) makes them, in small
+// batches through a stack buffer (WV_COMPLETION is larger than an ND result, so the caller's
+// array cannot serve as the poll buffer). Returns how many.
+template <class Out, class Count, class Convert>
+Count PollCompletions(IWVCompletionQueue* cq, Out out[], Count n, Convert convert) {
+  constexpr Count kBatch = 16;
+  WV_COMPLETION batch[kBatch];
+  Count done = 0;
+  while (done < n) {
+    Count want = n - done < kBatch ? n - done : kBatch;
+    Count got = Count(cq->Poll(batch, want));
+    for (Count i = 0; i < got; ++i) out[done + i] = convert(batch[i]);
+    done += got;
+    if (got < want) break;
+  }
+  return done;
+}
 
 // Where CQ and SRQ notifications are processed: the CPUs of the thread that completes them
 // (the device's progress engine), as the device reports them.

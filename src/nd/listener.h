@@ -15,6 +15,7 @@ class Listener final : public OverlappedObject<Listener, IND2Listener, IID_IND2L
   Listener(Adapter& adapter, base::HandleRef file, ComPtr<IWVConnectEndpoint> endpoint);
 
   Adapter* adapter() const { return adapter_.get(); }
+  IWVConnectEndpoint* wv() const { return endpoint_.get(); }
   IWVOverlapped* wvRequests() const { return endpoint_.get(); }
 
   // IND2Listener

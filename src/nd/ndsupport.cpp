@@ -1,5 +1,7 @@
 // The NetworkDirect helper library (ndsupport.h). On Windows it finds ND providers in the Winsock
-// catalog; here the one provider is built in, held while the library is started.
+// catalog; here the one provider is built in. While the library is started it holds the verbs
+// layer (and so the device) up, not a provider object: DllCanUnloadNow counts only the
+// application's objects.
 #include <ndwv/ndsupport.h>
 #include <ndwv/ndwv.h>
 #include <ndwv/winverbs.h>
@@ -18,12 +20,33 @@ namespace {
 
 std::mutex g_mutex;
 int g_starts = 0;
-ComPtr<Provider> g_provider;
+ComPtr<IWVProvider> g_wv;
 
-// The provider, while the library is started.
+// A provider over the verbs layer the library holds, while it is started.
 ComPtr<Provider> StartedProvider() {
-  std::lock_guard lock(g_mutex);
-  return g_provider;
+  ComPtr<IWVProvider> wv;
+  {
+    std::lock_guard lock(g_mutex);
+    wv = g_wv;
+  }
+  Provider* provider = nullptr;
+  if (!wv || FAILED(Provider::Over(WvGetObject, std::move(wv), &provider))) return nullptr;
+  ComPtr<Provider> held(provider);
+  provider->Release();
+  return held;
+}
+
+// A version 1 adapter, the way Windows' helper library opens one from a version 1 provider DLL
+// (nd1-spi.md §2.10): the class factory, an INDProvider, its OpenAdapter.
+HRESULT OpenV1Adapter(const sockaddr* address, SIZE_T length, INDAdapter** adapter) {
+  ComPtr<IClassFactory> factory;
+  HRESULT hr = DllGetClassObject(IID_INDProvider, IID_IClassFactory,
+                                 reinterpret_cast<void**>(factory.put()));
+  if (FAILED(hr)) return hr;
+  ComPtr<INDProvider> provider;
+  hr = factory->CreateInstance(nullptr, IID_INDProvider, reinterpret_cast<void**>(provider.put()));
+  if (FAILED(hr)) return hr;
+  return provider->OpenAdapter(address, length, adapter);
 }
 
 // Whether the provider serves this (validated) address: the port plays no part.
@@ -38,20 +61,18 @@ bool Serves(Provider* provider, const sockaddr* address) {
 HRESULT NdStartup() {
   std::lock_guard lock(g_mutex);
   if (g_starts == 0) {
-    // Holding a provider keeps the device up between the application's own objects.
-    Provider* provider = nullptr;
-    if (HRESULT hr = Provider::Create(WvGetObject, &provider); FAILED(hr)) return hr;
-    *g_provider.put() = provider;
+    // Holding the verbs layer keeps the device up between the application's own objects.
+    if (HRESULT hr = ndwv::nd::GetWvProvider(WvGetObject, &g_wv); FAILED(hr)) return hr;
   }
   ++g_starts;
   return S_OK;
 }
 
 HRESULT NdCleanup() {
-  ComPtr<Provider> last;  // released outside the lock
+  ComPtr<IWVProvider> last;  // released outside the lock
   std::lock_guard lock(g_mutex);
   if (g_starts == 0) return ND_DEVICE_NOT_READY;
-  if (--g_starts == 0) std::swap(last, g_provider);
+  if (--g_starts == 0) std::swap(last, g_wv);
   return S_OK;
 }
 
@@ -63,9 +84,11 @@ HRESULT NdQueryAddressList(DWORD flags, SOCKET_ADDRESS_LIST* pAddressList, SIZE_
   ComPtr<Provider> provider = StartedProvider();
   if (!provider) return ND_DEVICE_NOT_READY;
   if (pcbAddressList == nullptr) return ND_INVALID_PARAMETER_3;
-  // Ours is an ND v2 provider and no emulator: only excluding v2 excludes its addresses.
+  // Ours serves both versions on every address and is no emulator: its addresses are left out
+  // only when both versions are (MS-MPI's v1 channel excludes v2 and must see them).
+  constexpr DWORD kBothVersions = ND_QUERY_EXCLUDE_NDv1_ADDRESSES | ND_QUERY_EXCLUDE_NDv2_ADDRESSES;
   std::vector<WV_SOCKADDR> addresses;
-  if (!(flags & ND_QUERY_EXCLUDE_NDv2_ADDRESSES)) addresses = provider->Addresses();
+  if ((flags & kBothVersions) != kBothVersions) addresses = provider->Addresses();
   return ndwv::nd::ReturnAddressList(addresses, pAddressList, pcbAddressList);
 }
 
@@ -102,16 +125,25 @@ HRESULT NdOpenAdapter(REFIID iid, const sockaddr* pAddress, SIZE_T cbAddress, vo
   // The helper library reports every fault of the address, length included, as argument 2.
   if (HRESULT hr = ndwv::nd::CheckSockaddr(pAddress, cbAddress, 2, 2); FAILED(hr)) return hr;
   if (ppIAdapter == nullptr) return ND_INVALID_PARAMETER_4;
-  UINT64 adapterId = 0;
-  HRESULT hr = provider->ResolveAddress(pAddress, ULONG(cbAddress), &adapterId);
-  if (SUCCEEDED(hr)) hr = provider->OpenAdapter(iid, adapterId, ppIAdapter);
+  HRESULT hr;
+  if (iid == IID_INDAdapter) {
+    hr = OpenV1Adapter(pAddress, cbAddress, reinterpret_cast<INDAdapter**>(ppIAdapter));
+  } else {
+    UINT64 adapterId = 0;
+    hr = provider->ResolveAddress(pAddress, ULONG(cbAddress), &adapterId);
+    if (SUCCEEDED(hr)) hr = provider->OpenAdapter(iid, adapterId, ppIAdapter);
+  }
   if (FAILED(hr)) {
     // As with several providers: one that cannot open the address leaves it to the next, and
-    // when none is left the address is "not an ND address" (IID_INDAdapter asks for ND v1 ones).
+    // when none is left the address is "not an ND address".
     NDWV_LOG(Info, "NdOpenAdapter: the provider could not open the adapter: 0x%08x", unsigned(hr));
     return ND_INVALID_ADDRESS;
   }
   return ND_SUCCESS;
+}
+
+HRESULT NdOpenV1Adapter(const sockaddr* pAddress, SIZE_T cbAddress, INDAdapter** ppIAdapter) {
+  return NdOpenAdapter(IID_INDAdapter, pAddress, cbAddress, reinterpret_cast<void**>(ppIAdapter));
 }
 
 extern "C" const char* ndwv_adapter_transport(uint64_t adapter_id) {

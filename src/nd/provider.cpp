@@ -16,6 +16,10 @@ HRESULT GetWvProvider(WvSource source, ComPtr<IWVProvider>* wv) {
 HRESULT Provider::Create(WvSource source, Provider** provider) {
   ComPtr<IWVProvider> wv;
   if (HRESULT hr = GetWvProvider(source, &wv); FAILED(hr)) return hr;
+  return Over(source, std::move(wv), provider);
+}
+
+HRESULT Provider::Over(WvSource source, ComPtr<IWVProvider> wv, Provider** provider) {
   *provider = new (std::nothrow) Provider(source, std::move(wv));
   return *provider != nullptr ? ND_SUCCESS : ND_NO_MEMORY;
 }
@@ -38,19 +42,17 @@ HRESULT Provider::ResolveAddress(const sockaddr* pAddress, ULONG cbAddress, UINT
   return ND_SUCCESS;
 }
 
-HRESULT Provider::OpenAdapter(REFIID iid, UINT64 adapterId, void** ppAdapter) {
+HRESULT Provider::Open(UINT64 adapterId, Adapter** adapter) {
   // Each adapter has a WV provider of its own, as in the WinOFED mapping (nd2-spi.md §14.4).
   ComPtr<IWVProvider> wv;
   if (HRESULT hr = GetWvProvider(source_, &wv); FAILED(hr)) return hr;
+  return Adapter::Open(std::move(wv), adapterId, adapter);
+}
+
+HRESULT Provider::OpenAdapter(REFIID iid, UINT64 adapterId, void** ppAdapter) {
   Adapter* adapter = nullptr;
-  if (HRESULT hr = Adapter::Open(std::move(wv), adapterId, &adapter); FAILED(hr)) return hr;
+  if (HRESULT hr = Open(adapterId, &adapter); FAILED(hr)) return hr;
   return Publish(adapter, iid, ppAdapter);
 }
 
 }  // namespace ndwv::nd
-
-HRESULT NdwvGetProvider(REFIID iid, void** ppProvider) {
-  ndwv::nd::Provider* provider = nullptr;
-  if (HRESULT hr = ndwv::nd::Provider::Create(WvGetObject, &provider); FAILED(hr)) return hr;
-  return ndwv::nd::Publish(provider, iid, ppProvider);
-}

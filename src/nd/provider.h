@@ -5,11 +5,13 @@
 
 #include "nd/com.h"
 
-// The IND2Provider of ndwv (what DllGetClassObject returns on Windows): a new provider object
-// for IID_IND2Provider or IID_IUnknown. Needs no NdStartup.
+// The IND2Provider of ndwv (what DllGetClassObject returns for IID_IND2Provider, dll.cpp): a new
+// provider object for IID_IND2Provider or IID_IUnknown. Needs no NdStartup.
 HRESULT NdwvGetProvider(REFIID iid, void** ppProvider);
 
 namespace ndwv::nd {
+
+class Adapter;
 
 // Where WV providers come from: WvGetObject, or a fake in unit tests.
 using WvSource = HRESULT (*)(REFIID iid, LPVOID* ppv);
@@ -18,9 +20,13 @@ class Provider final : public Object<Provider, IND2Provider, IID_IND2Provider> {
  public:
   // A provider over WV providers made by `source` (one for its own queries, one per adapter).
   static HRESULT Create(WvSource source, Provider** provider);
+  // The same, with `wv` for its own queries.
+  static HRESULT Over(WvSource source, ComPtr<IWVProvider> wv, Provider** provider);
 
   // Every host address some device serves (QueryAddressList, NdQueryAddressList).
   std::vector<WV_SOCKADDR> Addresses() const;
+  // Opens adapter `adapterId`, with a WV provider of its own, with its creation reference.
+  HRESULT Open(UINT64 adapterId, Adapter** adapter);
 
   // IND2Provider
   HRESULT STDMETHODCALLTYPE QueryAddressList(SOCKET_ADDRESS_LIST* pAddressList,

@@ -1,5 +1,6 @@
-// ND2_SGE[] → WV_SGE[] for one post. The array lives on the stack for the usual few entries;
-// the caller's array may itself be on its stack and is not kept (nd2-spi.md §5).
+// ND2_SGE[] (or version 1's ND_SGE[]) → WV_SGE[] for one post. The array lives on the stack for
+// the usual few entries; the caller's array may itself be on its stack and is not kept
+// (nd2-spi.md §5).
 #pragma once
 
 #include <memory>
@@ -11,11 +12,13 @@ namespace ndwv::nd {
 
 class WvSges {
  public:
-  WvSges(const ND2_SGE sge[], ULONG n) : size_(n) {
-    if (n > kOnStack) {
-      heap_.reset(new (std::nothrow) WV_SGE[n]);
-      if (!heap_) return;
-    }
+  // Room for n entries, to be filled through data(). A count no device takes is not allocated
+  // (ok() is false): the caller's count is checked against its limits after this.
+  explicit WvSges(SIZE_T n) : size_(n) {
+    if (n > kOnStack && n <= kMostOnHeap) heap_.reset(new (std::nothrow) WV_SGE[n]);
+  }
+  WvSges(const ND2_SGE sge[], ULONG n) : WvSges(SIZE_T(n)) {
+    if (!ok()) return;
     WV_SGE* out = data();
     for (ULONG i = 0; i < n; ++i)
       out[i] = {sge[i].Buffer, sge[i].BufferLength, sge[i].MemoryRegionToken};
@@ -26,8 +29,9 @@ class WvSges {
   SIZE_T size() const { return size_; }
 
  private:
-  static constexpr ULONG kOnStack = 16;
-  ULONG size_;
+  static constexpr SIZE_T kOnStack = 16;
+  static constexpr SIZE_T kMostOnHeap = SIZE_T(1) << 20;
+  SIZE_T size_;
   WV_SGE local_[kOnStack];
   std::unique_ptr<WV_SGE[]> heap_;
 };

@@ -169,6 +169,12 @@ inline constexpr size_t kReqUserData = kReqPrivateData - kIpHeaderLen;  // 56
 inline constexpr uint64_t kTcpServiceIdBase = 0x0000000001060000ull;
 constexpr uint64_t TcpServiceId(uint16_t port) { return kTcpServiceIdBase | port; }
 constexpr bool IsTcpServiceId(uint64_t id) { return (id & ~0xFFFFull) == kTcpServiceIdBase; }
+// The service ID of an IP service of any IANA protocol (Annex A11: 0x0000000001PPpppp, the
+// protocol in the port-space byte; TCP's is the RDMA-CM ID above). ND v1 names the protocol.
+constexpr uint64_t IpServiceId(uint8_t protocol, uint16_t port) {
+  return 0x0000000001000000ull | uint64_t(protocol) << 16 | port;
+}
+static_assert(IpServiceId(6, 80) == TcpServiceId(80));
 
 // Source and destination are AF_INET or AF_INET6 (of one family); the source port is stored.
 struct IpHeader {

@@ -18,6 +18,15 @@ dev::ConnectParams ToDevice(const WV_CONNECT_PARAM* param) {
   return p;
 }
 
+// A Connect or Accept of an endpoint whose timeouts mean "try again" (ND v1).
+class RetryableOp final : public OverlappedOp {
+ public:
+  using OverlappedOp::OverlappedOp;
+  void Complete(int32_t status) override {
+    OverlappedOp::Complete(status == WV_IO_TIMEOUT ? WV_TIMEOUT : status);
+  }
+};
+
 // One Disconnect in flight: the device's two-phase request and the OVERLAPPED it completes.
 class DisconnectOp final : public OverlappedOp {
  public:
@@ -57,7 +66,24 @@ HRESULT ConnectEndpoint::GetOverlappedResult(OVERLAPPED* overlapped, DWORD* byte
   return WaitResult(overlapped, bytes, wait);
 }
 
-HRESULT ConnectEndpoint::Modify(DWORD, const VOID*, SIZE_T) { return WV_NOT_SUPPORTED; }
+HRESULT ConnectEndpoint::Modify(DWORD option, const VOID* data, SIZE_T length) {
+  switch (option) {
+    case WV_EP_OPTION_PROTOCOL:
+      if (data == nullptr || length != sizeof(UINT8)) return WV_INVALID_PARAMETER;
+      endpoint_->SetProtocol(*static_cast<const UINT8*>(data));
+      return WV_SUCCESS;
+    case WV_EP_OPTION_RETRYABLE_TIMEOUT:
+      retryable_timeout_.store(true);
+      return WV_SUCCESS;
+    default:
+      return WV_NOT_SUPPORTED;
+  }
+}
+
+OverlappedOp* ConnectEndpoint::HandshakeOp(OVERLAPPED* overlapped) {
+  if (retryable_timeout_.load()) return new RetryableOp(file_, overlapped);
+  return new OverlappedOp(file_, overlapped);
+}
 
 HRESULT ConnectEndpoint::BindAddress(const sockaddr* address) {
   if (!address) return WV_INVALID_PARAMETER;
@@ -82,7 +108,7 @@ HRESULT ConnectEndpoint::Connect(IWVConnectQueuePair* qp, const sockaddr* addres
   if (!pair || !address || !overlapped) return WV_INVALID_PARAMETER;
   socklen_t length = address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   if (!UseQueuePair(pair->qp())) return WV_CONNECTION_ACTIVE;
-  return StartOverlapped(new OverlappedOp(file_, overlapped), [&](OverlappedOp* op) {
+  return StartOverlapped(HandshakeOp(overlapped), [&](OverlappedOp* op) {
     return endpoint_->Connect(pair->qp(), address, length, ToDevice(param), op);
   });
 }
@@ -96,7 +122,7 @@ HRESULT ConnectEndpoint::Accept(IWVConnectQueuePair* qp, WV_CONNECT_PARAM* param
     device_qp = pair->qp();
     if (!UseQueuePair(device_qp)) return WV_CONNECTION_ACTIVE;
   }
-  return StartOverlapped(new OverlappedOp(file_, overlapped),
+  return StartOverlapped(HandshakeOp(overlapped),
                          [&](OverlappedOp* op) { return endpoint_->Accept(device_qp, ToDevice(param), op); });
 }
 

@@ -2,6 +2,7 @@
 // calls go to the device's objects (the "IOCTL" seam); posting and polling go straight to the
 // device's queues on the caller's thread.
 #pragma once
+#include <atomic>
 #include <memory>
 
 #include <ndwv/winverbs.h>
@@ -95,6 +96,7 @@ class MemoryWindow final : public Unknown<IWVMemoryWindow, IID_IWVMemoryWindow> 
  public:
   MemoryWindow(ProtectionDomain* pd, std::shared_ptr<dev::MemoryWindow> window);
   ~MemoryWindow() override;
+  HRESULT SetRemoteInvalidateId(UINT64 wr_id) override;
   const std::shared_ptr<dev::MemoryWindow>& window() const { return window_; }
 
  private:
@@ -125,8 +127,9 @@ class ConnectQueuePair final
   const std::shared_ptr<dev::QueuePair>& qp() const { return qp_; }
 
  private:
+  // device_flags: dev::SendFlag bits beyond the WV_SEND_* ones the caller may give (kInvalidate).
   HRESULT Post(dev::WrOpcode opcode, UINT64 wr_id, WV_SGE* sgl, SIZE_T num_sge, DWORD flags,
-               uint64_t remote_address, uint32_t rkey);
+               uint64_t remote_address, uint32_t rkey, uint32_t device_flags = 0);
   ComRef<IWVProtectionDomain> pd_;
   ComRef<IWVCompletionQueue> send_cq_, recv_cq_;
   ComRef<IWVSharedReceiveQueue> srq_;
@@ -193,9 +196,13 @@ class ConnectEndpoint final
 
  private:
   bool UseQueuePair(const std::shared_ptr<dev::QueuePair>& qp);  // false: another endpoint has it
+  // The request of a Connect or Accept, which completes WV_TIMEOUT for a timeout when the
+  // endpoint has WV_EP_OPTION_RETRYABLE_TIMEOUT.
+  OverlappedOp* HandshakeOp(OVERLAPPED* overlapped);
 
   base::HandleRef file_;
   std::shared_ptr<dev::ConnectEndpoint> endpoint_;
+  std::atomic<bool> retryable_timeout_{false};
   std::shared_ptr<dev::QueuePair> qp_;  // given to Connect/Accept; Disconnect carries it down
   std::mutex qp_mutex_;
 };

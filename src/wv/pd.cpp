@@ -77,6 +77,11 @@ MemoryWindow::MemoryWindow(ProtectionDomain* pd, std::shared_ptr<dev::MemoryWind
 
 MemoryWindow::~MemoryWindow() { window_->pd->FreeWindow(window_.get()); }
 
+HRESULT MemoryWindow::SetRemoteInvalidateId(UINT64 wr_id) {
+  window_->pd->SetRemoteInvalidateId(window_.get(), wr_id);
+  return WV_SUCCESS;
+}
+
 // ---- shared receive queue -------------------------------------------------------------------------
 
 SharedReceiveQueue::SharedReceiveQueue(ProtectionDomain* pd, base::HandleRef file,

@@ -11,7 +11,8 @@ namespace ndwv::wv {
 namespace {
 constexpr DWORD kSendFlags = WV_SEND_FENCE | WV_SEND_SIGNALED | WV_SEND_SOLICITED | WV_SEND_INLINE;
 static_assert(WV_SEND_FENCE == dev::kFence && WV_SEND_SIGNALED == dev::kSignaled &&
-              WV_SEND_SOLICITED == dev::kSolicited && WV_SEND_INLINE == dev::kInline);
+              WV_SEND_SOLICITED == dev::kSolicited && WV_SEND_INLINE == dev::kInline &&
+              WV_SEND_INVALIDATE == dev::kInvalidate);
 
 dev::QpState ToDevice(WV_QP_STATE state) { return dev::QpState(int(state)); }
 }  // namespace
@@ -70,13 +71,13 @@ HRESULT ConnectQueuePair::PostReceive(UINT64 wr_id, WV_SGE* sgl, SIZE_T num_sge)
 HRESULT ConnectQueuePair::PostSend(WV_SEND_REQUEST*, WV_SEND_REQUEST**) { return WV_NOT_SUPPORTED; }
 
 HRESULT ConnectQueuePair::Post(dev::WrOpcode opcode, UINT64 wr_id, WV_SGE* sgl, SIZE_T num_sge, DWORD flags,
-                               uint64_t remote_address, uint32_t rkey) {
+                               uint64_t remote_address, uint32_t rkey, uint32_t device_flags) {
   if (flags & ~kSendFlags) return WV_INVALID_PARAMETER;
   if (num_sge > dev::kMaxSge && !(flags & WV_SEND_INLINE)) return WV_DATA_OVERRUN;
   dev::SendWqe wqe;  // only the fields PostSend reads are set
   wqe.wr_id = wr_id;
   wqe.opcode = opcode;
-  wqe.flags = flags;
+  wqe.flags = flags | device_flags;
   wqe.num_sge = uint32_t(num_sge);
   wqe.length = 0;
   wqe.remote_addr = remote_address;
@@ -89,8 +90,12 @@ HRESULT ConnectQueuePair::Post(dev::WrOpcode opcode, UINT64 wr_id, WV_SGE* sgl, 
   return qp_->PostSend(wqe);
 }
 
-HRESULT ConnectQueuePair::Send(UINT64 wr_id, WV_SGE* sgl, SIZE_T num_sge, DWORD flags, NET32) {
-  return Post(dev::WrOpcode::Send, wr_id, sgl, num_sge, flags, 0, 0);
+HRESULT ConnectQueuePair::Send(UINT64 wr_id, WV_SGE* sgl, SIZE_T num_sge, DWORD flags, NET32 immediate) {
+  // With Invalidate, the immediate word is the peer's R_Key to invalidate (ImmediateData proper
+  // is not offered).
+  if (!(flags & WV_SEND_INVALIDATE)) return Post(dev::WrOpcode::Send, wr_id, sgl, num_sge, flags, 0, 0);
+  return Post(dev::WrOpcode::Send, wr_id, sgl, num_sge, flags & ~WV_SEND_INVALIDATE, 0, ntohl(immediate),
+              dev::kInvalidate);
 }
 
 HRESULT ConnectQueuePair::Read(UINT64 wr_id, WV_SGE* sgl, SIZE_T num_sge, DWORD flags, NET64 address,
@@ -139,9 +144,7 @@ HRESULT ConnectQueuePair::InvalidateMemoryWindow(IWVMemoryWindow* mw, UINT64 wr_
   wqe.num_sge = 0;
   wqe.length = 0;
   wqe.window = window->window();
-  HRESULT status = qp_->PostSend(wqe);
-  if (status == WV_SUCCESS) qp_->pd().InvalidateWindow(window->window().get());
-  return status;
+  return qp_->PostSend(wqe);  // which unbinds the window (dev::QueuePair::PostSend)
 }
 
 }  // namespace ndwv::wv

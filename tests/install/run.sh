@@ -7,9 +7,12 @@
 # 1. cmake --install <build dir> --prefix <tmp>/prefix; the headers, library, tools, pkg-config
 #    file and CMake package must be there.
 # 2. The consumer (tests/install/consumer) built with g++ and `pkg-config --cflags --libs ndwv`,
-#    run with no LD_LIBRARY_PATH (rpath): main.cpp must print OK, hello.cpp (the user guide's
-#    program) must exchange its messages as a server and a client process, on iWARP and RoCE.
-# 3. The same consumer built with CMake, find_package(ndwv), and run the same way.
+#    run with no LD_LIBRARY_PATH (rpath): main.cpp (which includes <ndspi.h> and <ndsupport.h>
+#    by their Windows names) must print OK, hello.cpp (the user guide's program, <ndwv/...>)
+#    must exchange its messages as a server and a client process, on iWARP and RoCE; the C
+#    program tests/c_api/open_adapter.c, built as C11 with gcc and with clang (when present),
+#    must print OK on iWARP and RoCE.
+# 3. The same consumers built with CMake, find_package(ndwv), and run the same way.
 # 4. The installed tools run from the prefix with no environment help (their rpath).
 # 5. The user guide's code is this code: its hello.cpp and CMakeLists.txt blocks equal the files
 #    here, and every other C++ block in it compiles against the installed headers.
@@ -50,11 +53,12 @@ bounded 120 cmake --install "$build" --prefix "$prefix" > "$tmp/install.log" || 
   cat "$tmp/install.log"
   fail "cmake --install"
 }
-for header in ndspi.h ndsupport.h ndstatus.h win32.h winverbs.h wvstatus.h ndwv.h; do
+for header in ndspi.h ndsupport.h ndstatus.h win32.h winverbs.h wvstatus.h ndwv.h \
+              sdk/ndspi.h sdk/ndsupport.h sdk/ndstatus.h sdk/nddef.h; do
   [ -f "$prefix/include/ndwv/$header" ] || fail "not installed: include/ndwv/$header"
 done
 for tool in ndinfo ndpingpong ndrpingpong ndrping ndping ndmrlat ndmrrate ndcat ndadapterinfo \
-            ndconn; do
+            ndconn nd1pingpong nd1rpingpong nd1rping; do
   [ -x "$prefix/bin/$tool" ] || fail "not installed: bin/$tool"
 done
 pc=$(find "$prefix" -name ndwv.pc -path '*/pkgconfig/*' | head -n 1)
@@ -92,6 +96,12 @@ run_hello() {  # run_hello <hello binary> <transport> <environment...>
   echo "hello on $transport: $(tr '\n' ' ' < "$out.server")/ $(cat "$out.client")"
 }
 
+c_program="$src/tests/c_api/open_adapter.c"
+run_c_consumer() {  # run_c_consumer <binary>: on each transport
+  local transport
+  for transport in iwarp roce; do run_consumer "$1" NDWV_TRANSPORTS=$transport; done
+}
+
 run_consumer() {  # run_consumer <consumer binary> <environment...>
   local consumer=$1
   shift
@@ -117,15 +127,33 @@ for program in main hello; do
 done
 run_consumer "$tmp/pc/main"
 for transport in iwarp roce; do run_hello "$tmp/pc/hello" "$transport"; done
+c_compilers=(gcc)
+command -v clang > /dev/null && c_compilers+=(clang)
+for cc in "${c_compilers[@]}"; do
+  if [ "$cc" = clang ] && [ -n "$flags" ]; then
+    # A sanitizer build's library carries gcc's runtime, which a clang program cannot share:
+    # clang only compiles the program there.
+    # shellcheck disable=SC2086
+    bounded 300 clang -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only "$c_program" $cflags
+    echo "C program compiled with clang (not run: the library's sanitizer runtime is gcc's)"
+    continue
+  fi
+  # shellcheck disable=SC2086
+  bounded 300 "$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror $flags "$c_program" $cflags $libs \
+    -ldl -Wl,-rpath,"$libdir" -o "$tmp/pc/c-$cc"
+  echo "C program built with $cc:"
+  run_c_consumer "$tmp/pc/c-$cc"
+done
 
 # ---- 3. find_package --------------------------------------------------------------------------
 step "build with find_package(ndwv)"
 unset PKG_CONFIG_PATH
 bounded 120 cmake -S "$consumer_src" -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_CXX_FLAGS="$flags" > "$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; fail "configure"; }
+  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" > "$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; fail "configure"; }
 bounded 300 cmake --build "$tmp/cmake" > "$tmp/cmake-build.log" 2>&1 ||
   { cat "$tmp/cmake-build.log"; fail "build"; }
 run_consumer "$tmp/cmake/consumer"  # CMake's build-tree rpath finds the installed library
+run_c_consumer "$tmp/cmake/c_consumer"
 for transport in iwarp roce; do run_hello "$tmp/cmake/hello" "$transport"; done
 
 # ---- 4. installed tools -----------------------------------------------------------------------
@@ -174,7 +202,8 @@ done
 for snippet in "$tmp"/guide/snippet.*.cpp; do
   [ -e "$snippet" ] || continue
   # shellcheck disable=SC2086
-  bounded 120 g++ -std=c++17 -fsyntax-only -I"$prefix/include" "$snippet" ||
+  bounded 120 g++ -std=c++17 -fsyntax-only -I"$prefix/include" -I"$prefix/include/ndwv/sdk" \
+    "$snippet" ||
     { cat -n "$snippet"; fail "a C++ block of docs/user-guide.md does not compile"; }
   checked=$((checked + 1))
 done

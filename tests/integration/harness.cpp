@@ -458,9 +458,9 @@ Ov::Ov() {
 }
 
 Ov::~Ov() {
-  if (issued_ && object_ != nullptr && !HasOverlappedIoCompleted(&ov_)) {
+  if (issued_ && (object_ != nullptr || v1Object_ != nullptr) && !HasOverlappedIoCompleted(&ov_)) {
     // A failure left the request running: cancel it so that nothing writes here later.
-    object_->CancelOverlappedRequests();
+    Cancel();
     for (int i = 0; i < 40 && !HasOverlappedIoCompleted(&ov_); ++i) WaitForSingleObject(event_, 50);
   }
   CloseHandle(event_);
@@ -470,8 +470,29 @@ OVERLAPPED* Ov::Prepare(IND2Overlapped* object) {
   ov_ = OVERLAPPED{};
   ov_.hEvent = event_;
   object_ = object;
+  v1Object_ = nullptr;
   issued_ = true;
   return &ov_;
+}
+
+OVERLAPPED* Ov::Prepare(INDOverlapped* object) {
+  OVERLAPPED* ov = Prepare(static_cast<IND2Overlapped*>(nullptr));
+  v1Object_ = object;
+  return ov;
+}
+
+HRESULT Ov::Result() {
+  if (object_ != nullptr) return object_->GetOverlappedResult(&ov_, FALSE);
+  SIZE_T bytes = ~SIZE_T(0);
+  HRESULT hr = v1Object_->GetOverlappedResult(&ov_, &bytes, FALSE);
+  // Version 1 reports a byte count, which ND requests do not have: the whole 64 bits are 0.
+  if (bytes != 0) IT_FAIL("INDOverlapped::GetOverlappedResult left the byte count " + std::to_string(bytes));
+  return hr;
+}
+
+void Ov::Cancel() {
+  if (object_ != nullptr) object_->CancelOverlappedRequests();
+  if (v1Object_ != nullptr) v1Object_->CancelOverlappedRequests();
 }
 
 HRESULT Ov::Finish(HRESULT issued, const char* what, int ms) {
@@ -483,17 +504,17 @@ HRESULT Ov::Finish(HRESULT issued, const char* what, int ms) {
   for (;;) {
     DWORD wait = WaitForSingleObject(event_, DWORD(std::min(deadline.LeftMs(), 50)));
     if (wait == WAIT_FAILED) IT_FAIL("WaitForSingleObject failed");
-    HRESULT hr = object_->GetOverlappedResult(&ov_, FALSE);
+    HRESULT hr = Result();
     if (hr != ND_PENDING) {
       issued_ = false;
       return hr;
     }
     if (deadline.Expired()) {
-      object_->CancelOverlappedRequests();
-      HRESULT after = object_->GetOverlappedResult(&ov_, FALSE);
+      Cancel();
+      HRESULT after = Result();
       for (int i = 0; i < 40 && after == ND_PENDING; ++i) {
         WaitForSingleObject(event_, 50);
-        after = object_->GetOverlappedResult(&ov_, FALSE);
+        after = Result();
       }
       if (after != ND_PENDING) issued_ = false;
       IT_FAIL(std::string(what) + " did not complete within " + std::to_string(ms) +

@@ -222,19 +222,25 @@ class Ov {
   Ov(const Ov&) = delete;
   Ov& operator=(const Ov&) = delete;
 
-  // A cleared OVERLAPPED for the next call on `object`.
+  // A cleared OVERLAPPED for the next call on `object` (of version 2 or version 1).
   OVERLAPPED* Prepare(IND2Overlapped* object);
+  OVERLAPPED* Prepare(INDOverlapped* object);
   // The final status of the request issued with Prepare(): `issued` if it was not ND_PENDING,
   // else waits (bounded) for the event and asks GetOverlappedResult. Fails on timeout (after
   // canceling the object's requests).
   HRESULT Finish(HRESULT issued, const char* what, int ms = kWaitMs);
   // Whether the request issued with Prepare() has completed (HasOverlappedIoCompleted).
   bool Completed() const { return HasOverlappedIoCompleted(&ov_); }
+  OVERLAPPED* get() { return &ov_; }
 
  private:
+  HRESULT Result();  // GetOverlappedResult(FALSE) of the object's version
+  void Cancel();
+
   OVERLAPPED ov_{};
   HANDLE event_ = nullptr;
   IND2Overlapped* object_ = nullptr;
+  INDOverlapped* v1Object_ = nullptr;
   bool issued_ = false;
 };
 

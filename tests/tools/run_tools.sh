@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The example tools end to end: each local tool (ndcat, ndadapterinfo, ndmrlat, ndmrrate) once
-# per transport, and each server/client pair (ndping, ndconn) as two processes on 127.0.0.1 on a
-# random free port in 20000-40000, on iWARP and on RoCE (NDWV_TRANSPORTS). Exit statuses and the
-# lines each tool must print are checked; sizes and iterations are kept small.
+# per transport, and each server/client pair (ndping, ndconn, and the NetworkDirect version 1
+# tools nd1pingpong, nd1rpingpong, nd1rping -w/-r, also nd1pingpong against ndpingpong both ways)
+# as two processes on 127.0.0.1 on a random free port in 20000-40000, on iWARP and on RoCE
+# (NDWV_TRANSPORTS). Exit statuses and the lines each tool must print are checked; sizes and
+# iterations are kept small.
 #
 #   run_tools.sh <directory with the built tools>
 #
@@ -94,21 +96,38 @@ run_local() {  # run_local <transport>
   echo "local tools on $t: ok"
 }
 
-# Starts `<tool> -s` on a free port, runs `<tool> -c` against it; both must succeed.
-run_pair() {  # run_pair <tool> <transport> <client options...>
-  local tool=$1 t=$2
-  shift 2
+# Starts `<server tool> -s` on a free port, runs `<client tool> -c` against it; both must
+# succeed. Their output goes to $tmp/<client tool>-<transport>.{server,client}.
+run_tools() {  # run_tools <server tool> <client tool> <transport> <server options> -- <client options...>
+  local server_tool=$1 tool=$2 t=$3
+  shift 3
+  local server_options=()
+  while [ "$1" != -- ]; do server_options+=("$1"); shift; done
+  shift
   local port
   port=$(free_port)
   local out="$tmp/$tool-$t"
-  NDWV_TRANSPORTS=$t bounded 60 "$tools/$tool" -s "127.0.0.1:$port" > "$out.server" 2>&1 &
+  NDWV_TRANSPORTS=$t bounded 60 "$tools/$server_tool" -s "${server_options[@]}" "127.0.0.1:$port" \
+    > "$out.server" 2>&1 &
   local server=$!
   pids+=("$server")
   # The client retries a refused connection while the server comes up.
   if ! NDWV_TRANSPORTS=$t bounded 60 "$tools/$tool" -c "$@" "127.0.0.1:$port" > "$out.client" 2>&1; then
     show_fail "$out.client" "$out.server" -- "$tool client ($t)"
   fi
-  wait "$server" || show_fail "$out.server" "$out.client" -- "$tool server ($t)"
+  wait "$server" || show_fail "$out.server" "$out.client" -- "$server_tool server ($t)"
+}
+run_pair() {  # run_pair <tool> <transport> <client options...>
+  local tool=$1 t=$2
+  shift 2
+  run_tools "$tool" "$tool" "$t" -- "$@"
+}
+# A measuring tool's client printed its three rows and both sides their banners.
+expect_rows() {  # expect_rows <tool> <transport> <iterations>
+  local out="$tmp/$1-$2"
+  expect "$out.client" "^Beginning test: $1.exe\$" '^ +Size +Iter +Latency +CPU +Bytes/Sec$' \
+    "$(row 1 "$3")" "$(row 4096 "$3")" "$(row 65536 "$3")" "^End of test: $1.exe\$"
+  expect "$out.server" '^Beginning test: nd1?[a-z]+\.exe$' '^End of test: nd1?[a-z]+\.exe$'
 }
 
 for t in iwarp roce; do
@@ -132,5 +151,22 @@ for t in iwarp roce; do
   expect "$out.server" '^Accepted 101 connections\.$'
   if grep -q 'Beginning test' "$out.client" "$out.server"; then fail "ndconn printed a banner"; fi
   echo "ndconn on $t: ok ($(grep -E '^ +100 ' "$out.client" | tr -s ' '))"
+
+  # NetworkDirect version 1, and version 1 meeting version 2 (one wire, one message protocol).
+  run_pair nd1pingpong "$t"
+  expect_rows nd1pingpong "$t" 200
+  run_pair nd1pingpong "$t" -b -n 2
+  expect_rows nd1pingpong "$t" 200
+  run_tools ndpingpong nd1pingpong "$t" --
+  expect_rows nd1pingpong "$t" 200
+  run_tools nd1pingpong ndpingpong "$t" --
+  expect_rows ndpingpong "$t" 200
+  run_pair nd1rpingpong "$t"
+  expect_rows nd1rpingpong "$t" 200
+  run_tools nd1rping nd1rping "$t" -w -- -w
+  expect_rows nd1rping "$t" 200
+  run_tools nd1rping nd1rping "$t" -r -- -r -n 2
+  expect_rows nd1rping "$t" 200
+  echo "version 1 tools on $t: ok ($(grep -E "$(row 65536 200)" "$tmp/nd1rping-$t.client" | tr -s ' '))"
 done
 echo "all tools: ok"

@@ -284,6 +284,56 @@ TEST(PublicHeaders, MethodsAreInSpiVtableOrder) {
        Slot(&IND2Listener::GetConnectionRequest)},
       5);
 }
+
+TEST(PublicHeaders, Version1MethodsAreInSpiVtableOrder) {
+  ExpectConsecutiveSlots({Slot(&INDOverlapped::CancelOverlappedRequests),
+                          Slot(&INDOverlapped::GetOverlappedResult)},
+                         3);
+  ExpectConsecutiveSlots({Slot(&INDProvider::QueryAddressList), Slot(&INDProvider::OpenAdapter)},
+                         3);
+  ExpectConsecutiveSlots(
+      {Slot(&INDAdapter::GetFileHandle), Slot(&INDAdapter::Query), Slot(&INDAdapter::Control),
+       Slot(&INDAdapter::CreateCompletionQueue), Slot(&INDAdapter::RegisterMemory),
+       Slot(&INDAdapter::DeregisterMemory), Slot(&INDAdapter::CreateMemoryWindow),
+       Slot(&INDAdapter::CreateConnector), Slot(&INDAdapter::Listen)},
+      5);
+  ExpectConsecutiveSlots({Slot(&INDCompletionQueue::Resize), Slot(&INDCompletionQueue::Notify),
+                          Slot(&INDCompletionQueue::GetResults)},
+                         5);
+  ExpectConsecutiveSlots(
+      {Slot(&INDEndpoint::Flush), Slot(&INDEndpoint::StartRequestBatch),
+       Slot(&INDEndpoint::SubmitRequestBatch), Slot(&INDEndpoint::Send),
+       Slot(&INDEndpoint::SendAndInvalidate), Slot(&INDEndpoint::Receive), Slot(&INDEndpoint::Bind),
+       Slot(&INDEndpoint::Invalidate), Slot(&INDEndpoint::Read), Slot(&INDEndpoint::Write)},
+      3);
+  ExpectConsecutiveSlots(
+      {Slot(&INDConnector::CreateEndpoint), Slot(&INDConnector::Connect),
+       Slot(&INDConnector::CompleteConnect), Slot(&INDConnector::Accept),
+       Slot(&INDConnector::Reject), Slot(&INDConnector::GetConnectionData),
+       Slot(&INDConnector::GetLocalAddress), Slot(&INDConnector::GetPeerAddress),
+       Slot(&INDConnector::NotifyDisconnect), Slot(&INDConnector::Disconnect)},
+      5);
+  ExpectConsecutiveSlots({Slot(&INDListen::GetConnectionRequest)}, 5);
+  ExpectConsecutiveSlots({Slot(&IClassFactory::CreateInstance), Slot(&IClassFactory::LockServer)},
+                         3);
+}
 #endif
+
+// Version 1 structures, and the tags of Microsoft's header (nd1-spi.md §3).
+TEST(PublicHeaders, Version1StructuresAndTags) {
+  static_assert(std::is_same_v<ND_ADAPTER_INFO, _ND_ADAPTER_INFO1>);
+  static_assert(std::is_same_v<ND2_ADAPTER_INFO, _ND2_ADAPTER_INFO> &&
+                std::is_same_v<ND2_ADAPTER_INFO32, _ND2_ADAPTER_INFO32> &&
+                std::is_same_v<ND2_RESULT, _ND2_RESULT> && std::is_same_v<ND2_SGE, _ND2_SGE> &&
+                std::is_same_v<ND2_REQUEST_TYPE, _ND2_REQUEST_TYPE>);
+  EXPECT_EQ(sizeof(ND_MR_HANDLE), sizeof(void*));
+  ND_MW_DESCRIPTOR descriptor = {};
+  EXPECT_EQ(sizeof descriptor, 20u);
+  ND_SGE sge = {nullptr, 0, nullptr};  // hMr NULL: inline bytes
+  EXPECT_EQ(sge.hMr, nullptr);
+  EXPECT_EQ(IID_INDAdapter.Data1, 0xA023C5A0u);
+  EXPECT_EQ(IID_IClassFactory.Data1, 1u);
+  EXPECT_TRUE(FAILED(CLASS_E_NOAGGREGATION));
+}
 
 }  // namespace

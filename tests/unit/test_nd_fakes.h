@@ -83,7 +83,14 @@ class FakeCq : public FakeOverlapped<IWVCompletionQueue> {
   int polls = 0;
 };
 
-class FakeMw : public Fake<IWVMemoryWindow> {};
+class FakeMw : public Fake<IWVMemoryWindow> {
+ public:
+  HRESULT STDMETHODCALLTYPE SetRemoteInvalidateId(UINT64 id) override {
+    remoteInvalidateId = id;
+    return WV_SUCCESS;
+  }
+  UINT64 remoteInvalidateId = 0;
+};
 
 class FakeSrq : public FakeOverlapped<IWVSharedReceiveQueue> {
  public:

@@ -51,8 +51,16 @@ TEST(NdSupport, StartedHelpersFindTheLoopbackAdapter) {
   ASSERT_EQ(NdQueryAddressList(0, reinterpret_cast<SOCKET_ADDRESS_LIST*>(buffer.data()), &size),
             ND_SUCCESS);
   EXPECT_GT(reinterpret_cast<SOCKET_ADDRESS_LIST*>(buffer.data())->iAddressCount, 0);
+  // The provider serves both versions: excluding one still lists every address (MS-MPI's v1
+  // channel excludes v2), excluding both lists none.
+  SIZE_T v1Only = 0;
+  EXPECT_EQ(NdQueryAddressList(ND_QUERY_EXCLUDE_NDv2_ADDRESSES, nullptr, &v1Only),
+            ND_BUFFER_OVERFLOW);
+  EXPECT_EQ(v1Only, buffer.size());
   SIZE_T none = 0;
-  EXPECT_EQ(NdQueryAddressList(ND_QUERY_EXCLUDE_NDv2_ADDRESSES, nullptr, &none), ND_SUCCESS);
+  EXPECT_EQ(NdQueryAddressList(ND_QUERY_EXCLUDE_NDv1_ADDRESSES | ND_QUERY_EXCLUDE_NDv2_ADDRESSES,
+                               nullptr, &none),
+            ND_SUCCESS);
   EXPECT_EQ(none, 0u);
 
   sockaddr_in local{};
@@ -69,9 +77,15 @@ TEST(NdSupport, StartedHelpersFindTheLoopbackAdapter) {
       NdOpenAdapter(IID_IND2Adapter, sa, sizeof(loopback), reinterpret_cast<void**>(&adapter)),
       ND_SUCCESS);
   EXPECT_EQ(adapter->Release(), 0u);
-  void* v1 = nullptr;
-  EXPECT_EQ(NdOpenAdapter(IID_INDAdapter, sa, sizeof(loopback), &v1), ND_INVALID_ADDRESS)
-      << "no ND v1 provider";
+  // Version 1 the way Windows' helper opens it (class factory, INDProvider); NdOpenV1Adapter too.
+  INDAdapter* v1 = nullptr;
+  ASSERT_EQ(NdOpenAdapter(IID_INDAdapter, sa, sizeof(loopback), reinterpret_cast<void**>(&v1)),
+            ND_SUCCESS);
+  EXPECT_EQ(v1->Release(), 0u);
+  ASSERT_EQ(NdOpenV1Adapter(sa, sizeof(loopback), &v1), ND_SUCCESS);
+  EXPECT_EQ(v1->Release(), 0u);
+  EXPECT_EQ(NdOpenV1Adapter(reinterpret_cast<const sockaddr*>(&elsewhere), sizeof(elsewhere), &v1),
+            ND_INVALID_ADDRESS);
 
   EXPECT_EQ(NdCleanup(), S_OK);
   EXPECT_EQ(NdCheckAddress(sa, sizeof(loopback)), ND_SUCCESS) << "still started once";

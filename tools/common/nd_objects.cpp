@@ -25,8 +25,28 @@ OVERLAPPED* Overlapped::Prepare(bool portPacket) {
   return &ov_;
 }
 
+namespace {
+HRESULT ResultOf(IND2Overlapped* object, OVERLAPPED* ov, BOOL wait) {
+  return object->GetOverlappedResult(ov, wait);
+}
+HRESULT ResultOf(INDOverlapped* object, OVERLAPPED* ov, BOOL wait) {
+  SIZE_T bytes = 0;  // version 1's byte count: ND requests have none
+  return object->GetOverlappedResult(ov, &bytes, wait);
+}
+}  // namespace
+
 HRESULT Overlapped::Complete(IND2Overlapped* object, HRESULT issued, const char* what,
                              std::uint32_t timeoutMs) {
+  return Await(object, issued, what, timeoutMs);
+}
+
+HRESULT Overlapped::Complete(INDOverlapped* object, HRESULT issued, const char* what,
+                             std::uint32_t timeoutMs) {
+  return Await(object, issued, what, timeoutMs);
+}
+
+template <class Object>
+HRESULT Overlapped::Await(Object* object, HRESULT issued, const char* what, std::uint32_t timeoutMs) {
   if (issued != ND_PENDING) return issued;  // done inline or refused: no notification follows
   const std::uint64_t deadline = NowMicros() + std::uint64_t(timeoutMs) * 1000;
   for (;;) {
@@ -39,7 +59,7 @@ HRESULT Overlapped::Complete(IND2Overlapped* object, HRESULT issued, const char*
     if (wait == WAIT_FAILED) Fail("WaitForSingleObject", HRESULT(GetLastError()), __LINE__);
     // Signalled: the request is done, so the waiting call returns at once (and gives the
     // provider its post-processing hook). Otherwise only peek.
-    HRESULT hr = object->GetOverlappedResult(&ov_, wait == WAIT_OBJECT_0 ? TRUE : FALSE);
+    HRESULT hr = ResultOf(object, &ov_, wait == WAIT_OBJECT_0 ? TRUE : FALSE);
     if (hr != ND_PENDING) return hr;  // (ND_PENDING again: a further phase was started)
     if (NowMicros() >= deadline) {
       object->CancelOverlappedRequests();
@@ -173,88 +193,66 @@ CompletionQueue::CompletionQueue(Adapter& adapter, ULONG depth, bool blocking)
     : cq_(adapter.CreateCompletionQueue(depth)), blocking_(blocking) {}
 
 ND2_RESULT CompletionQueue::Next(const char* what, std::uint32_t timeoutMs) {
-  NoteProgress();
-  ND2_RESULT result{};
-  if (!blocking_) {
-    SpinDeadline deadline(timeoutMs);
-    while (!Poll(&result))
-      if (deadline.Expired()) FailTimeout(what, timeoutMs, __LINE__);
-    return result;
-  }
-  // Arm, wait, reap: anything queued after the last empty GetResults satisfies the Notify.
-  const std::uint64_t end = NowMicros() + std::uint64_t(timeoutMs) * 1000;
-  while (!Poll(&result)) {
-    std::uint64_t now = NowMicros();
-    if (now >= end) FailTimeout(what, timeoutMs, __LINE__);
-    std::uint32_t leftMs = std::uint32_t((end - now + 999) / 1000);
-    HRESULT hr = cq_->Notify(ND_CQ_NOTIFY_ANY, notify_.Prepare());
-    hr = notify_.Complete(cq_.get(), hr, what, leftMs);
-    if (hr != ND_SUCCESS) Fail("IND2CompletionQueue::Notify", hr, __LINE__);
-  }
-  return result;
+  return NextCompletion<IND2CompletionQueue, ND2_RESULT>(
+      cq_.get(), notify_, blocking_, [this](ND2_RESULT* r) { return Poll(r); }, what, timeoutMs);
 }
 
 // ---- memory ----------------------------------------------------------------------------------
 
 void MemoryRegion::Register(const void* buffer, std::size_t length, ULONG flags) {
-  Overlapped ov;
-  HRESULT hr = mr_->Register(buffer, length, flags, ov.Prepare());
-  ND_CHECK(ov.Complete(mr_.get(), hr, "IND2MemoryRegion::Register"), "IND2MemoryRegion::Register");
+  const char* what = "IND2MemoryRegion::Register";
+  ND_CHECK(RunRequest(mr_.get(), what,
+                      [&](OVERLAPPED* ov) { return mr_->Register(buffer, length, flags, ov); }),
+           what);
 }
 
 void MemoryRegion::Deregister() {
-  Overlapped ov;
-  HRESULT hr = mr_->Deregister(ov.Prepare());
-  ND_CHECK(ov.Complete(mr_.get(), hr, "IND2MemoryRegion::Deregister"),
-           "IND2MemoryRegion::Deregister");
+  const char* what = "IND2MemoryRegion::Deregister";
+  ND_CHECK(RunRequest(mr_.get(), what, [&](OVERLAPPED* ov) { return mr_->Deregister(ov); }), what);
 }
 
 ULONG BuildSgl(ND2_SGE* sgl, ULONG maxSge, void* buffer, std::size_t length, UINT32 token) {
-  constexpr std::size_t kPiece = 40;
-  char* at = static_cast<char*>(buffer);
-  ULONG count = 0;
-  auto add = [&](std::size_t bytes) {
-    sgl[count].Buffer = at;
-    sgl[count].BufferLength = ULONG(bytes);
-    sgl[count].MemoryRegionToken = token;
-    ++count;
-    at += bytes;
-    length -= bytes;
-  };
-  while (length > kPiece && count + 1 < maxSge) add(kPiece);
-  if (length > 0) add(length);
-  return count;
+  return SplitSgl(sgl, maxSge, buffer, length, [token](ND2_SGE& sge, char* at, std::size_t bytes) {
+    sge = {at, ULONG(bytes), token};
+  });
 }
 
 // ---- connections -----------------------------------------------------------------------------
 
-NdRef<IND2Connector> Connect(Adapter& adapter, IND2QueuePair* qp, const sockaddr* server, ULONG serverLength,
-                             ULONG inboundReadLimit, ULONG outboundReadLimit,
-                             const void* privateData, ULONG privateDataLength) {
+void RetryConnect(const char* what, const std::function<HRESULT(std::uint32_t leftMs)>& attempt) {
   const std::uint64_t end = NowMicros() + std::uint64_t(WaitTimeoutMs()) * 1000;
   for (;;) {
-    NdRef<IND2Connector> connector = adapter.CreateConnector();
-    ND_CHECK(connector->Bind(adapter.peerSource(), adapter.peerSourceLength()), "IND2Connector::Bind");
     std::uint64_t now = NowMicros();
-    std::uint32_t leftMs = now < end ? std::uint32_t((end - now + 999) / 1000) : 1;
-    Overlapped ov;
-    HRESULT hr = connector->Connect(qp, server, serverLength, inboundReadLimit, outboundReadLimit,
-                                    privateData, privateDataLength, ov.Prepare());
-    hr = ov.Complete(connector.get(), hr, "IND2Connector::Connect", leftMs);
-    if (hr == ND_SUCCESS) return connector;
-    // Retry what the SPI allows to retry (no listener yet, timeouts, routes coming up).
+    HRESULT hr = attempt(now < end ? std::uint32_t((end - now + 999) / 1000) : 1);
+    if (hr == ND_SUCCESS) return;
     bool retry = hr == ND_CONNECTION_REFUSED || hr == ND_TIMEOUT || hr == ND_IO_TIMEOUT ||
                  hr == ND_NETWORK_UNREACHABLE || hr == ND_HOST_UNREACHABLE;
-    if (!retry || NowMicros() + 50000 >= end) Fail("IND2Connector::Connect", hr, __LINE__);
+    if (!retry || NowMicros() + 50000 >= end) Fail(what, hr, __LINE__);
     SleepMs(50);
   }
 }
 
+NdRef<IND2Connector> Connect(Adapter& adapter, IND2QueuePair* qp, const sockaddr* server, ULONG serverLength,
+                             ULONG inboundReadLimit, ULONG outboundReadLimit,
+                             const void* privateData, ULONG privateDataLength) {
+  NdRef<IND2Connector> connected;
+  RetryConnect("IND2Connector::Connect", [&](std::uint32_t leftMs) {
+    // A new connector for each attempt: a v2 connector makes one attempt.
+    NdRef<IND2Connector> connector = adapter.CreateConnector();
+    ND_CHECK(connector->Bind(adapter.peerSource(), adapter.peerSourceLength()), "IND2Connector::Bind");
+    Overlapped ov;
+    HRESULT hr = connector->Connect(qp, server, serverLength, inboundReadLimit, outboundReadLimit,
+                                    privateData, privateDataLength, ov.Prepare());
+    hr = ov.Complete(connector.get(), hr, "IND2Connector::Connect", leftMs);
+    if (hr == ND_SUCCESS) connected = std::move(connector);
+    return hr;
+  });
+  return connected;
+}
+
 void CompleteConnect(IND2Connector* connector) {
-  Overlapped ov;
-  HRESULT hr = connector->CompleteConnect(ov.Prepare());
-  hr = ov.Complete(connector, hr, "IND2Connector::CompleteConnect");
-  if (hr != ND_SUCCESS) Fail("IND2Connector::CompleteConnect", hr, __LINE__);
+  RequireSuccess(connector, "IND2Connector::CompleteConnect", __LINE__,
+                 [&](OVERLAPPED* ov) { return connector->CompleteConnect(ov); });
 }
 
 std::vector<char> GetPrivateData(IND2Connector* connector) {
@@ -277,34 +275,32 @@ NdRef<IND2Listener> Listen(Adapter& adapter, const sockaddr* address, ULONG leng
 
 NdRef<IND2Connector> GetConnectionRequest(Adapter& adapter, IND2Listener* listener) {
   NdRef<IND2Connector> connector = adapter.CreateConnector();
-  Overlapped ov;
-  HRESULT hr = listener->GetConnectionRequest(connector.get(), ov.Prepare());
-  hr = ov.Complete(listener, hr, "IND2Listener::GetConnectionRequest");
-  if (hr != ND_SUCCESS) Fail("IND2Listener::GetConnectionRequest", hr, __LINE__);
+  RequireSuccess(listener, "IND2Listener::GetConnectionRequest", __LINE__, [&](OVERLAPPED* ov) {
+    return listener->GetConnectionRequest(connector.get(), ov);
+  });
   return connector;
 }
 
 void Accept(IND2Connector* connector, IND2QueuePair* qp, ULONG inboundReadLimit,
             ULONG outboundReadLimit, const void* privateData, ULONG privateDataLength) {
-  Overlapped ov;
-  HRESULT hr = connector->Accept(qp, inboundReadLimit, outboundReadLimit, privateData,
-                                 privateDataLength, ov.Prepare());
-  hr = ov.Complete(connector, hr, "IND2Connector::Accept");
-  if (hr != ND_SUCCESS) Fail("IND2Connector::Accept", hr, __LINE__);
+  RequireSuccess(connector, "IND2Connector::Accept", __LINE__, [&](OVERLAPPED* ov) {
+    return connector->Accept(qp, inboundReadLimit, outboundReadLimit, privateData,
+                             privateDataLength, ov);
+  });
 }
 
 void Disconnect(IND2Connector* connector) {
-  Overlapped ov;
-  HRESULT hr = connector->Disconnect(ov.Prepare());
   // ND_TIMEOUT (the peer never answered the disconnect request) is a success.
-  ND_CHECK(ov.Complete(connector, hr, "IND2Connector::Disconnect"), "IND2Connector::Disconnect");
+  const char* what = "IND2Connector::Disconnect";
+  ND_CHECK(RunRequest(connector, what, [&](OVERLAPPED* ov) { return connector->Disconnect(ov); }),
+           what);
 }
 
 void WaitForPeerDisconnect(IND2Connector* connector) {
-  Overlapped ov;
-  HRESULT hr = connector->NotifyDisconnect(ov.Prepare());
-  ND_CHECK(ov.Complete(connector, hr, "IND2Connector::NotifyDisconnect"),
-           "IND2Connector::NotifyDisconnect");
+  const char* what = "IND2Connector::NotifyDisconnect";
+  ND_CHECK(RunRequest(connector, what,
+                      [&](OVERLAPPED* ov) { return connector->NotifyDisconnect(ov); }),
+           what);
 }
 
 void FailCompletion(const char* what, const ND2_RESULT& result, int line) {

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -73,14 +74,78 @@ class Overlapped {
   OVERLAPPED* Prepare(bool portPacket = true);
   // Final status of the request just issued with Prepare(); `issued` is what the call returned.
   // After ND_PENDING waits for the event (bounded; on timeout the object's requests are
-  // canceled and the tool fails) and then takes the result from GetOverlappedResult.
+  // canceled and the tool fails) and then takes the result from GetOverlappedResult. `object`
+  // is of either SPI version.
   HRESULT Complete(IND2Overlapped* object, HRESULT issued, const char* what,
+                   std::uint32_t timeoutMs = WaitTimeoutMs());
+  HRESULT Complete(INDOverlapped* object, HRESULT issued, const char* what,
                    std::uint32_t timeoutMs = WaitTimeoutMs());
 
  private:
+  template <class Object>
+  HRESULT Await(Object* object, HRESULT issued, const char* what, std::uint32_t timeoutMs);
+
   OVERLAPPED ov_{};
   HANDLE event_ = nullptr;
 };
+
+// One request of `object` (either version) through a fresh Overlapped: issues call(OVERLAPPED*)
+// and returns the request's final status (Overlapped::Complete).
+template <class Object, class Call>
+HRESULT RunRequest(Object* object, const char* what, Call call) {
+  Overlapped ov;
+  return ov.Complete(object, call(ov.Prepare()), what);
+}
+// The same, for a request that must end in ND_SUCCESS exactly (else the tool fails, at `line`).
+template <class Object, class Call>
+void RequireSuccess(Object* object, const char* what, int line, Call call) {
+  HRESULT hr = RunRequest(object, what, call);
+  if (hr != ND_SUCCESS) Fail(what, hr, line);
+}
+
+// The next completion of a CQ of either version: spins on poll(&result), or (blocking) arms
+// Notify(ND_CQ_NOTIFY_ANY) and waits for it; the tool fails if none comes within timeoutMs.
+template <class Cq, class Result, class Poll>
+Result NextCompletion(Cq* cq, Overlapped& notify, bool blocking, Poll poll, const char* what,
+                      std::uint32_t timeoutMs) {
+  NoteProgress();
+  Result result{};
+  if (!blocking) {
+    SpinDeadline deadline(timeoutMs);
+    while (!poll(&result))
+      if (deadline.Expired()) FailTimeout(what, timeoutMs, __LINE__);
+    return result;
+  }
+  // Arm, wait, reap: anything queued after the last empty poll satisfies the Notify.
+  const std::uint64_t end = NowMicros() + std::uint64_t(timeoutMs) * 1000;
+  while (!poll(&result)) {
+    std::uint64_t now = NowMicros();
+    if (now >= end) FailTimeout(what, timeoutMs, __LINE__);
+    std::uint32_t leftMs = std::uint32_t((end - now + 999) / 1000);
+    HRESULT hr = cq->Notify(ND_CQ_NOTIFY_ANY, notify.Prepare());
+    hr = notify.Complete(cq, hr, what, leftMs);
+    if (hr != ND_SUCCESS) Fail("Notify", hr, __LINE__);
+  }
+  return result;
+}
+
+// Splits [buffer, buffer + length) into 40-byte pieces over at most maxSge entries, the last
+// entry taking the remainder (the ND tools' SGE pattern): entry(sge, address, bytes) fills each.
+// Returns the entry count (0 for 0 bytes).
+template <class Sge, class Entry>
+ULONG SplitSgl(Sge* sgl, ULONG maxSge, void* buffer, std::size_t length, Entry entry) {
+  constexpr std::size_t kPiece = 40;
+  char* at = static_cast<char*>(buffer);
+  ULONG count = 0;
+  auto add = [&](std::size_t bytes) {
+    entry(sgl[count++], at, bytes);
+    at += bytes;
+    length -= bytes;
+  };
+  while (length > kPiece && count + 1 < maxSge) add(kPiece);
+  if (length > 0) add(length);
+  return count;
+}
 
 // One adapter opened on a local address, its limits and the overlapped file its objects use.
 // Declare it before the objects made from it so that they are released first.
@@ -172,9 +237,13 @@ class MemoryRegion {
   NdRef<IND2MemoryRegion> mr_;
 };
 
-// Splits [buffer, buffer + length) into 40-byte pieces over at most maxSge entries, the last
-// entry taking the remainder (the ND tools' SGE pattern). Returns the entry count (0 for 0 bytes).
+// SplitSgl's pieces as ND2_SGEs under `token`.
 ULONG BuildSgl(ND2_SGE* sgl, ULONG maxSge, void* buffer, std::size_t length, UINT32 token);
+
+// A client's connection attempts: attempt(leftMs) connects and waits at most leftMs for the
+// outcome; a status the SPI lets a client retry (no listener yet, timeouts, routes coming up) is
+// retried after 50 ms until the wait bound (WaitTimeoutMs); anything else fails the tool.
+void RetryConnect(const char* what, const std::function<HRESULT(std::uint32_t leftMs)>& attempt);
 
 // Client side, after adapter.OpenForPeer(server): creates a connector, binds it to the source
 // address OpenForPeer chose and connects `qp` to the server. A refused or timed-out attempt is

@@ -37,7 +37,7 @@ struct ToolSpec {
   // Nonzero for a tool that counts connection cycles (ndconn): -n is the number of cycles, with
   // this default, instead of nSge; -b, -p and -q are not accepted.
   ULONG defaultCycles = 0;
-  bool takesMemoryWait = false;  // accepts -m (ndrpingpong)
+  bool takesMemoryWait = false;  // accepts -m (the RDMA Write ping-pongs)
 };
 
 struct Options {
@@ -203,12 +203,64 @@ std::vector<Round> TestSchedule(std::uint64_t maxIterations);
 std::vector<std::size_t> TestSizes();
 std::uint64_t IterationCap(std::uint64_t maxIterations);
 
+// The measured part of a client: the table header, then per round `run(size, iterations)`
+// timed, and its row. `transfers` is how many messages an iteration moves (2 for a ping-pong,
+// whose latency column is half a round trip).
+template <class Run>
+void MeasureRounds(const std::vector<Round>& rounds, int transfers, Run run) {
+  PrintTableHeader();
+  for (const Round& round : rounds) {
+    RoundTimer timer;
+    timer.Start();
+    run(round.size, round.iterations);
+    timer.Stop();
+    double iterations = double(round.iterations);
+    PrintTableRow(round.size, round.iterations, timer.elapsedUs / iterations / transfers,
+                  timer.cpuPercent,
+                  transfers * double(round.size) * iterations / (timer.elapsedUs / 1e6));
+  }
+}
+
 // main() of the measuring tools (ndping, ndpingpong, ndrping, ndrpingpong): the options, then the
 // server or the client side over TestSchedule(maxIterations) between the begin and end lines,
 // with the counters after the table. Returns the side's exit status.
 using ToolSide = int (*)(const Options& options, const std::vector<Round>& rounds);
 int RunMeasuringTool(int argc, char* argv[], const ToolSpec& spec, std::uint64_t maxIterations,
                      ToolSide server, ToolSide client);
+
+// Usage text lines shared by the measuring tools: the options every one has (the side, the
+// completion wait, the log file, the address and its default port), and the whole option list
+// of each tool that exists for both versions (ndpingpong and nd1pingpong, ...), which take the
+// same options.
+#define NDTOOL_SIDE_USAGE                                                                     \
+  "  -s              server: listen on ip:port\n"                                              \
+  "  -c              client: connect to ip:port\n"
+#define NDTOOL_WAIT_USAGE(blockingNote)                                                       \
+  "  -b              blocking: wait for completions (CQ Notify)" blockingNote "\n"            \
+  "  -p              polling: spin on the CQ (default)\n"
+#define NDTOOL_ADDRESS_USAGE(port)                                                            \
+  "  -l, --logFile f write stdout (and append stderr) to file f\n"                            \
+  "  -h, --help      this text\n"                                                             \
+  "  <ip>[:port]     a.b.c.d[:port] or [ipv6][:port], last; default port " #port "\n"
+#define NDTOOL_PINGPONG_OPTIONS                                                               \
+  NDTOOL_SIDE_USAGE NDTOOL_WAIT_USAGE("")                                                     \
+  "  -n nSge         SGEs per request (default 1)\n"                                          \
+  "  -q N            accepted and ignored\n" NDTOOL_ADDRESS_USAGE(54325)
+#define NDTOOL_RPING_OPTIONS                                                                  \
+  NDTOOL_SIDE_USAGE NDTOOL_WAIT_USAGE("")                                                     \
+  "  -w, --write     RDMA Write (default)\n"                                                  \
+  "  -r, --read      RDMA Read; give both sides the same operation\n"                         \
+  "  -n nSge         SGEs per operation (default 1; capped by the adapter)\n"                 \
+  "  -q N            accepted and ignored\n" NDTOOL_ADDRESS_USAGE(54326)
+#define NDTOOL_RPINGPONG_OPTIONS                                                              \
+  NDTOOL_SIDE_USAGE NDTOOL_WAIT_USAGE("; data is still polled")                               \
+  "  -m              memory: spin on the last byte alone, never polling the CQ while waiting\n"  \
+  "                  (as Microsoft's ndrpingpong and MPI eager protocols); the write is\n"      \
+  "                  reaped once the byte arrived\n"                                           \
+  "  -n nSge         SGEs per RDMA Write (default 1)\n"                                       \
+  "  -q N            accepted and ignored\n" NDTOOL_ADDRESS_USAGE(54327)                      \
+  "\n"                                                                                        \
+  "Both sides run the same schedule, so NDWV_BENCH_SIZES and NDWV_BENCH_ITERS must match.\n"
 
 // Usage text lines shared by the benchmark tools (environment variables).
 #define NDTOOL_ENV_USAGE                                                                      \

@@ -90,13 +90,17 @@ void Endpoint::OnTimer(Timer* timer) {
   Endpoint* self = static_cast<Endpoint*>(timer->owner);
   std::shared_ptr<Endpoint> keep;  // released last, after the requests completed
   Finisher finish;
-  std::lock_guard<std::mutex> lock(self->mutex_);
-  if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
-  keep = std::move(self->timer_self_);
-  if (keep) keep->HandleTimeoutLocked(finish);
+  std::shared_ptr<Stream> abort;
+  {
+    std::lock_guard<std::mutex> lock(self->mutex_);
+    if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
+    keep = std::move(self->timer_self_);
+    if (keep) abort = keep->HandleTimeoutLocked(finish);
+  }
+  if (abort) abort->Abort();
 }
 
-void Endpoint::HandleTimeoutLocked(Finisher& finish) {
+std::shared_ptr<Stream> Endpoint::HandleTimeoutLocked(Finisher& finish) {
   switch (state_) {
     case State::ActiveConnecting:
     case State::ActiveMpaSent:
@@ -108,9 +112,8 @@ void Endpoint::HandleTimeoutLocked(Finisher& finish) {
       break;
     case State::PassiveAccepting:
       SetState(State::Disconnected);
-      if (stream_) stream_->Abort();
       finish.Add(std::exchange(accept_op_, nullptr), WV_IO_TIMEOUT);
-      break;
+      return stream_;
     case State::ActiveDisconnect:
       NDWV_LOG(Info, "%s: peer did not close in time", identity_.c_str());
       FinishDisconnect(WV_TIMEOUT);
@@ -126,6 +129,7 @@ void Endpoint::HandleTimeoutLocked(Finisher& finish) {
     default:
       break;
   }
+  return nullptr;
 }
 
 // ---------------------------------------------------------------------------- addresses

@@ -70,7 +70,9 @@ class Endpoint final : public ConnectEndpoint,
   void ArmTimer(uint32_t ms);
   void DisarmTimer();
   static void OnTimer(Timer* timer);
-  void HandleTimeoutLocked(Finisher& finish);  // the phase's time is up (mutex_ held)
+  // The phase's time is up (mutex_ held). Returns a stream to abort once mutex_ is released:
+  // the abort reports to OnStreamError, which takes mutex_.
+  std::shared_ptr<Stream> HandleTimeoutLocked(Finisher& finish);
 
   void OnListenReady();
   void RefusePending();  // out of descriptors: refuse the queue's head, or pause accepting

@@ -54,6 +54,13 @@ TermCode RemoteProtection(KeyCheck check) {
   return kTermRdmapCatastrophic;
 }
 
+// The RDMAP opcode of a Send with these send flags.
+RdmapOpcode SendOpcode(uint32_t flags) {
+  bool solicited = flags & kSolicited, invalidate = flags & kInvalidate;
+  return invalidate ? (solicited ? RdmapOpcode::SendSolicitedInvalidate : RdmapOpcode::SendInvalidate)
+                    : (solicited ? RdmapOpcode::SendSolicited : RdmapOpcode::Send);
+}
+
 // What the initiator's request completes with when the peer terminates the stream because of it.
 WcStatus StatusForTerminate(TermCode code) {
   if (code.layer == TermLayer::Rdmap && code.type == uint8_t(RdmapErrorType::RemoteProtection))
@@ -644,10 +651,9 @@ bool Stream::FillBatch() {
     size_t hlen = is_send ? kDdpUntaggedHeaderLen : kDdpTaggedHeaderLen;
     uint32_t chunk = uint32_t(std::min<uint64_t>(wqe.length - wqe.sent, params_.max_ulpdu - hlen));
     bool last = wqe.sent + chunk == wqe.length;
-    DdpHeader hdr =
-        is_send ? DdpHeader::Untagged(wqe.flags & kSolicited ? RdmapOpcode::SendSolicited : RdmapOpcode::Send,
-                                      send_msn_, uint32_t(wqe.sent), last)
-                : DdpHeader::Tagged(RdmapOpcode::RdmaWrite, wqe.rkey, wqe.remote_addr + wqe.sent, last);
+    DdpHeader hdr = is_send ? DdpHeader::Untagged(SendOpcode(wqe.flags), send_msn_, uint32_t(wqe.sent),
+                                                  last, wqe.flags & kInvalidate ? wqe.rkey : 0)
+                            : DdpHeader::Tagged(RdmapOpcode::RdmaWrite, wqe.rkey, wqe.remote_addr + wqe.sent, last);
     bool is_inline = wqe.flags & kInline;
     if (!AddFpdu(hdr, nullptr, is_inline ? wqe.inline_data : nullptr, wqe.sge, wqe.num_sge,
                  wqe.sent, chunk))
@@ -1130,6 +1136,13 @@ bool Stream::FinishSegment() {
       recv_bytes_ += payload_len_;
       counters_.Add(Counter::RxBytes, payload_len_);
       if (hdr_.last) {
+        // A Send with Invalidate unbinds the window it names before its receive completes; a key
+        // that names no window bound to this stream ends the stream (RFC 5040 §7.2).
+        if (CarriesInvalidateStag(hdr_.opcode) && !qp_->InvalidateRemote(hdr_.inv_stag)) {
+          Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::CannotInvalidate),
+               WcStatus::LocalOp);
+          return false;
+        }
         counters_.Add(Counter::RxSends);
         have_recv_ = false;
         recv_msn_++;

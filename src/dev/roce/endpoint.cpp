@@ -152,12 +152,17 @@ int32_t Endpoint::Query(ConnectionInfo* info) {
 
 // ------------------------------------------------------------------------------- listening
 
+void Endpoint::SetProtocol(uint8_t protocol) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  protocol_ = protocol;
+}
+
 int32_t Endpoint::Listen(int backlog) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (state_ != State::Bound) return WV_INVALID_DEVICE_STATE;
   exclusive_port_ = false;  // the port takes requests from anyone
   backlog_ = backlog > 0 ? backlog : 128;
-  service_id_ = TcpServiceId(PortOf(local_));
+  service_id_ = IpServiceId(protocol_, PortOf(local_));
   int32_t status = port_->AddListener(service_id_, weak_from_this());
   if (status != WV_SUCCESS) return status;
   SetState(State::Listening);
@@ -299,7 +304,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   EncodeIpHeader(ip, std::span<uint8_t, kIpHeaderLen>(private_data, kIpHeaderLen));
   memcpy(private_data + kIpHeaderLen, params.data, std::min<size_t>(params.data_length, kReqUserData));
   ConnectArgs args;
-  args.service_id = TcpServiceId(PortOf(to));
+  args.service_id = IpServiceId(protocol_, PortOf(to));
   args.local_qpn = qp->qpn();
   args.starting_psn = rq_psn_;
   args.ird = uint8_t(std::min<uint32_t>(params.ird, 255));

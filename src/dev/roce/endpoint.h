@@ -36,6 +36,7 @@ class Endpoint final : public ConnectEndpoint,
   ~Endpoint() override;
 
   int32_t Bind(const sockaddr* address, socklen_t length) override;
+  void SetProtocol(uint8_t protocol) override;
   int32_t Listen(int backlog) override;
   int32_t GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) override;
   int32_t Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
@@ -104,6 +105,7 @@ class Endpoint final : public ConnectEndpoint,
   // Listening.
   int backlog_ = 0;
   uint64_t service_id_ = 0;
+  uint8_t protocol_ = 6;  // of the service (the service ID's port space): TCP unless ND v1 says
   ListenQueue<Endpoint> requests_;
   friend class ListenQueue<Endpoint>;
   std::weak_ptr<Endpoint> listener_;  // a request not yet taken: the listener that queued it

@@ -413,7 +413,10 @@ bool RcLink::SendRequestPacket(Flight& flight) {
   uint32_t length = uint32_t(std::min<uint64_t>(params_.mtu, wqe.length - offset));
   bool first = k == 0, last = k + 1 == flight.packets;
   bool send = flight.opcode == WrOpcode::Send;
-  if (send)
+  if (send && last && (wqe.flags & kInvalidate)) {  // the IETH rides on the message's last packet
+    h.bth.opcode = first ? Opcode::SendOnlyInv : Opcode::SendLastInv;
+    h.ieth = wqe.rkey;
+  } else if (send)
     h.bth.opcode = first && last ? Opcode::SendOnly : first ? Opcode::SendFirst
                    : last ? Opcode::SendLast : Opcode::SendMiddle;
   else
@@ -655,7 +658,7 @@ void RcLink::OnReadResponse(const Packet& packet) {
 
 // ---- responder side
 
-void RcLink::Nak(NakCode code, uint32_t psn, bool fatal) {
+void RcLink::Nak(NakCode code, uint32_t psn, bool fatal, WcStatus receive_status) {
   NDWV_LOG(Info, "%s: NAK %d for psn %u%s", counters_.identity(), int(code), psn, fatal ? ", QP fails" : "");
   counters_.Add(code == NakCode::PsnSequenceError ? Counter::NaksSentSequence
                 : code == NakCode::RemoteAccessError ? Counter::NaksSentAccess
@@ -664,7 +667,7 @@ void RcLink::Nak(NakCode code, uint32_t psn, bool fatal) {
   SendAck(MakeSyndrome(AethKind::Nak, uint8_t(code)), psn);
   if (!fatal) return;
   if (have_recv_) {
-    qp_->CompleteReceive(recv_, 0, WcStatus::LocalLength, false);
+    qp_->CompleteReceive(recv_, 0, receive_status, false);
     have_recv_ = false;
   }
   qp_->DeferError();
@@ -743,6 +746,13 @@ bool RcLink::ExecuteSend(const Packet& packet) {
   recv_offset_ += uint32_t(n);
   counters_.Add(Counter::RxBytes, n);
   if (info.last) {
+    // A Send with Invalidate unbinds the window it names before its receive completes; a key
+    // that names no window bound to this QP is an invalid request that ends the connection.
+    bool invalidates = bth.opcode == Opcode::SendLastInv || bth.opcode == Opcode::SendOnlyInv;
+    if (invalidates && !qp_->InvalidateRemote(packet.headers.ieth)) {
+      Nak(NakCode::InvalidRequest, bth.psn, true, WcStatus::LocalOp);
+      return false;
+    }
     have_recv_ = false;
     msn_++;
     counters_.Add(Counter::RxSends);

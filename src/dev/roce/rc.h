@@ -138,7 +138,9 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   bool ExecuteSend(const wire::ib::Packet& packet);
   bool ExecuteWrite(const wire::ib::Packet& packet);
   bool ExecuteRead(const wire::ib::Packet& packet, bool duplicate);
-  void Nak(wire::ib::NakCode code, uint32_t psn, bool fatal);
+  // fatal: the receive in progress completes `receive_status` and the QP fails.
+  void Nak(wire::ib::NakCode code, uint32_t psn, bool fatal,
+           WcStatus receive_status = WcStatus::LocalLength);
   // Timer
   void EnsureTimer(Clock::time_point deadline);
   static void OnTimer(Timer* timer);

@@ -1,8 +1,10 @@
 // The install test's consumer: built against an installed ndwv (pkg-config and find_package), it
-// goes through the library's entry points and prints OK. See tests/install/run.sh.
-#include <ndwv/ndspi.h>
-#include <ndwv/ndstatus.h>
-#include <ndwv/ndsupport.h>
+// goes through the library's entry points and prints OK. See tests/install/run.sh. It includes
+// the SDK's headers by the names a Windows program uses; the flags of pkg-config and of the
+// CMake target find them.
+#include <ndspi.h>
+#include <ndstatus.h>
+#include <ndsupport.h>
 #include <ndwv/ndwv.h>
 
 #include <arpa/inet.h>

@@ -1,0 +1,3 @@
+// <ndstatus.h> under the name a Windows program includes (why this directory: CMakeLists.txt).
+#pragma once
+#include "../ndstatus.h"
