@@ -78,7 +78,7 @@ void Engine::Unwatch(int fd) {
   handlers_.erase(fd);
 }
 
-void Engine::Arm(Timer* timer, std::chrono::milliseconds delay) {
+void Engine::Arm(Timer* timer, Clock::duration delay) {
   bool wake;
   {
     std::lock_guard<std::mutex> lock(timer_mutex_);
@@ -187,15 +187,17 @@ void Engine::WorkerLoop() {
   }
 }
 
-int Engine::NextTimeoutMs() {
+const timespec* Engine::NextTimeout(timespec* wait) {
   std::lock_guard<std::mutex> lock(timer_mutex_);
   if (timers_.empty()) {
     sleeps_until_ = Clock::time_point::max();
-    return -1;
+    return nullptr;
   }
   sleeps_until_ = timers_.front()->deadline;
-  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(sleeps_until_ - Clock::now());
-  return int(std::max<int64_t>(0, wait.count() + 1));
+  auto ns = std::max<int64_t>(0, std::chrono::nanoseconds(sleeps_until_ - Clock::now()).count());
+  wait->tv_sec = time_t(ns / 1'000'000'000);
+  wait->tv_nsec = long(ns % 1'000'000'000);
+  return wait;
 }
 
 void Engine::FireDueTimers() {
@@ -218,7 +220,10 @@ void Engine::FireDueTimers() {
 void Engine::Loop() {
   epoll_event events[64];
   for (;;) {
-    int n = epoll_wait(epoll_fd_, events, 64, NextTimeoutMs());
+    // epoll_pwait2: a timeout to the nanosecond (epoll_wait's is in milliseconds, too coarse for
+    // the pollers' idle checks, dev/cq.h).
+    timespec wait;
+    int n = epoll_pwait2(epoll_fd_, events, 64, NextTimeout(&wait), nullptr);
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
       if (fd == wake_fd_) {
