@@ -38,6 +38,8 @@
 #               Bytes/Sec = size*iter/s (one-way rate).
 #   ndping      -s -p 127.0.0.1:PORT  /  ndping -c -p 127.0.0.1:PORT
 #               client table: Latency = us per message, Bytes/Sec = size*iter/s (one-way rate).
+#   ndrpingpong -m as -p, but each side waits for the peer's Write on memory alone (MPI's eager
+#               pattern); at 8 bytes, iWARP and RoCE, against -p of the same run (target 1.2).
 #   nd1pingpong as ndpingpong, over NetworkDirect v1; run right after ndpingpong at 8 bytes
 #               (iWARP and RoCE) and compared with it (information: v1 against v2).
 #   Options come before the address, which is the last argument. The server serves one client
@@ -411,6 +413,9 @@ for r in $(seq "$repeat"); do
   if [ -n "$nd_rpp" ]; then
     measure "ndrpingpong.r$r" tcp "$pp_sizes" -- \
       "$nd_rpp" -s -p "$ip:PORT" -- "$nd_rpp" -c -p "$ip:PORT"
+    # Waiting for the peer's Write on memory alone (-m, MPI's eager pattern), against -p.
+    [ -n "$info_sizes" ] && measure "ndrpingpong_m.r$r" tcp "$info_sizes" -- \
+      "$nd_rpp" -s -m "$ip:PORT" -- "$nd_rpp" -c -m "$ip:PORT"
     measure "tcp_pp_b.r$r" tcp "$pp_sizes" -- \
       "$tcp_pp" -s "$ip:PORT" --timeout "$w_server" -- \
       "$tcp_pp" -c "$ip:PORT" --sizes "$(csv $pp_sizes)" "${pp_iter[@]}" --timeout "$w_client"
@@ -438,6 +443,12 @@ for r in $(seq "$repeat"); do
     "$nd_pp" -s -p "$ip:PORT" -- "$nd_pp" -c -p "$ip:PORT"
   [ -n "$nd_pp" ] && [ -n "$nd1_pp" ] && [ -n "$info_udp_sizes" ] && NDWV_TRANSPORTS=roce measure "roce_nd1pingpong.r$r" udp "$info_udp_sizes" -- \
     "$nd1_pp" -s -p "$ip:PORT" -- "$nd1_pp" -c -p "$ip:PORT"
+  if [ -n "$nd_rpp" ] && [ -n "$info_udp_sizes" ]; then
+    NDWV_TRANSPORTS=roce measure "roce_ndrpingpong.r$r" udp "$info_udp_sizes" -- \
+      "$nd_rpp" -s -p "$ip:PORT" -- "$nd_rpp" -c -p "$ip:PORT"
+    NDWV_TRANSPORTS=roce measure "roce_ndrpingpong_m.r$r" udp "$info_udp_sizes" -- \
+      "$nd_rpp" -s -m "$ip:PORT" -- "$nd_rpp" -c -m "$ip:PORT"
+  fi
   [ -n "$udp_sizes" ] && measure "udp_pp.r$r" udp "$udp_sizes" -- \
     "$tcp_pp" --udp -s "$ip:PORT" --timeout "$w_server" -- \
     "$tcp_pp" --udp -c "$ip:PORT" --sizes "$(csv $udp_sizes)" "${pp_iter[@]}" --timeout "$w_client"
@@ -549,6 +560,9 @@ for s in $lat_sizes; do
   fi
   pair=$(paired ndrpingpong $ref "$s" 3 2 1) \
     line "RDMA Write $(hum $s) half-RTT (us)" lat "$nv" "$ns" "$(best $ref "$s" 3 min 1)" "tcp pp" $ref "$s"
+  [ -n "$nd_rpp" ] && [ -n "$info_sizes" ] && [ "$s" -eq 8 ] && pair=$(paired ndrpingpong_m ndrpingpong "$s" 3 2 2) \
+    lat_target=1.20 line "  waiting on memory, against polling" lat "$(best ndrpingpong_m "$s" 3 min 2)" \
+    "ndrpingpong -m, RTT/2" "$nv" "$ns" ndrpingpong "$s"
 done
 
 bw_sizes=$(filter 65536 65536 $sizes; filter 1048576 1048576 $sizes)
@@ -594,6 +608,9 @@ for s in $(filter 8 8 $udp_sizes); do
   [ -n "$nd1_pp" ] && [ -n "$nd_pp" ] && pair=$(paired roce_nd1pingpong roce_ndpingpong "$s" 3 1 1) no_target=1 \
     line "  v1 against v2 (same tool)" lat "$(best roce_nd1pingpong "$s" 3 min 1)" "RoCE nd1pingpong -p" \
     "$nv" "$ns" roce_ndpingpong "$s"
+  [ -n "$nd_rpp" ] && pair=$(paired roce_ndrpingpong_m roce_ndrpingpong "$s" 3 2 2) lat_target=1.20 \
+    line "RoCE RDMA Write $(hum $s), memory/poll" lat "$(best roce_ndrpingpong_m "$s" 3 min 2)" \
+    "RoCE ndrpingpong -m, RTT/2" "$(best roce_ndrpingpong "$s" 3 min 2)" "RoCE ndrpingpong -p" roce_ndrpingpong "$s"
 done
 for s in $bw_sizes; do
   [ -n "$nd_rping" ] || continue

@@ -63,6 +63,10 @@ enum class Counter : uint16_t {
   CmReqsInvalid, CmReqsBacklogFull, CmReqsExpired, CmDropsWrongSource, CmClampedTimeouts,
   CmClampedRetries, CmClampedMraTimeouts, CmMrasIgnored, CmClampedReadLimits, CmClampedRnrRetries,
   CmPeerAddressMismatches,
+  // Both transports, per adapter: the engine took a socket back from pollers that had stopped,
+  // and found the peer's data waiting for it (dev/cq.h, PollerRule): the application waited
+  // without polling, and its wait lasted up to one look of the idle timer longer.
+  LateEngineTakeovers,
   Count
 };
 inline constexpr size_t kCounters = size_t(Counter::Count);

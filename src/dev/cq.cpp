@@ -24,25 +24,22 @@ int32_t CompletionQueue::Resize(size_t entries) {
   return WV_SUCCESS;
 }
 
-void CompletionQueue::TellSources(bool empty) {
+void CompletionQueue::TellSources(const Completion* reaped, size_t n) {
   static const bool lend_thread = base::LoadSettings() ? base::LoadSettings()->poll_progress : true;
-  if (lend_thread && sources_mutex_.try_lock()) {
-    for (ProgressSource* source : lenders_) empty ? source->PollProgress() : source->StillPolled();
+  if (!lend_thread) return;
+  // A received message is the peer's: the application polled for it. Anything else it reaps is
+  // the end of one of its own requests.
+  bool peer_message = std::any_of(reaped, reaped + n, [](const Completion& c) { return c.opcode == WrOpcode::Receive; });
+  if (sources_mutex_.try_lock()) {
+    for (ProgressSource* source : lenders_) n ? source->Reaped(peer_message) : source->PollProgress();
     sources_mutex_.unlock();
   }
 }
 
 size_t CompletionQueue::Poll(Completion* out, size_t max) {
   if (max == 0) return 0;
-  if (count_.load(std::memory_order_acquire) != 0) {
-    // Every 4th poll that finds entries tells the transports that the poller still spins: one
-    // whose queue seldom runs empty (a sender reaping a steady stream of completions) then keeps
-    // the progress to itself and the engine off the busy cores.
-    uint32_t reaped = reaping_polls_.load(std::memory_order_relaxed) + 1;
-    reaping_polls_.store(reaped, std::memory_order_relaxed);  // a hint: no read-modify-write
-    if (reaped % 4 == 0) TellSources(false);
-  } else {
-    TellSources(true);
+  if (count_.load(std::memory_order_acquire) == 0) {
+    TellSources(out, 0);  // the poller lends its thread
     if (count_.load(std::memory_order_acquire) == 0) {
       if (!unseen_.load(std::memory_order_acquire)) return 0;  // nothing to mark seen
       std::lock_guard lock(mutex_);
@@ -56,7 +53,7 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
       }
     }
   }
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   size_t count = count_.load(std::memory_order_relaxed);  // written only under mutex_
   size_t n = std::min(max, count);
   for (size_t i = 0; i < n; ++i) out[i] = ring_[head_++];
@@ -67,6 +64,8 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
     solicited_unseen_ = 0;
     unseen_.store(false, std::memory_order_relaxed);
   }
+  lock.unlock();
+  if (n) TellSources(out, n);  // a wait may end here (PollerRule)
   return n;
 }
 

@@ -37,9 +37,10 @@ enum class NotifyType { Errors = 0, Any = 1, Solicited = 2 };
 // Something that can make receive progress when a poller lends it its thread (a connected QP).
 class ProgressSource {
  public:
-  virtual void PollProgress() = 0;    // a poller found the CQ empty and lends its thread
-  // A poller reaped completions, or the application posted: its thread is active, but it may go
-  // on to wait without polling (on memory, for an RDMA Write): not a reason to leave the engine.
+  virtual void PollProgress() = 0;  // a poller found the CQ empty and lends its thread
+  // A poller reaped completions; `peer_message`: one of them was a received message.
+  virtual void Reaped(bool peer_message) = 0;
+  // The application posted: its thread is active (it may still go on to wait without polling).
   virtual void StillPolled() = 0;
   // Progress must not need a poller from now on: someone waits for an event, or a CQ this source
   // feeds stopped lending its pollers.
@@ -57,46 +58,79 @@ class ProgressSource {
   std::atomic<uint32_t> withheld_{0};  // CQs that withhold their pollers (their sources_mutex_)
 };
 
-// While a poller lends its thread, the transport keeps its socket from the engine: on a busy
-// machine a wake-up per packet costs more than the packet (the woken engine preempts a poller, or
-// holds the socket while preempted). kSpinningPolls empty polls in a row mean "a poller spins":
-// only an empty poll drives receive progress, so only a run of them proves a thread will go on
-// driving it. Posts and polls that reap completions do not count: an application that waits on
-// memory for an RDMA Write posts and reaps between its waits, and nothing would read its socket
-// while it waits. Once the engine is away, any polling or posting keeps it away; fewer than half
-// kSpinningPolls of them within kPollIdle and the engine watches again.
-inline constexpr uint32_t kSpinningPolls = 8;
-inline constexpr std::chrono::milliseconds kPollIdle{10};
+// Who reads a transport's socket: the engine, or the application's threads while they poll. A
+// poller that finds its CQ empty drives the receive path itself, and while it does the engine
+// should keep away: on a busy machine a wake-up per packet costs more than the packet (the woken
+// engine preempts a poller, or holds the socket while preempted). But nothing reads a socket the
+// engine left while the application waits without polling, and an application that waits on
+// memory for the peer's RDMA Write (MPI's eager protocols, Microsoft's ndrpingpong) polls its CQ
+// only to reap its own requests. So the evidence is what the pollers receive and reap:
+//  * the engine leaves when a poller's receive has placed a message the peer started (a Send, an
+//    RDMA Write with data, a Read Request for data): the application polls while the peer talks;
+//  * it comes back when a wait (empty polls) ends in a poll that reaps, if neither a peer's
+//    message was placed during the wait nor a received message reaped at its end: what the
+//    application waited for was its own request, and it may wait for the peer's next message
+//    without polling. Also when a Notify is armed, after which the pollers take the socket again
+//    only once they end a wait themselves;
+//  * and by timer, when polls and posts have stopped: the first look kFirstIdleLook after the
+//    engine left, then each look twice as late, up to kPollIdle, while the pollers go on. A
+//    memory waiter the evidence missed so waits kFirstIdleLook more, not kPollIdle.
+// The counts are hints (plain loads and stores, no read-modify-write): two pollers may count once.
+inline constexpr std::chrono::microseconds kFirstIdleLook{1'000};
+inline constexpr std::chrono::microseconds kPollIdle{10'000};
 
-// The polls a transport counts for that rule. Hints, not exact counts: a plain load and store per
-// poll (no read-modify-write), so two pollers may count once.
-class SpinCount {
+class PollerRule {
  public:
-  // Counts an empty poll; true at the one that makes the pollers spinning.
-  bool CountEmptyPoll() {
+  // An empty poll that drove the receive path; `placed_peer_message`: it placed one. True if the
+  // pollers should now take the socket from the engine: it did, and the application has not
+  // armed a Notify since the pollers last ended a wait themselves (one that waits for its own
+  // requests by events, and for the peer on memory, would find nobody reading the socket).
+  bool EmptyPoll(bool placed_peer_message) {
     Bump(active_);
-    return Bump(empty_run_) == kSpinningPolls;
+    if (!waiting_.load(std::memory_order_relaxed)) waiting_.store(true, std::memory_order_relaxed);
+    if (!placed_peer_message) return false;
+    peer_in_wait_.store(true, std::memory_order_relaxed);
+    return !notified_.load(std::memory_order_relaxed);
   }
-  // A poll that reaped completions, or a post: ends a run of empty polls.
-  void CountActivity() {
+  // A poll that reaped completions (`peer_message`: a received message among them): true if it
+  // ends a wait that was for the application's own request.
+  bool Reaped(bool peer_message) {
     Bump(active_);
-    if (empty_run_.load(std::memory_order_relaxed)) empty_run_.store(0, std::memory_order_relaxed);
+    if (!waiting_.load(std::memory_order_relaxed)) return false;
+    waiting_.store(false, std::memory_order_relaxed);
+    if (notified_.load(std::memory_order_relaxed)) notified_.store(false, std::memory_order_relaxed);
+    bool peer = peer_in_wait_.load(std::memory_order_relaxed);
+    if (peer) peer_in_wait_.store(false, std::memory_order_relaxed);
+    return !peer && !peer_message;
   }
-  void Reset() {
-    empty_run_.store(0, std::memory_order_relaxed);
+  void Posted() { Bump(active_); }
+  // A Notify was armed: the wait ends by an event, and the engine watches.
+  void Notified() {
+    waiting_.store(false, std::memory_order_relaxed);
+    peer_in_wait_.store(false, std::memory_order_relaxed);
     active_.store(0, std::memory_order_relaxed);
+    notified_.store(true, std::memory_order_relaxed);
   }
-  // Every kPollIdle while the engine keeps away: whether the polling went on, and a new count.
-  bool StillSpinning() { return active_.exchange(0, std::memory_order_relaxed) >= kSpinningPolls / 2; }
+  // The owner's idle timer, under the owner's lock: when to look first after the engine left,
+  // and, at each look, whether polls or posts went on since the last (a new count) and when to
+  // look next.
+  std::chrono::microseconds FirstLook() {
+    active_.store(0, std::memory_order_relaxed);
+    return look_ = kFirstIdleLook;
+  }
+  bool StillActive() { return active_.exchange(0, std::memory_order_relaxed) >= kStillActive; }
+  std::chrono::microseconds NextLook() { return look_ = std::min(2 * look_, kPollIdle); }
 
  private:
-  static uint32_t Bump(std::atomic<uint32_t>& counter) {
-    uint32_t value = counter.load(std::memory_order_relaxed) + 1;
-    counter.store(value, std::memory_order_relaxed);
-    return value;
+  static constexpr uint32_t kStillActive = 4;  // polls and posts between two looks
+  static void Bump(std::atomic<uint32_t>& counter) {
+    counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
-  std::atomic<uint32_t> empty_run_{0};  // empty polls since the last activity
-  std::atomic<uint32_t> active_{0};     // polls and posts since the timer last looked
+  std::atomic<bool> waiting_{false};       // empty polls since the last reaping poll
+  std::atomic<bool> peer_in_wait_{false};  // ... of which one placed a peer's message
+  std::atomic<bool> notified_{false};      // a Notify armed since the pollers last ended a wait
+  std::atomic<uint32_t> active_{0};        // polls and posts since the timer last looked
+  std::chrono::microseconds look_{kFirstIdleLook};
 };
 
 class CompletionQueue {
@@ -129,7 +163,8 @@ class CompletionQueue {
   static constexpr size_t kMaxLendingSources = 4;
 
  private:
-  void TellSources(bool empty);  // empty: PollProgress (the poller lends its thread), else StillPolled
+  // None reaped (n = 0): PollProgress, the poller lends its thread; else Reaped.
+  void TellSources(const Completion* reaped, size_t n);
   // A source that pollers of this CQ no longer visit: it goes back to the engine (sources_mutex_).
   static void Withhold(ProgressSource* source);
   void CompleteArmedLocked(int32_t status, AsyncOp** done);
@@ -151,7 +186,6 @@ class CompletionQueue {
   size_t sources_ = 0;                   // attached
   std::vector<ProgressSource*> lenders_; // every source while the CQ lends its pollers, else empty
   bool lending_ = true;                  // sources_ has not exceeded kMaxLendingSources since it was 0
-  std::atomic<uint32_t> reaping_polls_{0};  // polls that found entries (a hint, not exact)
 };
 
 }  // namespace ndwv::dev

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The example tools end to end: each local tool (ndcat, ndadapterinfo, ndmrlat, ndmrrate) once
-# per transport, and each server/client pair (ndping, ndconn, and the NetworkDirect version 1
-# tools nd1pingpong, nd1rpingpong, nd1rping -w/-r, also nd1pingpong against ndpingpong both ways)
-# as two processes on 127.0.0.1 on a random free port in 20000-40000, on iWARP and on RoCE
+# per transport, and each server/client pair (ndping, ndconn, ndrpingpong -m and nd1rpingpong -m,
+# and the NetworkDirect version 1 tools nd1pingpong, nd1rpingpong, nd1rping -w/-r, also
+# nd1pingpong against ndpingpong both ways) as two processes on 127.0.0.1 on a random free port in 20000-40000, on iWARP and on RoCE
 # (NDWV_TRANSPORTS). Exit statuses and the lines each tool must print are checked; sizes and
 # iterations are kept small.
 #
@@ -151,6 +151,23 @@ for t in iwarp roce; do
   expect "$out.server" '^Accepted 101 connections\.$'
   if grep -q 'Beginning test' "$out.client" "$out.server"; then fail "ndconn printed a banner"; fi
   echo "ndconn on $t: ok ($(grep -E '^ +100 ' "$out.client" | tr -s ' '))"
+
+  # -m: both sides wait for the peer's RDMA Write on memory alone, polling only to reap their own
+  # Write. The engine must not leave the socket to pollers that then stop (PollerRule, dev/cq.h):
+  # each takeover by its timer that finds data waiting is a wait of up to 10 ms. A few may happen
+  # (a preempted process); one per round trip is the stall this guards against.
+  for m in ndrpingpong nd1rpingpong; do
+    run_tools "$m" "$m" "$t" -m -- -m
+    expect_rows "$m" "$t" 200
+    seen=""
+    for side in client server; do
+      takeovers=$(grep -Eo 'late_engine_takeovers=[0-9]+' "$tmp/$m-$t.$side" | head -1 | cut -d= -f2)
+      [ -n "$takeovers" ] || show_fail "$tmp/$m-$t.$side" -- "$m -m ($t, $side): no late_engine_takeovers counter"
+      [ "$takeovers" -le 30 ] || show_fail "$tmp/$m-$t.$side" -- "$m -m ($t, $side): $takeovers late engine takeovers in 600 round trips"
+      seen="$seen $side $takeovers"
+    done
+    echo "$m -m on $t: ok ($(grep -E "$(row 65536 200)" "$tmp/$m-$t.client" | tr -s ' '); late engine takeovers:$seen)"
+  done
 
   # NetworkDirect version 1, and version 1 meeting version 2 (one wire, one message protocol).
   run_pair nd1pingpong "$t"

@@ -301,8 +301,9 @@ TEST(CqResize, KeepsEveryEntryAndRefusesBelowOccupancy) {
 
 // A transport that counts what the CQ asks of it.
 struct CountingSource : Link {
-  int progress = 0, still = 0, armed = 0, kicks = 0;
+  int progress = 0, reaped = 0, peer_messages = 0, still = 0, armed = 0, kicks = 0;
   void PollProgress() override { ++progress; }
+  void Reaped(bool peer_message) override { ++reaped; peer_messages += peer_message; }
   void StillPolled() override { ++still; }
   void OnNotifyArmed() override { ++armed; }
   void Kick() override { ++kicks; }
@@ -345,6 +346,80 @@ TEST(CqSources, PollersVisitFewSourcesAndLeaveManyToTheEngine) {
   EXPECT_EQ(sources[0].progress, 2);
   cq.DetachSource(&sources[0]);
   cq.CancelNotifies();
+}
+
+// The transports' rule for who reads a socket (engine or pollers) rests on what each poll tells.
+TEST(CqSources, EmptyPollsLendTheThreadAndReapingPollsSayWhatTheyReaped) {
+  CompletionQueue cq(16);
+  CountingSource source;
+  cq.AttachSource(&source);
+  Completion out[4];
+  EXPECT_EQ(cq.Poll(out, 4), 0u);
+  EXPECT_EQ(cq.Poll(out, 4), 0u);
+  EXPECT_EQ(source.progress, 2);
+  EXPECT_EQ(source.reaped, 0);
+  cq.Push({nullptr, 7, 0, WrOpcode::Write, WcStatus::Success}, false);
+  EXPECT_EQ(cq.Poll(out, 4), 1u);
+  EXPECT_EQ(source.progress, 2);
+  EXPECT_EQ(source.reaped, 1);
+  EXPECT_EQ(source.peer_messages, 0);  // the application's own request
+  cq.Push({nullptr, 8, 0, WrOpcode::Send, WcStatus::Success}, false);
+  cq.Push({nullptr, 9, 8, WrOpcode::Receive, WcStatus::Success}, false);
+  EXPECT_EQ(cq.Poll(out, 4), 2u);
+  EXPECT_EQ(source.reaped, 2);
+  EXPECT_EQ(source.peer_messages, 1);  // a received message is the peer's
+  cq.DetachSource(&source);
+}
+
+// A wait (empty polls) that ends in a reaping poll, with neither a peer's message placed during it
+// nor a received message reaped at its end, was a wait for the application's own request: the
+// engine must watch the socket again. Otherwise it was a wait for the peer: the pollers keep it.
+TEST(PollerRule, AWaitEndsWithTheEvidenceOfWhatItWasFor) {
+  PollerRule rule;
+  EXPECT_FALSE(rule.Reaped(false));  // no wait: nothing to conclude
+  rule.EmptyPoll(false);
+  rule.EmptyPoll(false);
+  EXPECT_TRUE(rule.Reaped(false));   // waited for its own request
+  EXPECT_FALSE(rule.Reaped(false));
+  rule.EmptyPoll(false);
+  rule.EmptyPoll(true);
+  rule.EmptyPoll(false);
+  EXPECT_FALSE(rule.Reaped(false));  // the peer's message came while it polled
+  rule.EmptyPoll(false);
+  EXPECT_FALSE(rule.Reaped(true));   // it reaped a received message
+  rule.EmptyPoll(false);
+  EXPECT_TRUE(rule.Reaped(false));   // the evidence is per wait
+  rule.EmptyPoll(false);
+  rule.Notified();
+  EXPECT_FALSE(rule.Reaped(false));
+}
+
+// A peer's message placed by a poller hands the socket to the pollers, unless the application
+// waits by events (a Notify armed since the pollers last ended a wait themselves): it may wait for
+// the peer on memory next, and nobody would read the socket.
+TEST(PollerRule, PollersTakeTheSocketOnlyFromAnApplicationThatPollsItsWaits) {
+  PollerRule rule;
+  EXPECT_FALSE(rule.EmptyPoll(false));
+  EXPECT_TRUE(rule.EmptyPoll(true));
+  rule.Notified();
+  EXPECT_FALSE(rule.EmptyPoll(true));
+  EXPECT_FALSE(rule.Reaped(true));   // a wait the pollers ended themselves...
+  EXPECT_TRUE(rule.EmptyPoll(true));  // ...gives them the socket again
+}
+
+// While the pollers go on, the idle timer looks less and less often; when it finds them stopped
+// the engine takes over. The first look after each departure is soon again.
+TEST(PollerRule, IdleLooksBackOffWhileThePollersGoOn) {
+  PollerRule rule;
+  EXPECT_EQ(rule.FirstLook(), kFirstIdleLook);
+  for (int i = 0; i < 8; ++i) rule.Posted();
+  EXPECT_TRUE(rule.StillActive());
+  EXPECT_EQ(rule.NextLook(), 2 * kFirstIdleLook);
+  rule.EmptyPoll(false);
+  EXPECT_FALSE(rule.StillActive());  // one poll since the last look is not a poller that spins
+  for (int i = 0; i < 10; ++i) rule.NextLook();
+  EXPECT_EQ(rule.NextLook(), kPollIdle);
+  EXPECT_EQ(rule.FirstLook(), kFirstIdleLook);
 }
 
 TEST(CqSources, ASourceOfTwoCqsIsLentOnlyWhileNeitherHasTooMany) {

@@ -107,18 +107,29 @@ void Stream::PollProgress() {
   // A stalled transmit (the socket had no room) too: send now.
   if (tx_stalled_.load(std::memory_order_relaxed) || TakeWaitingTransmit()) Kick();
   DriveReceive(true);
-  if (polls_.CountEmptyPoll() && Lendable()) WatchReceive(false);
+  // Loaded first: mostly no peer message was placed, and then no read-modify-write is needed.
+  bool peer = peer_message_by_poller_.load(std::memory_order_relaxed) &&
+              peer_message_by_poller_.exchange(false, std::memory_order_relaxed);
+  if (poller_rule_.EmptyPoll(peer) && rx_watched_relaxed() && Lendable()) WatchReceive(false);
 }
 
-void Stream::StillPolled() { polls_.CountActivity(); }
+void Stream::PlacedPeerMessage() {
+  if (rx_by_poller_) peer_message_by_poller_.store(true, std::memory_order_relaxed);
+}
+
+void Stream::Reaped(bool peer_message) {
+  if (poller_rule_.Reaped(peer_message) && !rx_watched_relaxed()) WatchReceive(true);
+}
+
+void Stream::StillPolled() { poller_rule_.Posted(); }
 
 void Stream::OnNotifyArmed() {
-  polls_.Reset();
+  poller_rule_.Notified();
   WatchReceive(true);
   if (TakeWaitingTransmit()) Kick();
 }
 
-void Stream::WatchReceive(bool on) {
+void Stream::WatchReceive(bool on, bool by_timer) {
   {
     std::lock_guard lock(watch_mutex_);
     if (shut_ || rx_watched_ == on) return;
@@ -126,14 +137,19 @@ void Stream::WatchReceive(bool on) {
     Engine::Get().Modify(fd_, on ? kWatched : 0);  // the poller drives both directions
     if (!on) {
       watch_self_ = shared_from_this();
-      Engine::Get().Arm(&watch_timer_, kPollIdle);
+      Engine::Get().Arm(&watch_timer_, poller_rule_.FirstLook());
     } else if (Engine::Get().Disarm(&watch_timer_)) {
       watch_self_.reset();
     }
   }
   if (on) {
     if (TakeWaitingTransmit()) Kick();
+    uint64_t before = counters_.Get(Counter::RxPackets);
     DriveReceive();  // what arrived while nobody watched
+    // The pollers stopped while the peer's data came: the application waited without polling
+    // (on memory) and paid up to a look's delay for it (PollerRule).
+    if (by_timer && counters_.Get(Counter::RxPackets) != before)
+      AdapterCounters(Transport::Iwarp).AddShared(Counter::LateEngineTakeovers);
   }
 }
 
@@ -145,13 +161,13 @@ void Stream::OnWatchTimer(Timer* timer) {
     if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
     keep = std::move(self->watch_self_);
     if (!keep || self->shut_) return;
-    if (self->polls_.StillSpinning()) {
-      self->watch_self_ = keep;  // still spinning: look again later
-      Engine::Get().Arm(&self->watch_timer_, kPollIdle);
+    if (self->poller_rule_.StillActive()) {
+      self->watch_self_ = keep;  // still polling: look again later
+      Engine::Get().Arm(&self->watch_timer_, self->poller_rule_.NextLook());
       return;
     }
   }
-  keep->WatchReceive(true);
+  keep->WatchReceive(true, true);
 }
 
 void Stream::Start() {
@@ -1048,7 +1064,10 @@ bool Stream::FinishSegment() {
   switch (hdr_.opcode) {
     case RdmapOpcode::RdmaWrite:
       counters_.Add(Counter::RxBytes, payload_len_);
-      if (hdr_.last) counters_.Add(Counter::RxWrites);
+      if (hdr_.last) {
+        counters_.Add(Counter::RxWrites);
+        if (payload_len_) PlacedPeerMessage();  // not a zero-length Write (the RTR)
+      }
       return true;
     case RdmapOpcode::ReadResponse:
       counters_.Add(Counter::RxBytes, payload_len_);
@@ -1068,6 +1087,7 @@ bool Stream::FinishSegment() {
       return true;
     case RdmapOpcode::ReadRequest: {
       read_req_msn_++;
+      if (read_req_.size) PlacedPeerMessage();  // a zero-length one is a peer's probe
       counters_.Add((read_req_.sink_stag & 0xFF000000u) == kProbeStagTag ? Counter::RxConfirmReads
                                                                          : Counter::RxReads);
       if (read_req_.size) {
@@ -1144,6 +1164,7 @@ bool Stream::FinishSegment() {
           return false;
         }
         counters_.Add(Counter::RxSends);
+        PlacedPeerMessage();
         have_recv_ = false;
         recv_msn_++;
         qp_->CompleteReceive(recv_, uint32_t(recv_bytes_), WcStatus::Success, IsSolicited(hdr_.opcode));

@@ -76,6 +76,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   void Kick() override;
   void Posted(const SendWqe& request) override;
   void PollProgress() override;
+  void Reaped(bool peer_message) override;
   void StillPolled() override;
   void OnNotifyArmed() override;
   void Shutdown() override;
@@ -152,7 +153,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // one more read of the socket, or a Read Response left for the poller's next poll.
   bool rx_watched_relaxed() const { return rx_watched_.load(std::memory_order_relaxed); }
   void ProcessRx();
-  void WatchReceive(bool on);
+  void WatchReceive(bool on, bool by_timer = false);
+  void PlacedPeerMessage();  // the receive path ended a message the peer started (rx_mutex_)
   // Whether requests left queued or a Read Response owed wait for a kick (the flag is taken).
   bool TakeWaitingTransmit();
   static void OnWatchTimer(Timer* timer);
@@ -252,7 +254,10 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // stops, and so does a Notify.
   base::Mutex watch_mutex_;
   std::atomic<bool> rx_watched_{true};
-  SpinCount polls_;
+  PollerRule poller_rule_;
+  // A poller's receive placed a message the peer started (written under rx_mutex_, taken by the
+  // poller after the receive: PollerRule's evidence).
+  std::atomic<bool> peer_message_by_poller_{false};
   Timer watch_timer_;
   std::shared_ptr<Stream> watch_self_;  // alive while the timer is armed
 

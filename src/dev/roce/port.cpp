@@ -397,20 +397,29 @@ void Port::UpdateWatchLocked() {
   Engine::Get().Modify(fd_, (watching_in_ ? uint32_t(EPOLLIN) : 0u) | (watching_out_ ? uint32_t(EPOLLOUT) : 0u));
 }
 
-void Port::PolledActive() { polls_.CountActivity(); }
+void Port::Posted() { poller_rule_.Posted(); }
 
-void Port::PolledEmpty() {
-  if (!polls_.CountEmptyPoll()) return;
+void Port::PolledEmpty(bool placed_peer_message, bool lendable) {
+  if (!poller_rule_.EmptyPoll(placed_peer_message) || !lendable || !watching_in_.load(std::memory_order_relaxed))
+    return;
   std::lock_guard<std::mutex> lock(watch_mutex_);
   if (!watching_in_) return;
   watching_in_ = false;
   UpdateWatchLocked();
   watch_self_ = shared_from_this();
-  Engine::Get().Arm(&watch_timer_, kPollIdle);
+  Engine::Get().Arm(&watch_timer_, poller_rule_.FirstLook());
 }
 
-void Port::WatchAgain() {
-  polls_.Reset();
+void Port::Reaped(bool peer_message) {
+  if (poller_rule_.Reaped(peer_message) && !watching_in_.load(std::memory_order_relaxed)) WatchAgain();
+}
+
+void Port::NotifyArmed() {
+  poller_rule_.Notified();
+  WatchAgain();
+}
+
+void Port::WatchAgain(bool by_timer) {
   {
     std::lock_guard<std::mutex> lock(watch_mutex_);
     if (watching_in_) return;
@@ -418,7 +427,13 @@ void Port::WatchAgain() {
     UpdateWatchLocked();
     if (Engine::Get().Disarm(&watch_timer_)) watch_self_.reset();
   }
+  const std::atomic<uint64_t>& received = Owner().counters_.received;
+  uint64_t before = received.load(std::memory_order_relaxed);
   DriveReceive();  // what arrived while nobody watched
+  // The pollers stopped while datagrams came: the application waited without polling (on
+  // memory) and paid up to a look's delay for it (PollerRule).
+  if (by_timer && received.load(std::memory_order_relaxed) != before)
+    AdapterCounters(Transport::Roce).AddShared(Counter::LateEngineTakeovers);
 }
 
 void Port::OnWatchTimer(Timer* timer) {
@@ -429,13 +444,13 @@ void Port::OnWatchTimer(Timer* timer) {
     if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
     keep = std::move(self->watch_self_);
     if (!keep) return;
-    if (self->polls_.StillSpinning()) {
-      self->watch_self_ = keep;  // still spinning: look again later
-      Engine::Get().Arm(&self->watch_timer_, kPollIdle);
+    if (self->poller_rule_.StillActive()) {
+      self->watch_self_ = keep;  // still polling: look again later
+      Engine::Get().Arm(&self->watch_timer_, self->poller_rule_.NextLook());
       return;
     }
   }
-  keep->WatchAgain();
+  keep->WatchAgain(true);
 }
 
 struct Port::Run {

@@ -115,14 +115,16 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // hold many datagrams) and returns to its completions: the empty read that would follow costs
   // a system call on every message's path, and the next poll reads again anyway.
   void DriveReceive(bool once = false);
-  // A poller found its CQ empty and drives this port. While pollers spin, the engine stops
-  // watching the socket: on a busy machine a wake-up per datagram costs more than the datagram
-  // (the woken engine preempts a poller, or holds the receive lock while preempted). A timer
-  // gives the socket back to the engine when the polling stops; so does WatchAgain. (The rule:
-  // SpinCount, dev/cq.h.)
-  void PolledEmpty();
-  void PolledActive();  // a poll that reaped completions, or a post
-  void WatchAgain();  // someone will wait for an event (CQ Notify): the engine must watch
+  // Who reads the socket, the engine or the pollers (the rule: PollerRule, dev/cq.h). A poller
+  // found its CQ empty and drove this port; `placed_peer_message`: its receive ended a message
+  // the peer started. Then, if its CQ lends its pollers (`lendable`), the engine stops watching
+  // the socket: on a busy machine a wake-up per datagram costs more than the datagram.
+  void PolledEmpty(bool placed_peer_message, bool lendable);
+  void Reaped(bool peer_message);  // a poll that found completions: may end the pollers' hold
+  void Posted();  // the application posted
+  void NotifyArmed();  // someone will wait for an event (CQ Notify): the engine must watch
+  // The engine watches again (`by_timer`: the pollers stopped).
+  void WatchAgain(bool by_timer = false);
 
   // ---- CM (not on a flow: its owner has the agent) ----
   // Runs `call` on the agent under its lock. The events it causes are delivered later, on the
@@ -210,8 +212,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   std::mutex watch_mutex_;  // the engine's watch: what it waits for
   std::vector<std::weak_ptr<PacketSink>> waiting_writable_;
   bool watching_out_ = false;
-  bool watching_in_ = true;
-  SpinCount polls_;
+  std::atomic<bool> watching_in_{true};  // written under watch_mutex_
+  PollerRule poller_rule_;
   Timer watch_timer_;
   std::shared_ptr<Port> watch_self_;  // alive while the timer is armed
   void UpdateWatchLocked();

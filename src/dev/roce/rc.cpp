@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 #include <shared_mutex>
+#include <utility>
 
 #include "base/log.h"
 #include "dev/address.h"
@@ -19,6 +20,12 @@ constexpr std::chrono::milliseconds kAckDelay{20};  // longest a coalesced ACK w
 // Set while a CQ poller drives receive: the ACKs it makes due wait for its next poll (or the next
 // transmission), so the poller returns with its completion without paying for them first.
 thread_local bool t_polling = false;
+// Set when that poller's receive ended a message the peer started (a Send, an RDMA Write with
+// data, a Read Request for data): the evidence of PollerRule (dev/cq.h).
+thread_local bool t_placed_peer_message = false;
+void PlacedPeerMessage() {
+  if (t_polling) t_placed_peer_message = true;
+}
 
 // Bookkeeping times (ACK timeout, keepalive, coalesced ACK deadline) need no more than the
 // scheduler tick's resolution, which the coarse clock reads cheaper; same epoch as Clock.
@@ -177,20 +184,22 @@ void RcLink::PollProgress() {
     std::lock_guard lock(mutex_);
     if (ack_due_) Pump();
   }
-  if (Lendable()) port_->PolledEmpty();
   t_polling = true;
   port_->DriveReceive(true);
   t_polling = false;
+  port_->PolledEmpty(std::exchange(t_placed_peer_message, false), Lendable());
 }
 
-void RcLink::StillPolled() { port_->PolledActive(); }
+void RcLink::Reaped(bool peer_message) { port_->Reaped(peer_message); }
+
+void RcLink::StillPolled() { port_->Posted(); }
 
 void RcLink::OnNotifyArmed() {
   {
     std::lock_guard lock(mutex_);
     Pump();  // nobody will poll: nothing may wait for a poll
   }
-  port_->WatchAgain();
+  port_->NotifyArmed();
 }
 
 void RcLink::PeerGone() {
@@ -756,6 +765,7 @@ bool RcLink::ExecuteSend(const Packet& packet) {
     have_recv_ = false;
     msn_++;
     counters_.Add(Counter::RxSends);
+    PlacedPeerMessage();
     qp_->CompleteReceive(recv_, recv_offset_, WcStatus::Success, bth.solicited);
   }
   return true;
@@ -809,6 +819,7 @@ bool RcLink::ExecuteWrite(const Packet& packet) {
     in_write_ = false;
     msn_++;
     counters_.Add(Counter::RxWrites);
+    if (write_offset_) PlacedPeerMessage();  // not a zero-length Write
   }
   return true;
 }
@@ -840,6 +851,7 @@ bool RcLink::ExecuteRead(const Packet& packet, bool duplicate) {
     epsn_ = PsnAdd(epsn_, packets);
     msn_++;
     counters_.Add(Counter::RxReads);
+    if (h.reth.length) PlacedPeerMessage();
   }
   return true;
 }

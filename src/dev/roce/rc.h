@@ -79,6 +79,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   // Link
   void Kick() override;
   void PollProgress() override;
+  void Reaped(bool peer_message) override;
   void StillPolled() override;
   void OnNotifyArmed() override;
   void Shutdown() override;
