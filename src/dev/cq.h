@@ -76,8 +76,10 @@ class ProgressSource {
 //    engine left, then each look twice as late, up to kPollIdle, while the pollers go on. A
 //    memory waiter the evidence missed so waits kFirstIdleLook more, not kPollIdle.
 // The counts are hints (plain loads and stores, no read-modify-write): two pollers may count once.
-inline constexpr std::chrono::microseconds kFirstIdleLook{1'000};
-inline constexpr std::chrono::microseconds kPollIdle{10'000};
+// Milliseconds: the engine's timer resolution (epoll_wait), which also lets timers due close
+// together fire in one wake-up.
+inline constexpr std::chrono::milliseconds kFirstIdleLook{1};
+inline constexpr std::chrono::milliseconds kPollIdle{10};
 
 class PollerRule {
  public:
@@ -114,12 +116,12 @@ class PollerRule {
   // The owner's idle timer, under the owner's lock: when to look first after the engine left,
   // and, at each look, whether polls or posts went on since the last (a new count) and when to
   // look next.
-  std::chrono::microseconds FirstLook() {
+  std::chrono::milliseconds FirstLook() {
     active_.store(0, std::memory_order_relaxed);
     return look_ = kFirstIdleLook;
   }
   bool StillActive() { return active_.exchange(0, std::memory_order_relaxed) >= kStillActive; }
-  std::chrono::microseconds NextLook() { return look_ = std::min(2 * look_, kPollIdle); }
+  std::chrono::milliseconds NextLook() { return look_ = std::min(2 * look_, kPollIdle); }
 
  private:
   static constexpr uint32_t kStillActive = 4;  // polls and posts between two looks
@@ -130,7 +132,7 @@ class PollerRule {
   std::atomic<bool> peer_in_wait_{false};  // ... of which one placed a peer's message
   std::atomic<bool> notified_{false};      // a Notify armed since the pollers last ended a wait
   std::atomic<uint32_t> active_{0};        // polls and posts since the timer last looked
-  std::chrono::microseconds look_{kFirstIdleLook};
+  std::chrono::milliseconds look_{kFirstIdleLook};
 };
 
 class CompletionQueue {

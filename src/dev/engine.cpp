@@ -78,7 +78,7 @@ void Engine::Unwatch(int fd) {
   handlers_.erase(fd);
 }
 
-void Engine::Arm(Timer* timer, Clock::duration delay) {
+void Engine::Arm(Timer* timer, std::chrono::milliseconds delay) {
   bool wake;
   {
     std::lock_guard<std::mutex> lock(timer_mutex_);
@@ -187,17 +187,15 @@ void Engine::WorkerLoop() {
   }
 }
 
-const timespec* Engine::NextTimeout(timespec* wait) {
+int Engine::NextTimeoutMs() {
   std::lock_guard<std::mutex> lock(timer_mutex_);
   if (timers_.empty()) {
     sleeps_until_ = Clock::time_point::max();
-    return nullptr;
+    return -1;
   }
   sleeps_until_ = timers_.front()->deadline;
-  auto ns = std::max<int64_t>(0, std::chrono::nanoseconds(sleeps_until_ - Clock::now()).count());
-  wait->tv_sec = time_t(ns / 1'000'000'000);
-  wait->tv_nsec = long(ns % 1'000'000'000);
-  return wait;
+  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(sleeps_until_ - Clock::now());
+  return int(std::max<int64_t>(0, wait.count() + 1));
 }
 
 void Engine::FireDueTimers() {
@@ -220,10 +218,7 @@ void Engine::FireDueTimers() {
 void Engine::Loop() {
   epoll_event events[64];
   for (;;) {
-    // epoll_pwait2: a timeout to the nanosecond (epoll_wait's is in milliseconds, too coarse for
-    // the pollers' idle checks, dev/cq.h).
-    timespec wait;
-    int n = epoll_pwait2(epoll_fd_, events, 64, NextTimeout(&wait), nullptr);
+    int n = epoll_wait(epoll_fd_, events, 64, NextTimeoutMs());
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
       if (fd == wake_fd_) {

@@ -8,7 +8,6 @@
 #include <sched.h>
 
 #include <chrono>
-#include <ctime>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -56,7 +55,7 @@ class Engine {
   void Modify(int fd, uint32_t events);  // 0: out of the epoll set until events are given again
   void Unwatch(int fd);
 
-  void Arm(Timer* timer, Clock::duration delay);  // fires `delay` from now, to the microsecond
+  void Arm(Timer* timer, std::chrono::milliseconds delay);
   // True if the timer was armed and will not fire.
   bool Disarm(Timer* timer);
   // Whether the timer is armed (will fire): false in its own fire unless armed again since.
@@ -75,8 +74,7 @@ class Engine {
   ~Engine();
   void Loop();
   void WorkerLoop();
-  // How long the loop may sleep: until the earliest timer (*wait), or null for no timer.
-  const timespec* NextTimeout(timespec* wait);
+  int NextTimeoutMs();
   void FireDueTimers();
   // The armed timers are a binary heap ordered by deadline, each timer knowing its slot: arming,
   // re-arming and disarming cost O(log n) and the next deadline O(1), whatever the number of
