@@ -216,26 +216,38 @@ void Engine::FireDueTimers() {
 }
 
 void Engine::Loop() {
-  epoll_event events[64];
+  constexpr int kBatch = 64;
+  // Ready sockets are read before due timers fire, up to this many (~10 ms of work), so that a
+  // timer judging a peer by its silence (an ACK timeout) does not fire while the peer's answer
+  // waits unread: with thousands of busy sockets one batch is not all of them.
+  constexpr int kReadyBeforeTimers = 1024;
+  epoll_event events[kBatch];
   for (;;) {
-    int n = epoll_wait(epoll_fd_, events, 64, NextTimeoutMs());
-    for (int i = 0; i < n; ++i) {
-      int fd = events[i].data.fd;
-      if (fd == wake_fd_) {
-        uint64_t count;
-        (void)!read(wake_fd_, &count, sizeof count);
-        continue;
-      }
-      std::shared_ptr<IoHandler> handler;
-      {
-        std::lock_guard<std::mutex> lock(handlers_mutex_);
-        auto it = handlers_.find(fd);
-        if (it != handlers_.end()) handler = it->second.lock();
-      }
-      if (handler) handler->OnIo(events[i].events);
+    int n = epoll_wait(epoll_fd_, events, kBatch, NextTimeoutMs());
+    for (int handled = 0;;) {
+      for (int i = 0; i < n; ++i) Dispatch(events[i]);
+      handled += n;
+      if (n < kBatch || handled >= kReadyBeforeTimers) break;
+      n = epoll_wait(epoll_fd_, events, kBatch, 0);
     }
     FireDueTimers();
   }
+}
+
+void Engine::Dispatch(const epoll_event& event) {
+  int fd = event.data.fd;
+  if (fd == wake_fd_) {
+    uint64_t count;
+    (void)!read(wake_fd_, &count, sizeof count);
+    return;
+  }
+  std::shared_ptr<IoHandler> handler;
+  {
+    std::lock_guard<std::mutex> lock(handlers_mutex_);
+    auto it = handlers_.find(fd);
+    if (it != handlers_.end()) handler = it->second.lock();
+  }
+  if (handler) handler->OnIo(event.events);
 }
 
 }  // namespace ndwv::dev

@@ -19,6 +19,8 @@
 
 #include "dev/async.h"
 
+struct epoll_event;
+
 namespace ndwv::dev {
 
 // Receives readiness events for one file descriptor, on the engine thread.
@@ -73,6 +75,7 @@ class Engine {
   Engine();
   ~Engine();
   void Loop();
+  void Dispatch(const epoll_event& event);  // one ready descriptor to its handler
   void WorkerLoop();
   int NextTimeoutMs();
   void FireDueTimers();
