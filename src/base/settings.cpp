@@ -55,7 +55,9 @@ const std::vector<SettingInfo>& SettingTable() {
     {"NDWV_ROCE_TIMEWAIT_MS", SettingType::Integer, "1000", 0, 60000, nullptr,
      "RoCE: IB CM time-wait after a disconnect, in milliseconds."},
     {"NDWV_ROCE_ACK_TIMEOUT_MS", SettingType::Integer, "200", 1, 60000, nullptr,
-     "RoCE: local ACK timeout: a request unacknowledged this long is retransmitted."},
+     "RoCE: local ACK timeout: a request unacknowledged this long is retransmitted. A floor: "
+     "while acknowledgements are measured to take longer (busy engines), the wait follows them, "
+     "up to 8 times this."},
     {"NDWV_ROCE_RETRY_COUNT", SettingType::Integer, "7", 0, 7, nullptr,
      "RoCE: retransmissions without progress before requests end ND_IO_TIMEOUT and the QP "
      "fails."},
@@ -67,7 +69,9 @@ const std::vector<SettingInfo>& SettingTable() {
     {"NDWV_ROCE_KEEPALIVE_MS", SettingType::Integer, "2000", 0, 600000, nullptr,
      "RoCE: an idle connection sends an acknowledged zero-length Write this often, so that a "
      "peer whose process died (no kernel closes its connections) is noticed: its requests fail "
-     "ND_IO_TIMEOUT, receives are flushed, NotifyDisconnect completes. 0: never."},
+     "ND_IO_TIMEOUT, receives are flushed, NotifyDisconnect completes. With many connections "
+     "the interval is 2 ms per connection if that is longer (10,000: 20 s), so that liveness "
+     "costs a process about 1 % of a core at most. 0: never."},
     {"NDWV_WORK_THREADS", SettingType::Integer, "2", 1, 16, nullptr,
      "Threads in the process's shared work pool (QP state changes, flushes)."},
     {"NDWV_POLL_PROGRESS", SettingType::Boolean, "1", 0, 1, nullptr,

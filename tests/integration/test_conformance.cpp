@@ -1421,9 +1421,8 @@ TEST(ConformanceAdapter, ReleaseEverythingRightAfterAnUnawaitedDisconnect) {
 
 // nd-tools.md §9 (NdDualConnection), §14.1 Accept: an Accept stays pending for 10 s without the
 // active side's CompleteConnect, then completes ND_SUCCESS once it comes, and the connection
-// carries a message. DISABLED: on RoCE the passive side's keepalive (NDWV_ROCE_KEEPALIVE_MS,
-// 2 s) probes the active QP before the RTU, its retries run out and the Accept ends
-// ND_CONNECTION_ABORTED after about 3.6 s (passes with NDWV_ROCE_KEEPALIVE_MS=0, and on iWARP).
+// carries a message. RoCE: no keepalive probes the peer before the RTU (the passive QP waits in
+// RTR); the active CM answers the REP's retries with MRAs.
 TEST(ConformanceConnector, AcceptWaitsTenSecondsForCompleteConnect) {
   RunLocal([] {
     LocalPair p;

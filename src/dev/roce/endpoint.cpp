@@ -371,6 +371,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   RcParams link = BaseLinkParams();
   link.dest_qpn = req_.local_qpn;
   link.sq_psn = req_.starting_psn;  // the PSN the active side expects
+  link.probes_first = false;
   link.rq_psn = rq_psn_;
   // Our IRD covers what the requester may issue (0: no Reads); our ORD stays within what it
   // accepts (§3.9).

@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "dev/address.h"
+#include "dev/roce/ack_wait.h"
 
 namespace ndwv::dev::roce {
 
@@ -81,6 +82,31 @@ bool ScatterChecked(ProtectionDomain& pd, const Sge* sge, uint32_t num_sge, uint
   return length == 0;
 }
 
+// The process's measure of how long acknowledgements take (ack_wait.h).
+AckWait g_ack_wait;
+
+// Liveness must cost a bounded share of a core however many connections a process holds. A
+// connection probes its peer after NDWV_ROCE_KEEPALIVE_MS of silence, or after kKeepaliveSpacing
+// per connection that keeps alive, whichever is longer: the process then sends at most one probe
+// per spacing (an exchange costs each process ~20 us of timer, send, receive and ACK: ~1 % of a
+// core), and 10,000 connections probe every 20 s. A peer's own probes answer ours (any packet
+// heard counts), so one exchange per interval serves both ends: the passive side's probe falls due
+// two grid steps after the active side's. Probes fall due on a grid (an eighth of the interval,
+// 250 ms at most), so that the engine wakes for many at once rather than once per connection.
+constexpr std::chrono::microseconds kKeepaliveSpacing{2000};
+constexpr std::chrono::microseconds kKeepaliveGrid{250000};
+std::atomic<uint32_t> g_keepalive_links{0};
+
+// When a connection that last heard from its peer at `heard` must probe it.
+Clock::time_point KeepaliveDue(Clock::time_point heard, const RcParams& params) {
+  auto interval = std::max<std::chrono::microseconds>(std::chrono::milliseconds(params.keepalive_ms),
+                                                      kKeepaliveSpacing * g_keepalive_links.load(std::memory_order_relaxed));
+  auto grid = std::min(interval / 8, kKeepaliveGrid).count();
+  auto due = std::chrono::duration_cast<std::chrono::microseconds>((heard + interval).time_since_epoch()).count();
+  due = (due + grid - 1) / grid * grid;
+  return Clock::time_point(std::chrono::microseconds(params.probes_first ? due : due + 2 * grid));
+}
+
 uint32_t PacketsFor(uint64_t length, uint32_t mtu) {
   return length == 0 ? 1 : uint32_t((length + mtu - 1) / mtu);
 }
@@ -138,8 +164,10 @@ bool RcLink::Start() {
   port_->AddSink(qpn_, weak_from_this(), params_.peer);
   if (params_.keepalive_ms) {
     std::lock_guard lock(mutex_);
+    counted_live_ = true;
+    g_keepalive_links.fetch_add(1, std::memory_order_relaxed);
     last_rx_ = CoarseNow();
-    EnsureTimer(last_rx_ + std::chrono::milliseconds(params_.keepalive_ms));
+    EnsureTimer(KeepaliveDue(last_rx_, params_));
   }
   NDWV_LOG(Debug, "%s: RC link up, mtu %u, sq psn %u, rq psn %u, ird %u, ord %u", counters_.identity(),
            params_.mtu, params_.sq_psn, params_.rq_psn, params_.ird, params_.ord);
@@ -156,6 +184,7 @@ void RcLink::Shutdown() {
     std::lock_guard lock(mutex_);
     if (shut_) return;
     shut_ = true;
+    if (counted_live_) g_keepalive_links.fetch_sub(1, std::memory_order_relaxed);
     if (have_recv_) {  // a message was arriving into it: flushed with the rest
       qp_->CompleteReceive(recv_, 0, WcStatus::Flushed, false);
       have_recv_ = false;
@@ -376,10 +405,12 @@ bool RcLink::SendRequests() {
                   : wqe.opcode == WrOpcode::Write ? Counter::TxWrites : Counter::TxReads);
     Flight flight{next_position_++, wqe.opcode, next_psn_, PacketsFor(wqe.length, params_.mtu), 0, 0, 0};
     next_psn_ = PsnAdd(next_psn_, flight.packets);
-    if (flights_.empty()) retransmit_at_ = CoarseNow() + std::chrono::milliseconds(params_.ack_timeout_ms);
+    if (flights_.empty()) waiting_since_ = CoarseNow();
+    if (!timing_ && flight.opcode != WrOpcode::Read)
+      StartTiming(flight, flights_.empty() ? waiting_since_ : CoarseNow());
     flights_.push_back(flight);
   }
-  if (!flights_.empty()) EnsureTimer(rnr_waiting_ ? rnr_until_ : retransmit_at_);
+  if (!flights_.empty()) EnsureTimer(rnr_waiting_ ? rnr_until_ : RetransmitAt());
   return !stalled_ && !failed_;
 }
 
@@ -512,7 +543,21 @@ void RcLink::OnPackets(std::span<const Packet> packets) {
 void RcLink::Progress() {
   retries_left_ = params_.retry_count;
   rnr_left_ = params_.rnr_retry;
-  retransmit_at_ = CoarseNow() + std::chrono::milliseconds(params_.ack_timeout_ms);
+  waiting_since_ = CoarseNow();
+  if (timing_ && PsnDiff(acked_psn_, timed_psn_) >= 0) {
+    timing_ = false;
+    g_ack_wait.Sample(std::chrono::duration_cast<std::chrono::microseconds>(waiting_since_ - timed_since_));
+  }
+}
+
+Clock::time_point RcLink::RetransmitAt() const {
+  return waiting_since_ + g_ack_wait.For(std::chrono::milliseconds(params_.ack_timeout_ms));
+}
+
+void RcLink::StartTiming(const Flight& flight, Clock::time_point now) {
+  timing_ = true;
+  timed_psn_ = PsnAdd(flight.first_psn, flight.packets - 1);
+  timed_since_ = now;
 }
 
 uint32_t RcLink::ResumePsn(const Flight& flight) const {
@@ -886,17 +931,19 @@ void RcLink::HandleTimer() {
   if (ack_due_ && now >= ack_by_) Pump();
   if (rnr_waiting_ && now >= rnr_until_) {
     rnr_waiting_ = false;
-    retransmit_at_ = now + std::chrono::milliseconds(params_.ack_timeout_ms);
+    waiting_since_ = now;
     Pump();
   }
-  if (!rnr_waiting_ && !flights_.empty() && now >= retransmit_at_ && !stalled_ && !failed_) {
+  // Also while the socket is full: what it does not take is no more acknowledged than what a
+  // wire lost, and the retry budget bounds every request however it waits.
+  if (!rnr_waiting_ && !flights_.empty() && now >= RetransmitAt() && !failed_) {
     if (retries_left_-- == 0) {
       NDWV_LOG(Info, "%s: no acknowledgement after %u retries", counters_.identity(), unsigned(params_.retry_count));
       return FailFront(WcStatus::TimeoutRetry);
     }
     NDWV_LOG(Debug, "%s: ACK timeout, retransmitting from psn %u", counters_.identity(), ResumePsn(flights_.front()));
     counters_.Add(Counter::AckTimeouts);
-    retransmit_at_ = now + std::chrono::milliseconds(params_.ack_timeout_ms);
+    waiting_since_ = now;
     rewound_for_ = UINT32_MAX;
     Rewind(ResumePsn(flights_.front()));
     Pump();
@@ -906,15 +953,16 @@ void RcLink::HandleTimer() {
     // Idle: has the peer been heard from lately? If not, ask it for an acknowledgement. Not
     // before the connection is established (the passive QP waits in RTR for the RTU): the
     // active QP may not exist yet, and the CM's own timers watch the peer until then.
-    auto due = last_rx_ + std::chrono::milliseconds(params_.keepalive_ms);
+    auto due = KeepaliveDue(last_rx_, params_);
     if (now >= due && qp_->state() != QpState::Rts) {
       last_rx_ = now;
-      EnsureTimer(now + std::chrono::milliseconds(params_.keepalive_ms));
+      EnsureTimer(KeepaliveDue(now, params_));
     } else if (now >= due) {
       flights_.push_back({kKeepalive, WrOpcode::Write, next_psn_, 1, 0, 0, 0});
       counters_.Add(Counter::KeepalivesSent);
       next_psn_ = PsnAdd(next_psn_, 1);
-      retransmit_at_ = now + std::chrono::milliseconds(params_.ack_timeout_ms);
+      waiting_since_ = now;
+      if (!timing_) StartTiming(flights_.back(), now);
       Pump();
     } else {
       EnsureTimer(due);
@@ -922,7 +970,7 @@ void RcLink::HandleTimer() {
   }
   if (shut_) return;
   if (ack_due_) EnsureTimer(ack_by_);
-  if (!flights_.empty()) EnsureTimer(rnr_waiting_ ? rnr_until_ : retransmit_at_);
+  if (!flights_.empty()) EnsureTimer(rnr_waiting_ ? rnr_until_ : RetransmitAt());
 }
 
 }  // namespace ndwv::dev::roce

@@ -46,6 +46,9 @@ struct RcParams {
   uint8_t rnr_retry = 7;    // 0..7, 7 = forever
   uint8_t rnr_timer = 24;   // the code our RNR NAKs carry
   uint32_t keepalive_ms = 0;  // idle this long: an acknowledged zero-length Write (0: never)
+  // The active side probes when due; the passive side two grid steps later (rc.cpp), so that
+  // while both are alive the active side's probe is the only one.
+  bool probes_first = true;
 };
 
 class RcObserver {
@@ -132,6 +135,8 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   void Rewind(uint32_t psn);     // transmit again from psn
   uint32_t ResumePsn(const Flight& flight) const;
   void Progress();               // something was acknowledged: retry budget and timer restart
+  Clock::time_point RetransmitAt() const;
+  void StartTiming(const Flight& flight, Clock::time_point now);
   void FailFront(WcStatus status);
   void ReportFailure();  // tells the observer, outside the lock, that the link failed
   // Responder
@@ -167,7 +172,14 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   uint32_t reads_outstanding_ = 0;
   uint8_t retries_left_, rnr_left_;
   bool rnr_waiting_ = false;
-  Clock::time_point retransmit_at_{}, rnr_until_{};
+  // The oldest request has waited for an acknowledgement since then (its transmission, the last
+  // progress or the last retry); it is sent again at RetransmitAt().
+  Clock::time_point waiting_since_{}, rnr_until_{};
+  // One request at a time is timed for the ACK wait (ack_wait.h): the last PSN of it and when it
+  // first went out.
+  bool timing_ = false;
+  uint32_t timed_psn_ = 0;
+  Clock::time_point timed_since_{};
   uint32_t rewound_for_ = UINT32_MAX;  // the PSN a skipped Read response already rewound to
   uint32_t sent_end_psn_;        // one past the highest request PSN ever sent (retransmit count)
 
@@ -186,6 +198,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   std::deque<Response> responses_;
   bool first_packet_seen_ = false;
   Clock::time_point last_rx_;    // keepalive: when a packet last arrived
+  bool counted_live_ = false;    // in the process's count of links that keep alive
   std::atomic<bool> failure_to_report_{false};
 
   Timer timer_;

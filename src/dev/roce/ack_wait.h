@@ -1,0 +1,60 @@
+// How long a RoCE requester waits for an acknowledgement before it sends again.
+//
+// On hardware the ACK timeout is a fixed property of the path. Here both ends are processes on
+// shared cores: with thousands of connections an engine takes hundreds of milliseconds to come
+// round to a packet, and a fixed timeout then takes late ACKs for lost packets. Retransmitting
+// them adds to the load that made them late, and the retry budget ends healthy connections.
+//
+// So the configured timeout is a floor: the wait stretches to what acknowledgements are measured
+// to take (smoothed round trip plus four deviations, TCP's rule, RFC 6298), at most kMaxStretch
+// times the floor, so that a dead peer is still found within a bounded time. A round trip is
+// measured from a request's first transmission to the ACK that covers it, even when it was sent
+// again: that can only overestimate (the ACK may answer the repeat), and a longer wait is the
+// safe error here; it also lets the estimate learn while every ACK is late, which Karn's rule
+// (ignore repeated requests) would not.
+//
+// One estimate per process: the delay measured is the two engines' queueing, which every
+// connection shares. A peer that delays its ACKs stretches everyone's wait, by kMaxStretch at most.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace ndwv::dev::roce {
+
+class AckWait {
+ public:
+  static constexpr int kMaxStretch = 8;
+
+  // One measured round trip. Updates race harmlessly (a lost update is a lost sample).
+  void Sample(std::chrono::microseconds round_trip) {
+    int64_t sample = std::max<int64_t>(round_trip.count(), 0);
+    int64_t srtt = srtt_us_.load(std::memory_order_relaxed);
+    int64_t rttvar = rttvar_us_.load(std::memory_order_relaxed);
+    if (srtt < 0) {  // the first sample
+      srtt = sample;
+      rttvar = sample / 2;
+    } else {
+      rttvar += (std::abs(srtt - sample) - rttvar) / 4;
+      srtt += (sample - srtt) / 8;
+    }
+    srtt_us_.store(srtt, std::memory_order_relaxed);
+    rttvar_us_.store(rttvar, std::memory_order_relaxed);
+  }
+
+  // The wait for a connection whose configured ACK timeout is `floor`.
+  std::chrono::microseconds For(std::chrono::milliseconds floor) const {
+    int64_t srtt = srtt_us_.load(std::memory_order_relaxed);
+    std::chrono::microseconds lo = floor;
+    if (srtt < 0) return lo;
+    std::chrono::microseconds measured{srtt + 4 * rttvar_us_.load(std::memory_order_relaxed)};
+    return std::clamp(measured, lo, lo * kMaxStretch);
+  }
+
+ private:
+  std::atomic<int64_t> srtt_us_{-1}, rttvar_us_{0};
+};
+
+}  // namespace ndwv::dev::roce
