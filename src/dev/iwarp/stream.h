@@ -215,7 +215,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool rtr_pending_ = false;
   std::atomic<bool> shut_{false};   // Shutdown ran (set with both locks held)
   std::atomic<bool> error_reported_{false};
-  base::Mutex reads_mutex_;          // reads_outstanding_: transmit adds, receive retires
+  base::Mutex reads_mutex_;  // reads_outstanding_ and unconfirmed_: transmit adds, receive retires
   bool close_send_ = false, send_closed_ = false;
   std::atomic<bool> broken_{false};
   std::atomic<bool> timed_out_{false};   // the socket ended with ETIMEDOUT (NDWV_IWARP_TIMEOUT_MS)

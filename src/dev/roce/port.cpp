@@ -699,7 +699,8 @@ void Port::Deliver(Run& run) {
 void Port::OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad) {
   std::unique_lock<std::mutex> lock(cm_mutex_);
   agent_->OnMad(from, mad);
-  // The engine holds no other lock: it delivers now. A poller holds its CQ's: the work pool
+  // The engine holds no lock anyone waits for (only this port's, or a flow's, rx_mutex_, which
+  // others only try): it delivers now. A poller holds its CQ's sources_mutex_: the work pool
   // delivers.
   if (Engine::Get().OnEngineThread()) DeliverEvents(lock);
   else CollectEvents();
