@@ -446,6 +446,9 @@ bool Stream::FlushBatch() {
   }
   tx_stalled_.store(false, std::memory_order_relaxed);
   if (batch_.terminate) terminate_written_ = true;
+  // Completing takes the send queue's lock, under which an Invalidate posted meanwhile takes the
+  // PD exclusively: the placement lock (shared) must be gone first (docs/architecture.md, Locking).
+  if (sources.owns_lock()) sources.unlock();
   // Sends and Writes complete once their last byte is in the stream (as on an RNIC).
   for (int i = 0; i < batch_.finished_count; ++i) qp_->FinishSend(batch_.finished[i], WcStatus::Success);
   batch_.finished_count = 0;

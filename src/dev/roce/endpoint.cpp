@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <utility>
 
@@ -23,6 +24,19 @@ using namespace ndwv::wire::ib;
 using base::Config;
 
 namespace {
+
+// Set while the work pool retries a receive-path callback (Endpoint::LockOrRetry).
+thread_local bool t_retrying = false;
+
+struct Retry final : WorkItem {
+  std::function<void()> again;
+  static void Run(WorkItem* item) {
+    std::unique_ptr<Retry> retry(static_cast<Retry*>(item));
+    t_retrying = true;
+    retry->again();
+    t_retrying = false;
+  }
+};
 
 uint32_t RandomPsn() {
   static thread_local std::minstd_rand random{std::random_device{}()};
@@ -233,7 +247,7 @@ void Endpoint::Withdraw(const Endpoint* request) {
 }
 
 void Endpoint::Adopt(Endpoint& child) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::scoped_lock lock(mutex_, child.mutex_);  // the child may be handling a CM event meanwhile
   port_ = child.port_;
   local_ = child.local_;
   comm_id_ = child.comm_id_;
@@ -423,7 +437,10 @@ int32_t Endpoint::Reject(const void* data, size_t length) {
 
 void Endpoint::OnFirstPacket() {
   // A lost RTU: the first packet on the QP establishes the connection (design-facts §6 item 8).
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto lock = LockOrRetry([self = weak_from_this()] {
+    if (auto endpoint = self.lock()) endpoint->OnFirstPacket();
+  });
+  if (!lock) return;
   if (state_ == State::Accepting)
     port_->Cm([&](CmAgent& agent) { return agent.Established(comm_id_); });
 }
@@ -520,8 +537,10 @@ void Endpoint::OnUnreachable(const sockaddr_storage& to, int error) {
   Finisher finish;
   std::shared_ptr<RcLink> link;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!SameAddress(to, peer_port_)) return;
+    auto lock = LockOrRetry([self = weak_from_this(), to, error] {
+      if (auto endpoint = self.lock()) endpoint->OnUnreachable(to, error);
+    });
+    if (!lock || !SameAddress(to, peer_port_)) return;
     if (error != ECONNREFUSED && state_ != State::Connecting) return;
     switch (state_) {
       case State::Connecting:  // our REQ was refused, or cannot reach the host
@@ -549,11 +568,33 @@ void Endpoint::OnUnreachable(const sockaddr_storage& to, int error) {
   if (link) link->PeerGone();
 }
 
+// A port's receive path runs on the engine or on a poller lending its thread under its CQ's
+// sources_mutex_, which is above this lock in the order: Accept and CompleteConnect hold this
+// lock while they attach the link to its CQs (docs/architecture.md, "Locking"). A callback from
+// there must not wait for this lock: it takes it if free, otherwise it runs again on the work
+// pool, where no lock is held and it may wait. These events are rare (once per connection or
+// fault), so the retry's allocation costs nothing that matters.
+template <typename Again>
+std::unique_lock<std::mutex> Endpoint::LockOrRetry(Again&& again) {
+  if (t_retrying) return std::unique_lock<std::mutex>(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    auto* retry = new Retry;
+    retry->run = &Retry::Run;
+    retry->again = std::forward<Again>(again);
+    Engine::Get().Defer(retry);
+  }
+  return lock;
+}
+
 void Endpoint::OnLinkFailed() {
   // Retries ran out, or the peer is gone: the QP is in Error. NotifyDisconnect learns of it; a
   // Disconnect still closes the CM connection (the peer, if alive, must hear of it).
   Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto lock = LockOrRetry([self = weak_from_this()] {
+    if (auto endpoint = self.lock()) endpoint->OnLinkFailed();
+  });
+  if (!lock) return;
   if (state_ == State::Accepting) {
     established_work_.qp.reset();
     finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_ABORTED);

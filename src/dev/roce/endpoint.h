@@ -55,6 +55,10 @@ class Endpoint final : public ConnectEndpoint,
   void OnLinkFailed() override;
 
  private:
+  // The lock for a callback from a port's receive path (the three above): taken if free, else
+  // `again` runs on the work pool and the lock returned is empty (endpoint.cpp says why).
+  template <typename Again>
+  std::unique_lock<std::mutex> LockOrRetry(Again&& again);
   enum class State {
     Idle, Bound, Listening,
     Connecting, Replied,     // active: REQ sent; REP received (Connect completed)

@@ -85,14 +85,16 @@ int Port::OpenSocket(int family) {
 }
 
 std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int32_t* status) {
+  // A port found open and refused may be its last reference by then: it goes after the lock
+  // (~Port takes g_ports_mutex).
+  std::shared_ptr<Port> found;
   std::lock_guard<std::mutex> lock(g_ports_mutex);
   if (PortOf(local) != 0) {
     auto it = Ports().find(Describe(local));
-    if (it != Ports().end())
-      if (auto port = it->second.lock()) {
-        *status = shared ? WV_SUCCESS : WV_SHARING_VIOLATION;
-        return shared ? port : nullptr;
-      }
+    if (it != Ports().end() && (found = it->second.lock())) {
+      *status = shared ? WV_SUCCESS : WV_SHARING_VIOLATION;
+      return shared ? found : nullptr;
+    }
   }
   int fd = OpenSocket(local.ss_family);
   if (fd < 0) {
