@@ -46,6 +46,15 @@ void PrintDescriptorLimit() {
               "are left. When none is left, Bind returns ND_INSUFFICIENT_RESOURCES and an\n"
               "iWARP listener refuses incoming connections (counter accepts_refused).\n\n",
               text(limit.rlim_cur).c_str(), text(limit.rlim_max).c_str());
+  // What a connection costs, stated up front (docs/user-guide.md, "What a connection costs").
+  constexpr rlim_t kLibraryDescriptors = 16;  // engine, work pool, a listener or two
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur > kLibraryDescriptors)
+    std::printf("This limit allows about %llu connections per process (one descriptor each).\n",
+                (unsigned long long)(limit.rlim_cur - kLibraryDescriptors));
+  std::printf("A connection costs one descriptor, about 19 KiB (iWARP) or 13 KiB (RoCE) of\n"
+              "memory, and while idle: iWARP, a kernel keepalive and its answer every\n"
+              "NDWV_IWARP_TIMEOUT_MS / 2; RoCE, one zero-length Write and its ACK every\n"
+              "NDWV_ROCE_KEEPALIVE_MS, or 2 ms per connection of the process if longer.\n\n");
 }
 
 void PrintSettings() {
