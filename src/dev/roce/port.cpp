@@ -464,26 +464,38 @@ struct Port::Run {
   size_t count = 0;
 };
 
-// The receive buffer, per thread (only the port's receiver uses it, for the length of a call):
-// it takes a GRO buffer, a run of datagrams the kernel kept together. The message header is set
-// up once; a call only resets what recvmsg overwrites.
+// The receive buffers, per thread (only the port's receiver uses them, for the length of a call):
+// each takes a GRO buffer, a run of datagrams the kernel kept together. The message headers are
+// set up once; a call only resets what the kernel overwrites.
 struct Port::RxBuffer {
   static constexpr size_t kSize = 65536;
-  alignas(64) uint8_t data[kSize];
-  char control[CMSG_SPACE(sizeof(int))];
-  msghdr message{};
-  iovec iov{data, kSize};
-  sockaddr_storage from{};
+  // The engine asks for two at once: fewer back means the socket is empty, which saves the call
+  // that would find it so (an idle connection's probe or ACK is one datagram per wake-up).
+  static constexpr unsigned kSlots = 2;
+  struct Slot {
+    alignas(64) uint8_t data[kSize];
+    char control[CMSG_SPACE(sizeof(int))];
+    iovec iov;
+    sockaddr_storage from{};
+  };
+  Slot slot[kSlots];
+  mmsghdr messages[kSlots]{};
   Run run;
   RxBuffer() {
-    message.msg_iov = &iov;
-    message.msg_iovlen = 1;
-    message.msg_name = &from;
-    message.msg_control = control;
+    for (unsigned i = 0; i < kSlots; ++i) {
+      slot[i].iov = {slot[i].data, kSize};
+      msghdr& m = messages[i].msg_hdr;
+      m.msg_iov = &slot[i].iov;
+      m.msg_iovlen = 1;
+      m.msg_name = &slot[i].from;
+      m.msg_control = slot[i].control;
+    }
   }
   void Reset() {
-    message.msg_namelen = sizeof from;
-    message.msg_controllen = sizeof control;
+    for (unsigned i = 0; i < kSlots; ++i) {
+      messages[i].msg_hdr.msg_namelen = sizeof slot[i].from;
+      messages[i].msg_hdr.msg_controllen = sizeof slot[i].control;
+    }
   }
 };
 thread_local std::unique_ptr<Port::RxBuffer> Port::t_rx_;
@@ -503,12 +515,20 @@ void Port::DriveReceive(bool once) {
   if (!rx_mutex_.try_lock()) return;
   std::lock_guard<std::mutex> lock(rx_mutex_, std::adopt_lock);
   if (!t_rx_) t_rx_ = std::make_unique<RxBuffer>();  // one per receiving thread
+  RxBuffer& rx = *t_rx_;
   for (int errors = 0;;) {
-    t_rx_->Reset();
-    // One message per call: recvmsg costs less than recvmmsg on the (most frequent) empty poll,
-    // and a GRO buffer already brings a run of datagrams at once.
-    ssize_t n = recvmsg(fd_, &t_rx_->message, MSG_DONTWAIT);
-    if (n < 0) {
+    rx.Reset();
+    // A poller asks for one message: recvmsg costs less than recvmmsg on the (most frequent)
+    // empty poll, and a GRO buffer already brings a run of datagrams at once.
+    int got;
+    if (once) {
+      ssize_t n = recvmsg(fd_, &rx.messages[0].msg_hdr, MSG_DONTWAIT);
+      if (n >= 0) rx.messages[0].msg_len = unsigned(n);
+      got = n < 0 ? -1 : 1;
+    } else {
+      got = recvmmsg(fd_, rx.messages, RxBuffer::kSlots, MSG_DONTWAIT, nullptr);
+    }
+    if (got < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK && ++errors < 8) {
         ReadErrors();  // an ICMP error is pending; data may follow it
@@ -516,37 +536,41 @@ void Port::DriveReceive(bool once) {
       }
       break;
     }
-    const msghdr& h = t_rx_->message;
-    size_t length = size_t(n);
-    if (h.msg_flags & MSG_TRUNC) {
-      Owner().counters_.bad_packet.fetch_add(1, std::memory_order_relaxed);
-      continue;
-    }
-    // A GRO buffer holds datagrams of `segment` bytes (the last may be shorter).
-    size_t segment = length;
-    for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c)))
-      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-        int size;
-        memcpy(&size, CMSG_DATA(c), sizeof size);
-        if (size > 0) segment = size_t(size);
-      }
-    if (length == 0) {  // an empty datagram: a runt, counted as malformed
-      Dispatch(t_rx_->from, {t_rx_->data, 0}, t_rx_->run);
-      continue;
-    }
-    // Answers first (ACK, NAK, Read Response): a peer sends its ACK after the request it travels
-    // with (sharing one GSO buffer), yet it was due first; seen first, our request completes
-    // before the peer's next message does, as when each crosses the wire alone. The two
-    // directions are independent in the protocol, so the order between them is ours to choose.
-    for (int answers = 1; answers >= 0; --answers)
-      for (size_t at = 0; at < length; at += segment) {
-        std::span<const uint8_t> datagram{t_rx_->data + at, std::min(segment, length - at)};
-        if (IsAnswer(datagram) == bool(answers)) Dispatch(t_rx_->from, datagram, t_rx_->run);
-      }
-    Deliver(t_rx_->run);  // the buffer is read again by the next call
-    if (once) break;
+    for (int i = 0; i < got; ++i) Handle(rx.messages[i], rx.slot[i].data, rx.slot[i].from, rx.run);
+    if (once || got < int(RxBuffer::kSlots)) break;
   }
-  t_rx_->run.sink.reset();  // a link is not kept alive by the port between calls
+  rx.run.sink.reset();  // a link is not kept alive by the port between calls
+}
+
+void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_storage& from, Run& run) {
+  const msghdr& h = message.msg_hdr;
+  size_t length = message.msg_len;
+  if (h.msg_flags & MSG_TRUNC) {
+    Owner().counters_.bad_packet.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // A GRO buffer holds datagrams of `segment` bytes (the last may be shorter).
+  size_t segment = length;
+  for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c)))
+    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+      int size;
+      memcpy(&size, CMSG_DATA(c), sizeof size);
+      if (size > 0) segment = size_t(size);
+    }
+  if (length == 0) {  // an empty datagram: a runt, counted as malformed
+    Dispatch(from, {data, 0}, run);
+    return;
+  }
+  // Answers first (ACK, NAK, Read Response): a peer sends its ACK after the request it travels
+  // with (sharing one GSO buffer), yet it was due first; seen first, our request completes
+  // before the peer's next message does, as when each crosses the wire alone. The two
+  // directions are independent in the protocol, so the order between them is ours to choose.
+  for (int answers = 1; answers >= 0; --answers)
+    for (size_t at = 0; at < length; at += segment) {
+      std::span<const uint8_t> datagram{data + at, std::min(segment, length - at)};
+      if (IsAnswer(datagram) == bool(answers)) Dispatch(from, datagram, run);
+    }
+  Deliver(run);  // the buffer is read again by the next call
 }
 
 void Port::ReadErrors() {

@@ -167,6 +167,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   struct RxBuffer;
   struct Run;
   static thread_local std::unique_ptr<RxBuffer> t_rx_;
+  // One received message (a datagram, or a GRO buffer of them) to the sinks and the CM.
+  void Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_storage& from, Run& run);
   void Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, Run& run);
   static void Deliver(Run& run);
   // The sink of `qpn` (and the peer it takes packets from), or null.
