@@ -31,7 +31,12 @@ std::unordered_set<int>& Registry() {
   return *fds;
 }
 
-void InChild() {
+// The lock is taken in the prepare handler and released in the parent's or the child's, which
+// the analysis cannot pair.
+void Prepare() NDWV_NO_THREAD_SAFETY_ANALYSIS { RegistryMutex().lock(); }
+void InParent() NDWV_NO_THREAD_SAFETY_ANALYSIS { RegistryMutex().unlock(); }
+
+void InChild() NDWV_NO_THREAD_SAFETY_ANALYSIS {
   if (!Registry().empty()) g_forked_from_device.store(true, std::memory_order_relaxed);
   for (int fd : Registry()) close(fd);
   Registry().clear();
@@ -41,15 +46,16 @@ void InChild() {
 
 // From the library's load: a child forked before the first descriptor must count its generation.
 [[maybe_unused]] const int g_watching =
-    pthread_atfork([] { RegistryMutex().lock(); }, [] { RegistryMutex().unlock(); }, InChild);
+    pthread_atfork(Prepare, InParent, InChild);
 
 }  // namespace
 
 namespace fork_detail {
 
-void Lock() { RegistryMutex().lock(); }
+// A lock and its unlock in two functions (OpenDescriptor calls both): the analysis cannot pair them.
+void Lock() NDWV_NO_THREAD_SAFETY_ANALYSIS { RegistryMutex().lock(); }
 
-void Unlock() {
+void Unlock() NDWV_NO_THREAD_SAFETY_ANALYSIS {
   int saved = errno;  // the open's: a wake-up's system call must not change it
   RegistryMutex().unlock();
   errno = saved;

@@ -9,23 +9,25 @@
 #include <atomic>
 #include <cstdint>
 
+#include "base/thread_safety.h"
+
 namespace ndwv::base {
 
-class Mutex {
+class NDWV_CAPABILITY("mutex") Mutex {
  public:
   Mutex() = default;
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
-  bool try_lock() noexcept {
+  bool try_lock() noexcept NDWV_TRY_ACQUIRE(true) NDWV_NO_THREAD_SAFETY_ANALYSIS {
     uint32_t expected = kFree;
     return state_.compare_exchange_strong(expected, kLocked, std::memory_order_acquire,
                                           std::memory_order_relaxed);
   }
-  void lock() noexcept {
+  void lock() noexcept NDWV_ACQUIRE() NDWV_NO_THREAD_SAFETY_ANALYSIS {
     if (!try_lock()) LockContended();
   }
-  void unlock() noexcept {
+  void unlock() noexcept NDWV_RELEASE() NDWV_NO_THREAD_SAFETY_ANALYSIS {
     if (state_.exchange(kFree, std::memory_order_release) == kSleepers) state_.notify_one();
   }
 
@@ -46,26 +48,26 @@ class Mutex {
 // A reader-writer lock whose readers are the data path and whose writers are rare (a region's
 // registration). As std::shared_mutex on glibc, readers are not held off by a waiting writer, only
 // by one that holds the lock: a thread may take it shared again while holding it shared.
-class SharedMutex {
+class NDWV_CAPABILITY("shared mutex") SharedMutex {
  public:
   SharedMutex() = default;
   SharedMutex(const SharedMutex&) = delete;
   SharedMutex& operator=(const SharedMutex&) = delete;
 
-  void lock_shared() noexcept {
+  void lock_shared() noexcept NDWV_ACQUIRE_SHARED() NDWV_NO_THREAD_SAFETY_ANALYSIS {
     while (state_.fetch_add(1, std::memory_order_acquire) & kWriter) {
       unlock_shared();  // a writer holds it: step back, and sleep until it lets go
       for (uint32_t s; (s = state_.load(std::memory_order_relaxed)) & kWriter;)
         state_.wait(s, std::memory_order_relaxed);
     }
   }
-  void unlock_shared() noexcept {
+  void unlock_shared() noexcept NDWV_RELEASE_SHARED() NDWV_NO_THREAD_SAFETY_ANALYSIS {
     uint32_t before = state_.fetch_sub(1, std::memory_order_release);
     // The last reader out wakes a waiting writer.
     if ((before & kReaders) == 1 && (before & kWriterWaits)) state_.notify_all();
   }
 
-  void lock() noexcept {
+  void lock() noexcept NDWV_ACQUIRE() NDWV_NO_THREAD_SAFETY_ANALYSIS {
     writers_.lock();
     for (uint32_t s = state_.load(std::memory_order_relaxed);;) {
       // A failed compare-and-swap reloads s: look again.
@@ -82,7 +84,7 @@ class SharedMutex {
       s = state_.load(std::memory_order_relaxed);
     }
   }
-  void unlock() noexcept {
+  void unlock() noexcept NDWV_RELEASE() NDWV_NO_THREAD_SAFETY_ANALYSIS {
     state_.fetch_and(~kWriter, std::memory_order_release);
     state_.notify_all();  // readers that stepped back
     writers_.unlock();
@@ -95,6 +97,18 @@ class SharedMutex {
 
   std::atomic<uint32_t> state_{0};
   Mutex writers_;  // one writer at a time goes for state_
+};
+
+// std::lock_guard for a Mutex, which the analysis sees (libstdc++'s own is not annotated).
+class NDWV_SCOPED_CAPABILITY MutexLock {
+ public:
+  explicit MutexLock(Mutex& mutex) NDWV_ACQUIRE(mutex) : mutex_(mutex) { mutex_.lock(); }
+  ~MutexLock() NDWV_RELEASE() { mutex_.unlock(); }
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
+
+ private:
+  Mutex& mutex_;
 };
 
 }  // namespace ndwv::base

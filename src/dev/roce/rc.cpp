@@ -163,7 +163,7 @@ bool RcLink::Start() {
   if (!qp_->Attach(shared_from_this())) return false;
   port_->AddSink(qpn_, weak_from_this(), params_.peer);
   if (params_.keepalive_ms) {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     counted_live_ = true;
     g_keepalive_links.fetch_add(1, std::memory_order_relaxed);
     last_rx_ = CoarseNow();
@@ -175,13 +175,13 @@ bool RcLink::Start() {
 }
 
 void RcLink::Fail() {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (!shut_) qp_->DeferError();
 }
 
 void RcLink::Shutdown() {
   {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (shut_) return;
     shut_ = true;
     if (counted_live_) g_keepalive_links.fetch_sub(1, std::memory_order_relaxed);
@@ -202,7 +202,7 @@ void RcLink::Shutdown() {
 // ------------------------------------------------------------------------------- transmit
 
 void RcLink::Kick() {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   Pump();
 }
 
@@ -210,7 +210,7 @@ void RcLink::PollProgress() {
   // ACKs made due by the previous poll go out now, after their messages were consumed (the lock
   // only when there is one: an empty poll is the hot path).
   if (ack_due_.load(std::memory_order_relaxed)) {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (ack_due_) Pump();
   }
   t_polling = true;
@@ -225,7 +225,7 @@ void RcLink::StillPolled() { port_->Posted(); }
 
 void RcLink::OnNotifyArmed() {
   {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     Pump();  // nobody will poll: nothing may wait for a poll
   }
   port_->NotifyArmed();
@@ -233,7 +233,7 @@ void RcLink::OnNotifyArmed() {
 
 void RcLink::PeerGone() {
   {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (shut_) return;
     NDWV_LOG(Info, "%s: the peer's port is closed", counters_.identity());
     if (!flights_.empty()) {
@@ -253,12 +253,12 @@ void RcLink::ReportFailure() {
 }
 
 void RcLink::FlushAcks() {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (ack_due_) Pump();
 }
 
 void RcLink::OnWritable() {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   stalled_ = false;
   Pump();
 }
@@ -513,7 +513,7 @@ void RcLink::CountRequestPacket(uint32_t psn, uint32_t end_psn) {
 void RcLink::OnPackets(std::span<const Packet> packets) {
   bool first_packet = false;
   {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (shut_ || failed_) return;  // (Shutdown dropped qp_)
     QpState state = qp_->state();
     if (state != QpState::Rtr && state != QpState::Rts && state != QpState::Sqd) return;
@@ -916,7 +916,7 @@ void RcLink::OnTimer(Timer* timer) {
   RcLink* self = static_cast<RcLink*>(timer->owner);
   std::shared_ptr<RcLink> keep;
   {
-    std::lock_guard lock(self->mutex_);
+    base::MutexLock lock(self->mutex_);
     if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
     keep = std::move(self->timer_self_);
     self->timer_armed_ = false;

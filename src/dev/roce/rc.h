@@ -115,42 +115,42 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   // Requester
   // Sends what is due, while the socket takes it: PumpQueued builds the datagrams, FlushTx sends
   // them (before the lock is released).
-  void Pump(bool send_ack = true);
-  void PumpQueued(bool send_ack);
-  bool SendRequests();  // false if the socket is full or the QP failed
-  bool FlushTx();
-  bool SendRequestPacket(Flight& flight);
-  bool SendResponsePacket(Response& response);
-  bool SendAck(uint8_t syndrome, uint32_t psn);
+  void Pump(bool send_ack = true) NDWV_REQUIRES(mutex_);
+  void PumpQueued(bool send_ack) NDWV_REQUIRES(mutex_);
+  bool SendRequests() NDWV_REQUIRES(mutex_);  // false if the socket is full or the QP failed
+  bool FlushTx() NDWV_REQUIRES(mutex_);
+  bool SendRequestPacket(Flight& flight) NDWV_REQUIRES(mutex_);
+  bool SendResponsePacket(Response& response) NDWV_REQUIRES(mutex_);
+  bool SendAck(uint8_t syndrome, uint32_t psn) NDWV_REQUIRES(mutex_);
   // Counts a request packet [psn, end_psn) that went out: a retransmission if below the PSNs
   // already sent.
-  void CountRequestPacket(uint32_t psn, uint32_t end_psn);
+  void CountRequestPacket(uint32_t psn, uint32_t end_psn) NDWV_REQUIRES(mutex_);
   // Queues one datagram; false if the socket is full. `request`: a request packet (resent from
   // its PSN if the socket does not take it).
   bool Transmit(const wire::ib::Headers& h, const uint8_t* inline_data, const Sge* sge,
-                uint32_t num_sge, uint64_t offset, uint32_t length, bool request);
-  void OnAck(const wire::ib::Packet& packet);
-  void OnReadResponse(const wire::ib::Packet& packet);
-  void Retire();                 // completes finished flights at the front, in order
-  void Rewind(uint32_t psn);     // transmit again from psn
-  uint32_t ResumePsn(const Flight& flight) const;
-  void Progress();               // something was acknowledged: retry budget and timer restart
-  Clock::time_point RetransmitAt() const;
-  void StartTiming(const Flight& flight, Clock::time_point now);
-  void FailFront(WcStatus status);
+                uint32_t num_sge, uint64_t offset, uint32_t length, bool request) NDWV_REQUIRES(mutex_);
+  void OnAck(const wire::ib::Packet& packet) NDWV_REQUIRES(mutex_);
+  void OnReadResponse(const wire::ib::Packet& packet) NDWV_REQUIRES(mutex_);
+  void Retire() NDWV_REQUIRES(mutex_);                 // completes finished flights at the front, in order
+  void Rewind(uint32_t psn) NDWV_REQUIRES(mutex_);     // transmit again from psn
+  uint32_t ResumePsn(const Flight& flight) const NDWV_REQUIRES(mutex_);
+  void Progress() NDWV_REQUIRES(mutex_);               // something was acknowledged: retry budget and timer restart
+  Clock::time_point RetransmitAt() const NDWV_REQUIRES(mutex_);
+  void StartTiming(const Flight& flight, Clock::time_point now) NDWV_REQUIRES(mutex_);
+  void FailFront(WcStatus status) NDWV_REQUIRES(mutex_);
   void ReportFailure();  // tells the observer, outside the lock, that the link failed
   // Responder
-  void OnRequest(const wire::ib::Packet& packet);
-  bool ExecuteSend(const wire::ib::Packet& packet);
-  bool ExecuteWrite(const wire::ib::Packet& packet);
-  bool ExecuteRead(const wire::ib::Packet& packet, bool duplicate);
+  void OnRequest(const wire::ib::Packet& packet) NDWV_REQUIRES(mutex_);
+  bool ExecuteSend(const wire::ib::Packet& packet) NDWV_REQUIRES(mutex_);
+  bool ExecuteWrite(const wire::ib::Packet& packet) NDWV_REQUIRES(mutex_);
+  bool ExecuteRead(const wire::ib::Packet& packet, bool duplicate) NDWV_REQUIRES(mutex_);
   // fatal: the receive in progress completes `receive_status` and the QP fails.
   void Nak(wire::ib::NakCode code, uint32_t psn, bool fatal,
-           WcStatus receive_status = WcStatus::LocalLength);
+           WcStatus receive_status = WcStatus::LocalLength) NDWV_REQUIRES(mutex_);
   // Timer
-  void EnsureTimer(Clock::time_point deadline);
+  void EnsureTimer(Clock::time_point deadline) NDWV_REQUIRES(mutex_);
   static void OnTimer(Timer* timer);
-  void HandleTimer();
+  void HandleTimer() NDWV_REQUIRES(mutex_);
 
   std::shared_ptr<Port> port_;
   std::shared_ptr<QueuePair> qp_;  // held while attached; dropped by Shutdown
@@ -159,52 +159,52 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   const uint32_t qpn_;
 
   base::Mutex mutex_;
-  bool shut_ = false;
-  bool stalled_ = false;         // the socket was full
-  bool failed_ = false;          // the QP failed: nothing more goes out
+  bool shut_ NDWV_GUARDED_BY(mutex_) = false;
+  bool stalled_ NDWV_GUARDED_BY(mutex_) = false;         // the socket was full
+  bool failed_ NDWV_GUARDED_BY(mutex_) = false;          // the QP failed: nothing more goes out
 
   // requester
-  std::deque<Flight> flights_;
-  size_t resend_from_ = 0;       // first flight with packets left to send in this pass
-  uint64_t next_position_ = 0;   // next send queue entry to start
-  uint32_t next_psn_;
-  uint32_t acked_psn_;           // every PSN up to here is acknowledged
-  uint32_t reads_outstanding_ = 0;
-  uint8_t retries_left_, rnr_left_;
-  bool rnr_waiting_ = false;
+  std::deque<Flight> flights_ NDWV_GUARDED_BY(mutex_);
+  size_t resend_from_ NDWV_GUARDED_BY(mutex_) = 0;       // first flight with packets left to send in this pass
+  uint64_t next_position_ NDWV_GUARDED_BY(mutex_) = 0;   // next send queue entry to start
+  uint32_t next_psn_ NDWV_GUARDED_BY(mutex_);
+  uint32_t acked_psn_ NDWV_GUARDED_BY(mutex_);           // every PSN up to here is acknowledged
+  uint32_t reads_outstanding_ NDWV_GUARDED_BY(mutex_) = 0;
+  uint8_t retries_left_ NDWV_GUARDED_BY(mutex_), rnr_left_ NDWV_GUARDED_BY(mutex_);
+  bool rnr_waiting_ NDWV_GUARDED_BY(mutex_) = false;
   // The oldest request has waited for an acknowledgement since then (its transmission, the last
   // progress or the last retry); it is sent again at RetransmitAt().
-  Clock::time_point waiting_since_{}, rnr_until_{};
+  Clock::time_point waiting_since_ NDWV_GUARDED_BY(mutex_){}, rnr_until_ NDWV_GUARDED_BY(mutex_){};
   // One request at a time is timed for the ACK wait (ack_wait.h): the last PSN of it and when it
   // first went out.
-  bool timing_ = false;
-  uint32_t timed_psn_ = 0;
-  Clock::time_point timed_since_{};
-  uint32_t rewound_for_ = UINT32_MAX;  // the PSN a skipped Read response already rewound to
-  uint32_t sent_end_psn_;        // one past the highest request PSN ever sent (retransmit count)
+  bool timing_ NDWV_GUARDED_BY(mutex_) = false;
+  uint32_t timed_psn_ NDWV_GUARDED_BY(mutex_) = 0;
+  Clock::time_point timed_since_ NDWV_GUARDED_BY(mutex_){};
+  uint32_t rewound_for_ NDWV_GUARDED_BY(mutex_) = UINT32_MAX;  // the PSN a skipped Read response already rewound to
+  uint32_t sent_end_psn_ NDWV_GUARDED_BY(mutex_);        // one past the highest request PSN ever sent (retransmit count)
 
   // responder
-  uint32_t epsn_;                // next PSN expected
-  uint32_t msn_ = 0;
-  bool nak_sent_ = false;        // a sequence NAK is out for epsn_
+  uint32_t epsn_ NDWV_GUARDED_BY(mutex_);                // next PSN expected
+  uint32_t msn_ NDWV_GUARDED_BY(mutex_) = 0;
+  bool nak_sent_ NDWV_GUARDED_BY(mutex_) = false;        // a sequence NAK is out for epsn_
   std::atomic<bool> ack_due_{false};  // written under mutex_; PollProgress peeks without it
-  Clock::time_point ack_by_{};
-  bool have_recv_ = false;
-  RecvWqe recv_;
-  uint32_t recv_offset_ = 0;
-  bool in_write_ = false;
-  uint64_t write_va_ = 0;
-  uint32_t write_rkey_ = 0, write_length_ = 0, write_offset_ = 0;
-  std::deque<Response> responses_;
-  bool first_packet_seen_ = false;
-  Clock::time_point last_rx_;    // keepalive: when a packet last arrived
-  bool counted_live_ = false;    // in the process's count of links that keep alive
+  Clock::time_point ack_by_ NDWV_GUARDED_BY(mutex_){};
+  bool have_recv_ NDWV_GUARDED_BY(mutex_) = false;
+  RecvWqe recv_ NDWV_GUARDED_BY(mutex_);
+  uint32_t recv_offset_ NDWV_GUARDED_BY(mutex_) = 0;
+  bool in_write_ NDWV_GUARDED_BY(mutex_) = false;
+  uint64_t write_va_ NDWV_GUARDED_BY(mutex_) = 0;
+  uint32_t write_rkey_ NDWV_GUARDED_BY(mutex_) = 0, write_length_ NDWV_GUARDED_BY(mutex_) = 0, write_offset_ NDWV_GUARDED_BY(mutex_) = 0;
+  std::deque<Response> responses_ NDWV_GUARDED_BY(mutex_);
+  bool first_packet_seen_ NDWV_GUARDED_BY(mutex_) = false;
+  Clock::time_point last_rx_ NDWV_GUARDED_BY(mutex_);    // keepalive: when a packet last arrived
+  bool counted_live_ NDWV_GUARDED_BY(mutex_) = false;    // in the process's count of links that keep alive
   std::atomic<bool> failure_to_report_{false};
 
   Timer timer_;
-  bool timer_armed_ = false;
-  Clock::time_point timer_deadline_{};
-  std::shared_ptr<RcLink> timer_self_;  // alive while the timer is armed
+  bool timer_armed_ NDWV_GUARDED_BY(mutex_) = false;
+  Clock::time_point timer_deadline_ NDWV_GUARDED_BY(mutex_){};
+  std::shared_ptr<RcLink> timer_self_ NDWV_GUARDED_BY(mutex_);  // alive while the timer is armed
 };
 
 }  // namespace ndwv::dev::roce
