@@ -231,7 +231,8 @@ IT_PEER(netns_client) {
 }
 
 // Listens on kAddressB, takes one request, accepts it and reports how the Accept ended
-// ("accept <status>"); then waits to be killed.
+// ("accept <status>"); then releases connector, QP and listener (each to 0 references) and
+// says "released" (the adapter follows as the peer exits).
 IT_PEER(netns_acceptor) {
   Adapter adapter;
   Endpoint e(adapter, kServerQp, {.depth = 8, .separateCqs = true});
@@ -240,7 +241,10 @@ IT_PEER(netns_acceptor) {
   Ov ov;
   HRESULT hr = e.connector->Accept(e.qp.get(), 4, 4, nullptr, 0, ov.Prepare(e.connector.get()));
   parent.SendValue("accept", uint32_t(ov.Finish(hr, "Accept at B", 60000)));
-  parent.Expect("never", 60000);
+  IT_CHECK_EQ(ULONG(0), e.connector.Reset());
+  IT_CHECK_EQ(ULONG(0), e.qp.Reset());
+  IT_CHECK_EQ(ULONG(0), e.listener.Reset());
+  parent.Send("released");
 }
 
 // Every test runs between two namespaces of its own (hosts()), created for it and removed after
@@ -855,8 +859,33 @@ TEST_F(IntegrationNetns, LinkCutBeforeCompleteConnect) {
     IT_CHECK_EQ(ULONG(0), c.e.qp.Reset());
     packets.ExpectNone("this side's requests after their objects' release");
     IT_CHECK_HR(ND_IO_TIMEOUT, HRESULT(peer.ReceiveValue("accept", kSetupBudgetMs)));
-    KillPeer();
+    peer.Expect("released");
   });
+}
+
+// The Accept's own time limit, the peer passive this time with short timeouts (its settings are
+// its environment's): iWARP with TCP's own budget of minutes (NDWV_IWARP_TIMEOUT_MS=0), so that
+// the Accept's timer (6 x NDWV_CM_TIMEOUT_MS) is what ends it, the path on which a timed-out
+// Accept once blocked the engine (ade7c16); RoCE with the REP's retries cut short. The link is
+// cut after our Connect completed: the peer's Accept ends ND_IO_TIMEOUT, and it then releases
+// connector, QP and listener.
+TEST_F(IntegrationNetns, AcceptTimeLimitEndsAnAcceptCutOffFromItsPeer) {
+  RunWithPeer("netns_acceptor",
+              {{"netns", hosts().b()},
+               {"env:NDWV_IWARP_TIMEOUT_MS", "0"},
+               {"env:NDWV_CM_TIMEOUT_MS", "200"},
+               {"env:NDWV_ROCE_CM_TIMEOUT_MS", "100"},
+               {"env:NDWV_ROCE_CM_RETRIES", "2"}},
+              [&](Channel& peer) {
+                InNamespace inside(hosts().a());
+                Client c;
+                uint16_t port = uint16_t(peer.ReceiveValue("port"));
+                Ov ov;
+                IT_OK(ov.Finish(c.StartConnect(port, ov), "Connect"));
+                hosts().CutLink();
+                IT_CHECK_HR(ND_IO_TIMEOUT, HRESULT(peer.ReceiveValue("accept", kSetupBudgetMs)));
+                peer.Expect("released");
+              });
 }
 
 }  // namespace
