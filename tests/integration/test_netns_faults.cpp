@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -729,37 +730,43 @@ struct Server {
   HRESULT requestIssued = ND_PENDING, acceptIssued = ND_PENDING;
 };
 
-// (Item 1) The link is cut after the request arrived and before Accept: the Reply can never
-// reach the peer, and the Accept ends ND_IO_TIMEOUT (the peer never completed).
-TEST_F(IntegrationNetns, LinkCutBeforeAcceptTimesItOut) {
-  RunWithPeer("netns_client", {{"netns", hosts().b()}}, [&](Channel& peer) {
-    InNamespace inside(hosts().a());
+// This side serves the peer netns_client: its request arrives, `fault` strikes (issuing the
+// Accept before or after it), and the Accept must end `expected` (bounded); then the receive is
+// flushed and every object released.
+void AcceptDespite(Hosts& hosts, HRESULT expected, const char* what,
+                   const std::function<void(Channel& peer, Server& s)>& fault) {
+  RunWithPeer("netns_client", {{"netns", hosts.b()}}, [&](Channel& peer) {
+    InNamespace inside(hosts.a());
     Server s;
     peer.SendValue("port", s.Listen());
     s.TakeRequest();
+    fault(peer, s);
+    IT_CHECK_HR(expected, s.FinishAccept(what));
+    s.ExpectFlushedAndRelease("the server's receive after the Accept failed");
+    KillPeer();  // if still alive: what becomes of it is not the subject
+  });
+}
+
+// A killed peer abandoned the establishment (see above): the status per transport.
+HRESULT Abandoned() { return TransportIsRoce() ? ND_CONNECTION_ABORTED : ND_CONNECTION_REFUSED; }
+
+// (Item 1) The link is cut after the request arrived and before Accept: the Reply can never
+// reach the peer, and the Accept ends ND_IO_TIMEOUT (the peer never completed).
+TEST_F(IntegrationNetns, LinkCutBeforeAcceptTimesItOut) {
+  AcceptDespite(hosts(), ND_IO_TIMEOUT, "Accept after the link was cut", [&](Channel&, Server& s) {
     hosts().CutLink();
     s.StartAccept();
-    IT_CHECK_HR(ND_IO_TIMEOUT, s.FinishAccept("Accept after the link was cut"));
-    s.ExpectFlushedAndRelease("the server's receive after the Accept failed");
-    KillPeer();
   });
 }
 
 // (Item 2) The link is cut after Accept was issued and the peer's Connect completed, before its
 // CompleteConnect (RoCE: the RTU; iWARP: the RTR) can arrive: the Accept ends ND_IO_TIMEOUT.
 TEST_F(IntegrationNetns, LinkCutBeforeTheRtuTimesTheAcceptOut) {
-  RunWithPeer("netns_client", {{"netns", hosts().b()}}, [&](Channel& peer) {
-    InNamespace inside(hosts().a());
-    Server s;
-    peer.SendValue("port", s.Listen());
-    s.TakeRequest();
+  AcceptDespite(hosts(), ND_IO_TIMEOUT, "Accept whose RTU was cut off", [&](Channel& peer, Server& s) {
     IT_CHECK_HR(ND_PENDING, s.StartAccept());
     IT_CHECK_HR(ND_SUCCESS, HRESULT(peer.ReceiveValue("connected", 30000)));
     hosts().CutLink();
     peer.Send("complete");  // into the cut link
-    IT_CHECK_HR(ND_IO_TIMEOUT, s.FinishAccept("Accept whose RTU was cut off"));
-    s.ExpectFlushedAndRelease("the server's receive after the Accept failed");
-    KillPeer();
   });
 }
 
@@ -790,37 +797,22 @@ TEST_F(IntegrationNetns, LinkCutLeavesGetConnectionRequestPendingUntilCanceled) 
   });
 }
 
-// (Item 3) The peer's process is killed after its request arrived and before Accept: the
-// GetConnectionRequest completed; the Accept ends with the abandonment's status (see above),
-// whether the peer's host tells it before the Accept or after.
+// (Item 3) The peer's process is killed after its request arrived (GetConnectionRequest
+// completed) and before Accept: the Accept ends with the abandonment's status.
 TEST_F(IntegrationNetns, PeerKilledBeforeAcceptEndsTheAccept) {
-  RunWithPeer("netns_client", {{"netns", hosts().b()}}, [&](Channel& peer) {
-    InNamespace inside(hosts().a());
-    Server s;
-    peer.SendValue("port", s.Listen());
-    s.TakeRequest();
+  AcceptDespite(hosts(), Abandoned(), "Accept of a killed peer's request", [&](Channel&, Server& s) {
     KillPeer();
     s.StartAccept();
-    IT_CHECK_HR(TransportIsRoce() ? ND_CONNECTION_ABORTED : ND_CONNECTION_REFUSED,
-                s.FinishAccept("Accept of a killed peer's request"));
-    s.ExpectFlushedAndRelease("the server's receive after the Accept failed");
   });
 }
 
 // (Item 5) The peer's process is killed while our Accept is pending (its Connect completed, no
 // CompleteConnect yet): the Accept ends with the abandonment's status.
 TEST_F(IntegrationNetns, PeerKilledWhileAcceptIsPendingEndsIt) {
-  RunWithPeer("netns_client", {{"netns", hosts().b()}}, [&](Channel& peer) {
-    InNamespace inside(hosts().a());
-    Server s;
-    peer.SendValue("port", s.Listen());
-    s.TakeRequest();
+  AcceptDespite(hosts(), Abandoned(), "Accept whose peer was killed", [&](Channel& peer, Server& s) {
     IT_CHECK_HR(ND_PENDING, s.StartAccept());
     IT_CHECK_HR(ND_SUCCESS, HRESULT(peer.ReceiveValue("connected", 30000)));
     KillPeer();
-    IT_CHECK_HR(TransportIsRoce() ? ND_CONNECTION_ABORTED : ND_CONNECTION_REFUSED,
-                s.FinishAccept("Accept whose peer was killed"));
-    s.ExpectFlushedAndRelease("the server's receive after the Accept failed");
   });
 }
 
