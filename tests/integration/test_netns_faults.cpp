@@ -18,7 +18,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -204,6 +206,46 @@ IT_PEER(netns_request_then_die) {
   Ref<IND2Connector> request = GetConnectionRequest(adapter, listener.get());
   parent.Send("requested");
   parent.Expect("never", 60000);
+}
+
+// Connects from kAddressB to this side's port (told on the channel), says "connected <status>"
+// when the Connect ends; completes the connection when told
+// "complete", and otherwise waits to be killed (what becomes of it is not the subject).
+IT_PEER(netns_client) {
+  Adapter adapter;
+  std::vector<uint8_t> inbox(kMessage);
+  Mr mr(adapter, inbox.data(), inbox.size(), kSinkFlags);
+  Endpoint e(adapter, kClientQp, {.depth = 8, .separateCqs = true});
+  ND2_SGE sge = {inbox.data(), kMessage, mr.token()};
+  IT_OK(e.qp->Receive(Ctx(0x900), &sge, 1));
+  uint16_t port = uint16_t(parent.ReceiveValue("port"));
+  e.connector = adapter.CreateConnector();
+  sockaddr_in local = Address(kAddressB, 0), server = Address(kAddressA, port);
+  IT_OK(e.connector->Bind(reinterpret_cast<sockaddr*>(&local), sizeof local));
+  Ov ov;
+  HRESULT hr = e.connector->Connect(e.qp.get(), reinterpret_cast<sockaddr*>(&server), sizeof server, 4, 4,
+                                    nullptr, 0, ov.Prepare(e.connector.get()));
+  hr = ov.Finish(hr, "Connect from B", 60000);
+  parent.SendValue("connected", uint32_t(hr));
+  if (hr == ND_SUCCESS && parent.Receive("what next", 60000) == "complete") CompleteConnect(e.connector.get());
+  parent.Expect("never", 60000);
+}
+
+// Listens on kAddressB, takes one request, accepts it and reports how the Accept ended
+// ("accept <status>"); then releases connector, QP and listener (each to 0 references) and
+// says "released" (the adapter follows as the peer exits).
+IT_PEER(netns_acceptor) {
+  Adapter adapter;
+  Endpoint e(adapter, kServerQp, {.depth = 8, .separateCqs = true});
+  e.listener = ListenOnB(adapter, parent);
+  e.connector = GetConnectionRequest(adapter, e.listener.get());
+  Ov ov;
+  HRESULT hr = e.connector->Accept(e.qp.get(), 4, 4, nullptr, 0, ov.Prepare(e.connector.get()));
+  parent.SendValue("accept", uint32_t(ov.Finish(hr, "Accept at B", 60000)));
+  IT_CHECK_EQ(ULONG(0), e.connector.Reset());
+  IT_CHECK_EQ(ULONG(0), e.qp.Reset());
+  IT_CHECK_EQ(ULONG(0), e.listener.Reset());
+  parent.Send("released");
 }
 
 // Every test runs between two namespaces of its own (hosts()), created for it and removed after
@@ -557,6 +599,285 @@ TEST_F(IntegrationNetns, PeerKilledDuringATransfer) {
     IT_CHECK(hr == ND_SUCCESS || hr == ND_TIMEOUT);
     ExpectNoCompletion(c.e.cq.get(), "client CQ after every request completed", 50);
   });
+}
+
+// ---- this side as the passive one, and setup interrupted -----------------------------------------
+//
+// What a request whose connection is lost or abandoned during setup ends with (nd2-spi 14.1,
+// 14.2, 15.4; docs/teardown.md, "Connection setup faults"):
+// * the peer went silent (the link cut): the Accept waits for a CompleteConnect that never comes,
+//   ND_IO_TIMEOUT ("peer never completed"), once the transport's budget is spent (RoCE: the REP's
+//   retries; iWARP: TCP gives up on the Reply or, sent, on keepalives, NDWV_IWARP_TIMEOUT_MS);
+// * the peer's process killed: it abandoned the establishment. RoCE learns it from the peer's
+//   host (ICMP port unreachable for our REP): ND_CONNECTION_ABORTED. On iWARP the dead process's
+//   kernel closes its socket just as a released connector does, and for that the tool tests
+//   expect ND_CONNECTION_REFUSED (15.4): the same status, since nothing tells the two apart;
+// * a GetConnectionRequest is about the listener, not a connection: no request, no completion,
+//   until it is canceled (ND_CANCELED).
+// Every request completes exactly once (one packet on a completion port each), and every object
+// is released afterwards without waiting on the dead connection.
+
+constexpr ULONG_PTR kKey = 0x5E7;
+constexpr int kSetupBudgetMs = 30000;  // the longest budget above with the defaults, and margin
+
+// The completion packets of this side's overlapped requests, from a port on the adapter's file:
+// a request that completes brings exactly one.
+class Packets {
+ public:
+  explicit Packets(const Adapter& adapter) : port_(CreateIoCompletionPort(INVALID_HANDLE_VALUE, nullptr, 0, 0)) {
+    IT_CHECK(port_ != nullptr);
+    IT_CHECK(CreateIoCompletionPort(adapter.file(), port_, kKey, 0) == port_);
+  }
+  ~Packets() { CloseHandle(port_); }
+  Packets(const Packets&) = delete;
+  Packets& operator=(const Packets&) = delete;
+
+  // The final status of the request issued with `ov` that returned `issued`, asked of `object`
+  // (any object of the adapter: the OVERLAPPED says which request). Bounded.
+  HRESULT Finish(IND2Overlapped* object, OVERLAPPED* ov, HRESULT issued, const std::string& what,
+                 int ms = kWaitMs) {
+    if (issued != ND_PENDING) return issued;  // refused, or done inline: no packet follows
+    Deadline deadline(ms);
+    while (!completed_.count(ov)) {
+      if (deadline.Expired()) IT_FAIL(what + " did not complete within " + std::to_string(ms) + " ms");
+      Take(std::min(deadline.LeftMs(), 100), what);
+    }
+    HRESULT hr = object->GetOverlappedResult(ov, FALSE);
+    IT_CHECK_MSG(hr != ND_PENDING, what + ": a packet came, the request still pending");
+    return hr;
+  }
+  // Whether the packet of `ov` has come (what is queued now; no wait).
+  bool Completed(OVERLAPPED* ov, const std::string& what) {
+    while (Take(0, what)) {
+    }
+    return completed_.count(ov) != 0;
+  }
+  // No packet within a bounded look (not a timing assertion): nothing completed twice or late.
+  void ExpectNone(const std::string& what, int ms = 50) {
+    DWORD bytes = 0;
+    ULONG_PTR key = 0;
+    OVERLAPPED* got = nullptr;
+    BOOL ok = GetQueuedCompletionStatus(port_, &bytes, &key, &got, DWORD(ms));
+    IT_CHECK_MSG(!ok && got == nullptr, what + ": an unexpected completion packet");
+  }
+
+ private:
+  bool Take(int ms, const std::string& what) {
+    DWORD bytes = 0;
+    ULONG_PTR key = 0;
+    OVERLAPPED* got = nullptr;
+    BOOL ok = GetQueuedCompletionStatus(port_, &bytes, &key, &got, DWORD(ms));
+    if (!ok && got == nullptr) return false;
+    IT_CHECK_EQ(kKey, key);
+    IT_CHECK_MSG(completed_.insert(got).second, what + ": a request completed twice");
+    return true;
+  }
+
+  HANDLE port_;
+  std::set<OVERLAPPED*> completed_;
+};
+
+// This side: a listener on kAddressA, a QP with one receive posted, requests through Packets.
+struct Server {
+  Adapter adapter;
+  std::vector<uint8_t> inbox = std::vector<uint8_t>(kMessage);
+  Mr inboxMr{adapter, inbox.data(), inbox.size(), kSinkFlags};
+  Endpoint e{adapter, kServerQp, {.depth = 8, .separateCqs = true}};
+  Packets packets{adapter};  // after the registration: its completion is not one of ours
+  OVERLAPPED request{}, accept{};
+
+  Server() {
+    ND2_SGE sge = {inbox.data(), kMessage, inboxMr.token()};
+    IT_OK(e.qp->Receive(Ctx(0x900), &sge, 1));
+  }
+  // Listens on kAddressA (a port the host chooses) and has a GetConnectionRequest pending;
+  // returns the port.
+  uint16_t Listen() {
+    e.listener = adapter.CreateListener();
+    sockaddr_in here = Address(kAddressA, 0);
+    IT_OK(e.listener->Bind(reinterpret_cast<sockaddr*>(&here), sizeof here));
+    IT_OK(e.listener->Listen(0));
+    sockaddr_in bound{};
+    ULONG length = sizeof bound;
+    IT_OK(e.listener->GetLocalAddress(reinterpret_cast<sockaddr*>(&bound), &length));
+    e.connector = adapter.CreateConnector();
+    requestIssued = e.listener->GetConnectionRequest(e.connector.get(), &request);
+    IT_CHECK_HR(ND_PENDING, requestIssued);
+    return PortOf(bound);
+  }
+  // The peer's request arrived: GetConnectionRequest completes.
+  void TakeRequest() {
+    IT_OK(packets.Finish(e.listener.get(), &request, requestIssued, "GetConnectionRequest"));
+  }
+  HRESULT StartAccept() { return acceptIssued = e.connector->Accept(e.qp.get(), 4, 4, nullptr, 0, &accept); }
+  HRESULT FinishAccept(const char* what) {
+    return packets.Finish(e.connector.get(), &accept, acceptIssued, what, kSetupBudgetMs);
+  }
+  // After a failed setup: the receive was flushed (the QP failed with the connection), once; no
+  // request completes again; then every object is released, each Release returning (the
+  // harness's watchdog bounds them) with nothing left pending.
+  void ExpectFlushedAndRelease(const char* what) {
+    ExpectCompletion(e.receiveCq, {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x900), kServerQp, -1}, what);
+    ExpectNoCompletion(e.receiveCq, "server receive CQ after the flush", 50);
+    ExpectNoCompletion(e.cq.get(), "server CQ", 50);
+    packets.ExpectNone("this side's requests after the fault");
+    IT_CHECK_EQ(ULONG(0), e.connector.Reset());
+    IT_CHECK_EQ(ULONG(0), e.qp.Reset());
+    IT_CHECK_EQ(ULONG(0), e.listener.Reset());
+    packets.ExpectNone("this side's requests after their objects' release");
+  }
+
+  HRESULT requestIssued = ND_PENDING, acceptIssued = ND_PENDING;
+};
+
+// This side serves the peer netns_client: its request arrives, `fault` strikes (issuing the
+// Accept before or after it), and the Accept must end `expected` (bounded); then the receive is
+// flushed and every object released.
+void AcceptDespite(Hosts& hosts, HRESULT expected, const char* what,
+                   const std::function<void(Channel& peer, Server& s)>& fault) {
+  RunWithPeer("netns_client", {{"netns", hosts.b()}}, [&](Channel& peer) {
+    InNamespace inside(hosts.a());
+    Server s;
+    peer.SendValue("port", s.Listen());
+    s.TakeRequest();
+    fault(peer, s);
+    IT_CHECK_HR(expected, s.FinishAccept(what));
+    s.ExpectFlushedAndRelease("the server's receive after the Accept failed");
+    KillPeer();  // if still alive: what becomes of it is not the subject
+  });
+}
+
+// A killed peer abandoned the establishment (see above): the status per transport.
+HRESULT Abandoned() { return TransportIsRoce() ? ND_CONNECTION_ABORTED : ND_CONNECTION_REFUSED; }
+
+// (Item 1) The link is cut after the request arrived and before Accept: the Reply can never
+// reach the peer, and the Accept ends ND_IO_TIMEOUT (the peer never completed).
+TEST_F(IntegrationNetns, LinkCutBeforeAcceptTimesItOut) {
+  AcceptDespite(hosts(), ND_IO_TIMEOUT, "Accept after the link was cut", [&](Channel&, Server& s) {
+    hosts().CutLink();
+    s.StartAccept();
+  });
+}
+
+// (Item 2) The link is cut after Accept was issued and the peer's Connect completed, before its
+// CompleteConnect (RoCE: the RTU; iWARP: the RTR) can arrive: the Accept ends ND_IO_TIMEOUT.
+TEST_F(IntegrationNetns, LinkCutBeforeTheRtuTimesTheAcceptOut) {
+  AcceptDespite(hosts(), ND_IO_TIMEOUT, "Accept whose RTU was cut off", [&](Channel& peer, Server& s) {
+    IT_CHECK_HR(ND_PENDING, s.StartAccept());
+    IT_CHECK_HR(ND_SUCCESS, HRESULT(peer.ReceiveValue("connected", 30000)));
+    hosts().CutLink();
+    peer.Send("complete");  // into the cut link
+  });
+}
+
+// (Item 3) A GetConnectionRequest pending across a cut link: no request arrives, so it stays
+// pending (a bounded look); Cancel ends it ND_CANCELED before returning, and the release of the
+// listener ends another one ND_CANCELED.
+TEST_F(IntegrationNetns, LinkCutLeavesGetConnectionRequestPendingUntilCanceled) {
+  RunLocal([&] {
+    InNamespace inside(hosts().a());
+    Server s;
+    s.Listen();
+    hosts().CutLink();
+    s.packets.ExpectNone("GetConnectionRequest across the cut link", 200);
+    IT_CHECK(!s.packets.Completed(&s.request, "GetConnectionRequest"));
+    IT_OK(s.e.listener->CancelOverlappedRequests());
+    IT_CHECK_MSG(s.packets.Completed(&s.request, "GetConnectionRequest"), "Cancel returned before it completed");
+    IT_CHECK_HR(ND_CANCELED, s.e.listener->GetOverlappedResult(&s.request, FALSE));
+    OVERLAPPED again{};
+    Ref<IND2Connector> second = s.adapter.CreateConnector();
+    HRESULT hr = s.e.listener->GetConnectionRequest(second.get(), &again);
+    IT_CHECK_HR(ND_PENDING, hr);
+    IT_CHECK_EQ(ULONG(0), s.e.listener.Reset());
+    IT_CHECK_HR(ND_CANCELED, s.packets.Finish(second.get(), &again, hr, "GetConnectionRequest of a released listener"));
+    s.packets.ExpectNone("the listener's requests after its release");
+    IT_CHECK_EQ(ULONG(0), second.Reset());
+    IT_CHECK_EQ(ULONG(0), s.e.connector.Reset());
+    IT_CHECK_EQ(ULONG(0), s.e.qp.Reset());
+  });
+}
+
+// (Item 3) The peer's process is killed after its request arrived (GetConnectionRequest
+// completed) and before Accept: the Accept ends with the abandonment's status.
+TEST_F(IntegrationNetns, PeerKilledBeforeAcceptEndsTheAccept) {
+  AcceptDespite(hosts(), Abandoned(), "Accept of a killed peer's request", [&](Channel&, Server& s) {
+    KillPeer();
+    s.StartAccept();
+  });
+}
+
+// (Item 5) The peer's process is killed while our Accept is pending (its Connect completed, no
+// CompleteConnect yet): the Accept ends with the abandonment's status.
+TEST_F(IntegrationNetns, PeerKilledWhileAcceptIsPendingEndsIt) {
+  AcceptDespite(hosts(), Abandoned(), "Accept whose peer was killed", [&](Channel& peer, Server& s) {
+    IT_CHECK_HR(ND_PENDING, s.StartAccept());
+    IT_CHECK_HR(ND_SUCCESS, HRESULT(peer.ReceiveValue("connected", 30000)));
+    KillPeer();
+  });
+}
+
+// (Item 4) The active side: the link is cut after Connect completed and before CompleteConnect.
+// CompleteConnect is a local step and succeeds (its RTU/RTR is lost); the dead link is then found
+// like any other (RoCE: the keepalive's retries; iWARP: TCP gives up on the unacknowledged RTR):
+// NotifyDisconnect completes, the receive is flushed, Disconnect ends ND_TIMEOUT or ND_SUCCESS,
+// and every object is released. The peer's Accept ends ND_IO_TIMEOUT (it never saw the RTU).
+TEST_F(IntegrationNetns, LinkCutBeforeCompleteConnect) {
+  RunWithPeer("netns_acceptor", {{"netns", hosts().b()}}, [&](Channel& peer) {
+    InNamespace inside(hosts().a());
+    Client c;
+    Packets packets(c.adapter);
+    ND2_SGE sge = {c.inbox.data(), kMessage, c.inboxMr.token()};
+    IT_OK(c.e.qp->Receive(Ctx(0x900), &sge, 1));
+    uint16_t port = uint16_t(peer.ReceiveValue("port"));
+    c.e.connector = c.adapter.CreateConnector();
+    sockaddr_in local = Address(kAddressA, 0), server = Address(kAddressB, port);
+    IT_OK(c.e.connector->Bind(reinterpret_cast<sockaddr*>(&local), sizeof local));
+    OVERLAPPED connect{}, complete{}, notify{}, disconnect{};
+    HRESULT hr = c.e.connector->Connect(c.e.qp.get(), reinterpret_cast<sockaddr*>(&server), sizeof server, 4, 4,
+                                        nullptr, 0, &connect);
+    IT_OK(packets.Finish(c.e.connector.get(), &connect, hr, "Connect"));
+    hosts().CutLink();
+    hr = c.e.connector->CompleteConnect(&complete);
+    IT_OK(packets.Finish(c.e.connector.get(), &complete, hr, "CompleteConnect across the cut link"));
+    hr = c.e.connector->NotifyDisconnect(&notify);
+    IT_OK(packets.Finish(c.e.connector.get(), &notify, hr, "NotifyDisconnect after the cut", kSetupBudgetMs));
+    c.ExpectReceiveFlushed("the client's receive after the cut");
+    hr = c.e.connector->Disconnect(&disconnect);
+    hr = packets.Finish(c.e.connector.get(), &disconnect, hr, "Disconnect after the cut", kSetupBudgetMs);
+    IT_CHECK_MSG(hr == ND_SUCCESS || hr == ND_TIMEOUT, "Disconnect after the cut: " + StatusName(hr));
+    ExpectNoCompletion(c.e.cq.get(), "client CQ", 50);
+    packets.ExpectNone("this side's requests after the fault");
+    IT_CHECK_EQ(ULONG(0), c.e.connector.Reset());
+    IT_CHECK_EQ(ULONG(0), c.e.qp.Reset());
+    packets.ExpectNone("this side's requests after their objects' release");
+    IT_CHECK_HR(ND_IO_TIMEOUT, HRESULT(peer.ReceiveValue("accept", kSetupBudgetMs)));
+    peer.Expect("released");
+  });
+}
+
+// The Accept's own time limit, the peer passive this time with short timeouts (its settings are
+// its environment's): iWARP with TCP's own budget of minutes (NDWV_IWARP_TIMEOUT_MS=0), so that
+// the Accept's timer (6 x NDWV_CM_TIMEOUT_MS) is what ends it, the path on which a timed-out
+// Accept once blocked the engine (ade7c16); RoCE with the REP's retries cut short. The link is
+// cut after our Connect completed: the peer's Accept ends ND_IO_TIMEOUT, and it then releases
+// connector, QP and listener.
+TEST_F(IntegrationNetns, AcceptTimeLimitEndsAnAcceptCutOffFromItsPeer) {
+  RunWithPeer("netns_acceptor",
+              {{"netns", hosts().b()},
+               {"env:NDWV_IWARP_TIMEOUT_MS", "0"},
+               {"env:NDWV_CM_TIMEOUT_MS", "200"},
+               {"env:NDWV_ROCE_CM_TIMEOUT_MS", "100"},
+               {"env:NDWV_ROCE_CM_RETRIES", "2"}},
+              [&](Channel& peer) {
+                InNamespace inside(hosts().a());
+                Client c;
+                uint16_t port = uint16_t(peer.ReceiveValue("port"));
+                Ov ov;
+                IT_OK(ov.Finish(c.StartConnect(port, ov), "Connect"));
+                hosts().CutLink();
+                IT_CHECK_HR(ND_IO_TIMEOUT, HRESULT(peer.ReceiveValue("accept", kSetupBudgetMs)));
+                peer.Expect("released");
+              });
 }
 
 }  // namespace

@@ -737,9 +737,12 @@ void Endpoint::OnStreamError(bool timed_out) {
       FinishDisconnect(timed_out ? WV_TIMEOUT : WV_SUCCESS);
       break;
     case State::PassiveAccepting:
+      // TCP gave up on an unanswered peer (a cut link, a dead host): it never completed, as the
+      // Accept's own timer would say (nd2-spi 14.1: ND_IO_TIMEOUT). A reset is the active side
+      // dropping the connection: refused, as when it closes (OnPeerClosed).
       DisarmTimer();
       SetState(State::Disconnected);
-      finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_REFUSED);
+      finish.Add(std::exchange(accept_op_, nullptr), timed_out ? WV_IO_TIMEOUT : WV_CONNECTION_REFUSED);
       break;
     default:
       break;
