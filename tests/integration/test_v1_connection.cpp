@@ -423,6 +423,7 @@ IT_PEER(v1_ownership_server) {
   HRESULT hr = server.connector->Accept(server.endpoint.get(), nullptr, 0,
                                         again.Prepare(server.connector.get()));
   IT_CHECK_HR(ND_CONNECTION_ACTIVE, again.Finish(hr, "Accept of a connected endpoint"));
+  parent.Send("accept checked");  // before the client's Disconnect, which would end the connection
   V1ServerTeardown(parent, server);
 }
 
@@ -454,6 +455,7 @@ TEST(ConformanceV1Connection, EndpointsBelongToTheirConnectorAndItsState) {
                                            sizeof server, IPPROTO_TCP, 0, nullptr, 0,
                                            again.Prepare(client.connector.get()));
     IT_CHECK_HR(ND_CONNECTION_ACTIVE, again.Finish(hr, "Connect of a connected endpoint"));
+    peer.Expect("accept checked");
     V1ClientTeardown(peer, client);
   });
 }
