@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 
+#include <array>
 #include <cstring>
 
 #include "wire/bytes.h"
@@ -9,36 +10,7 @@
 
 namespace ndwv::wire::ib {
 
-const char* ToString(Opcode op) {
-  switch (op) {
-    case Opcode::SendFirst: return "SEND FIRST";
-    case Opcode::SendMiddle: return "SEND MIDDLE";
-    case Opcode::SendLast: return "SEND LAST";
-    case Opcode::SendLastImm: return "SEND LAST with Immediate";
-    case Opcode::SendOnly: return "SEND ONLY";
-    case Opcode::SendOnlyImm: return "SEND ONLY with Immediate";
-    case Opcode::WriteFirst: return "RDMA WRITE FIRST";
-    case Opcode::WriteMiddle: return "RDMA WRITE MIDDLE";
-    case Opcode::WriteLast: return "RDMA WRITE LAST";
-    case Opcode::WriteLastImm: return "RDMA WRITE LAST with Immediate";
-    case Opcode::WriteOnly: return "RDMA WRITE ONLY";
-    case Opcode::WriteOnlyImm: return "RDMA WRITE ONLY with Immediate";
-    case Opcode::ReadRequest: return "RDMA READ REQUEST";
-    case Opcode::ReadResponseFirst: return "RDMA READ RESPONSE FIRST";
-    case Opcode::ReadResponseMiddle: return "RDMA READ RESPONSE MIDDLE";
-    case Opcode::ReadResponseLast: return "RDMA READ RESPONSE LAST";
-    case Opcode::ReadResponseOnly: return "RDMA READ RESPONSE ONLY";
-    case Opcode::Acknowledge: return "ACKNOWLEDGE";
-    case Opcode::AtomicAcknowledge: return "ATOMIC ACKNOWLEDGE";
-    case Opcode::CompareSwap: return "COMPARE SWAP";
-    case Opcode::FetchAdd: return "FETCH ADD";
-    case Opcode::SendLastInv: return "SEND LAST with Invalidate";
-    case Opcode::SendOnlyInv: return "SEND ONLY with Invalidate";
-    case Opcode::UdSendOnly: return "UD SEND ONLY";
-    case Opcode::UdSendOnlyImm: return "UD SEND ONLY with Immediate";
-  }
-  return "unknown opcode";
-}
+const char* ToString(Opcode op) { return InfoFor(op).name; }
 
 const char* ToString(PacketError e) {
   switch (e) {
@@ -52,37 +24,60 @@ const char* ToString(PacketError e) {
   return "?";
 }
 
-OpcodeInfo InfoFor(Opcode op) {
-  // {known, headers, first, last, has_payload}
-  switch (op) {
-    case Opcode::SendFirst: return {true, 0, true, false, true};
-    case Opcode::SendMiddle: return {true, 0, false, false, true};
-    case Opcode::SendLast: return {true, 0, false, true, true};
-    case Opcode::SendLastImm: return {true, kImmDt, false, true, true};
-    case Opcode::SendOnly: return {true, 0, true, true, true};
-    case Opcode::SendOnlyImm: return {true, kImmDt, true, true, true};
-    case Opcode::WriteFirst: return {true, kReth, true, false, true};
-    case Opcode::WriteMiddle: return {true, 0, false, false, true};
-    case Opcode::WriteLast: return {true, 0, false, true, true};
-    case Opcode::WriteLastImm: return {true, kImmDt, false, true, true};
-    case Opcode::WriteOnly: return {true, kReth, true, true, true};
-    case Opcode::WriteOnlyImm: return {true, kReth | kImmDt, true, true, true};
-    case Opcode::ReadRequest: return {true, kReth, true, true, false};
-    case Opcode::ReadResponseFirst: return {true, kAeth, true, false, true};
-    case Opcode::ReadResponseMiddle: return {true, 0, false, false, true};
-    case Opcode::ReadResponseLast: return {true, kAeth, false, true, true};
-    case Opcode::ReadResponseOnly: return {true, kAeth, true, true, true};
-    case Opcode::Acknowledge: return {true, kAeth, true, true, false};
-    case Opcode::AtomicAcknowledge: return {true, kAeth | kAtomicAckEth, true, true, false};
-    case Opcode::CompareSwap:
-    case Opcode::FetchAdd: return {true, kAtomicEth, true, true, false};
-    case Opcode::SendLastInv: return {true, kIeth, false, true, true};
-    case Opcode::SendOnlyInv: return {true, kIeth, true, true, true};
-    case Opcode::UdSendOnly: return {true, kDeth, true, true, true};
-    case Opcode::UdSendOnlyImm: return {true, kDeth | kImmDt, true, true, true};
-  }
-  return {false, 0, false, false, false};
-}
+namespace {
+
+// {known, headers, first, last, has_payload, class, name}, one row per opcode (IBTA vol. 1, 9.2).
+struct OpcodeRow {
+  Opcode opcode;
+  OpcodeInfo info;
+};
+constexpr OpcodeRow kOpcodes[] = {
+    {Opcode::SendFirst, {true, 0, true, false, true, OpcodeClass::Send, "SEND FIRST"}},
+    {Opcode::SendMiddle, {true, 0, false, false, true, OpcodeClass::Send, "SEND MIDDLE"}},
+    {Opcode::SendLast, {true, 0, false, true, true, OpcodeClass::Send, "SEND LAST"}},
+    {Opcode::SendLastImm, {true, kImmDt, false, true, true, OpcodeClass::Send, "SEND LAST with Immediate"}},
+    {Opcode::SendOnly, {true, 0, true, true, true, OpcodeClass::Send, "SEND ONLY"}},
+    {Opcode::SendOnlyImm, {true, kImmDt, true, true, true, OpcodeClass::Send, "SEND ONLY with Immediate"}},
+    {Opcode::WriteFirst, {true, kReth, true, false, true, OpcodeClass::Write, "RDMA WRITE FIRST"}},
+    {Opcode::WriteMiddle, {true, 0, false, false, true, OpcodeClass::Write, "RDMA WRITE MIDDLE"}},
+    {Opcode::WriteLast, {true, 0, false, true, true, OpcodeClass::Write, "RDMA WRITE LAST"}},
+    {Opcode::WriteLastImm,
+     {true, kImmDt, false, true, true, OpcodeClass::Write, "RDMA WRITE LAST with Immediate"}},
+    {Opcode::WriteOnly, {true, kReth, true, true, true, OpcodeClass::Write, "RDMA WRITE ONLY"}},
+    {Opcode::WriteOnlyImm,
+     {true, kReth | kImmDt, true, true, true, OpcodeClass::Write, "RDMA WRITE ONLY with Immediate"}},
+    {Opcode::ReadRequest, {true, kReth, true, true, false, OpcodeClass::ReadRequest, "RDMA READ REQUEST"}},
+    {Opcode::ReadResponseFirst,
+     {true, kAeth, true, false, true, OpcodeClass::ReadResponse, "RDMA READ RESPONSE FIRST"}},
+    {Opcode::ReadResponseMiddle,
+     {true, 0, false, false, true, OpcodeClass::ReadResponse, "RDMA READ RESPONSE MIDDLE"}},
+    {Opcode::ReadResponseLast,
+     {true, kAeth, false, true, true, OpcodeClass::ReadResponse, "RDMA READ RESPONSE LAST"}},
+    {Opcode::ReadResponseOnly,
+     {true, kAeth, true, true, true, OpcodeClass::ReadResponse, "RDMA READ RESPONSE ONLY"}},
+    {Opcode::Acknowledge, {true, kAeth, true, true, false, OpcodeClass::Acknowledge, "ACKNOWLEDGE"}},
+    {Opcode::AtomicAcknowledge,
+     {true, kAeth | kAtomicAckEth, true, true, false, OpcodeClass::AtomicAcknowledge, "ATOMIC ACKNOWLEDGE"}},
+    {Opcode::CompareSwap, {true, kAtomicEth, true, true, false, OpcodeClass::Atomic, "COMPARE SWAP"}},
+    {Opcode::FetchAdd, {true, kAtomicEth, true, true, false, OpcodeClass::Atomic, "FETCH ADD"}},
+    {Opcode::SendLastInv, {true, kIeth, false, true, true, OpcodeClass::Send, "SEND LAST with Invalidate"}},
+    {Opcode::SendOnlyInv, {true, kIeth, true, true, true, OpcodeClass::Send, "SEND ONLY with Invalidate"}},
+    {Opcode::UdSendOnly, {true, kDeth, true, true, true, OpcodeClass::UdSend, "UD SEND ONLY"}},
+    {Opcode::UdSendOnlyImm,
+     {true, kDeth | kImmDt, true, true, true, OpcodeClass::UdSend, "UD SEND ONLY with Immediate"}},
+};
+
+// The rows by opcode value; every other value is unknown.
+constexpr std::array<OpcodeInfo, 256> kByValue = [] {
+  std::array<OpcodeInfo, 256> table{};
+  for (OpcodeInfo& info : table) info = {false, 0, false, false, false, OpcodeClass::Unknown, "unknown opcode"};
+  for (const OpcodeRow& row : kOpcodes) table[uint8_t(row.opcode)] = row.info;
+  return table;
+}();
+
+}  // namespace
+
+const OpcodeInfo& InfoFor(Opcode op) { return kByValue[uint8_t(op)]; }
 
 namespace {
 

@@ -59,16 +59,30 @@ enum class Opcode : uint8_t {
 };
 const char* ToString(Opcode op);
 
-// What an opcode carries. Unknown opcodes have known == false.
+// What an opcode is and carries: one row per opcode (ib.cpp, kOpcodes), from which the codec,
+// the RC transport and the port read everything. Unknown opcodes have known == false.
 enum HeaderBit : uint8_t { kReth = 1, kAeth = 2, kDeth = 4, kImmDt = 8, kIeth = 16, kAtomicEth = 32,
                            kAtomicAckEth = 64 };
+enum class OpcodeClass : uint8_t {
+  Unknown, Send, Write, ReadRequest, ReadResponse, Acknowledge, Atomic, AtomicAcknowledge, UdSend
+};
 struct OpcodeInfo {
   bool known;
   uint8_t headers;     // HeaderBit set
   bool first, last;    // position in a message (both for *_ONLY)
   bool has_payload;    // may carry payload
+  OpcodeClass op_class;
+  const char* name;    // as the IBTA spec writes it
 };
-OpcodeInfo InfoFor(Opcode op);
+const OpcodeInfo& InfoFor(Opcode op);
+inline bool IsSend(Opcode op) { return InfoFor(op).op_class == OpcodeClass::Send; }  // RC sends
+inline bool IsWrite(Opcode op) { return InfoFor(op).op_class == OpcodeClass::Write; }
+inline bool IsReadResponse(Opcode op) { return InfoFor(op).op_class == OpcodeClass::ReadResponse; }
+// A packet that answers a request: an ACK/NAK or a Read Response.
+inline bool IsAnswer(Opcode op) {
+  OpcodeClass c = InfoFor(op).op_class;
+  return c == OpcodeClass::Acknowledge || c == OpcodeClass::ReadResponse;
+}
 // Bytes of BTH + extension headers for an opcode (0 if unknown).
 size_t HeaderLength(Opcode op);
 

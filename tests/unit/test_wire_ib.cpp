@@ -476,6 +476,21 @@ TEST(WireIb, OpcodeTable) {
   EXPECT_STREQ(ToString(Opcode(0x15)), "unknown opcode");
 }
 
+// The opcode classes the transport dispatches on, against the IBTA's numbering (9.2: RC opcodes
+// 0x00-0x17 in groups; UD 0x64-0x65), for every byte value.
+TEST(WireIb, OpcodeClassesFollowTheSpecsGroups) {
+  for (int v = 0; v < 256; v++) {
+    SCOPED_TRACE(v);
+    Opcode op = Opcode(v);
+    bool known = InfoFor(op).known;
+    EXPECT_EQ(IsSend(op), known && (v <= 0x05 || v == 0x16 || v == 0x17));
+    EXPECT_EQ(IsWrite(op), known && v >= 0x06 && v <= 0x0B);
+    EXPECT_EQ(IsReadResponse(op), known && v >= 0x0D && v <= 0x10);
+    EXPECT_EQ(IsAnswer(op), IsReadResponse(op) || v == 0x11);
+    EXPECT_EQ(InfoFor(op).op_class == OpcodeClass::Unknown, !known);
+  }
+}
+
 TEST(WireIb, EncodeRefusesSmallBufferAndUnknownOpcode) {
   for (Opcode op : kAllOpcodes) {
     Bytes out(HeaderLength(op) - 1, 0x5A);

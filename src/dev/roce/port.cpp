@@ -500,15 +500,6 @@ struct Port::RxBuffer {
 };
 thread_local std::unique_ptr<Port::RxBuffer> Port::t_rx_;
 
-namespace {
-// An RC packet that answers a request (by its BTH opcode): ACK/NAK or Read Response.
-bool IsAnswer(std::span<const uint8_t> datagram) {
-  if (datagram.empty()) return false;
-  auto op = Opcode(datagram[0]);
-  return op == Opcode::Acknowledge || (op >= Opcode::ReadResponseFirst && op <= Opcode::ReadResponseOnly);
-}
-}  // namespace
-
 void Port::DriveReceive(bool once) {
   // The receiver in charge reads: the engine until the socket is empty; a poller one buffer, and
   // what it leaves is read by its next poll or by the (level-triggered) engine.
@@ -568,7 +559,8 @@ void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_st
   for (int answers = 1; answers >= 0; --answers)
     for (size_t at = 0; at < length; at += segment) {
       std::span<const uint8_t> datagram{data + at, std::min(segment, length - at)};
-      if (IsAnswer(datagram) == bool(answers)) Dispatch(from, datagram, run);
+      bool answer = !datagram.empty() && IsAnswer(Opcode(datagram[0]));  // by the BTH's opcode
+      if (answer == bool(answers)) Dispatch(from, datagram, run);
     }
   Deliver(run);  // the buffer is read again by the next call
 }

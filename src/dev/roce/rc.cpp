@@ -129,14 +129,6 @@ WcStatus StatusForNak(uint8_t code) {
   }
 }
 
-bool IsSendOp(Opcode op) {
-  return op <= Opcode::SendOnlyImm || op == Opcode::SendLastInv || op == Opcode::SendOnlyInv;
-}
-bool IsWriteOp(Opcode op) { return op >= Opcode::WriteFirst && op <= Opcode::WriteOnlyImm; }
-bool IsReadResponse(Opcode op) {
-  return op >= Opcode::ReadResponseFirst && op <= Opcode::ReadResponseOnly;
-}
-
 }  // namespace
 
 RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const RcParams& params,
@@ -754,8 +746,8 @@ void RcLink::OnRequest(const Packet& packet) {
   }
   nak_sent_ = false;
   bool done;
-  if (IsSendOp(bth.opcode)) done = ExecuteSend(packet);
-  else if (IsWriteOp(bth.opcode)) done = ExecuteWrite(packet);
+  if (IsSend(bth.opcode)) done = ExecuteSend(packet);
+  else if (IsWrite(bth.opcode)) done = ExecuteWrite(packet);
   else if (bth.opcode == Opcode::ReadRequest) done = ExecuteRead(packet, false);
   else {
     Nak(NakCode::InvalidRequest, bth.psn, true);
