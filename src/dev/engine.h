@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -100,7 +101,9 @@ class Engine {
 
   std::mutex timer_mutex_;
   std::vector<Timer*> timers_;  // armed timers, a heap: the earliest deadline first
-  Clock::time_point sleeps_until_ = Clock::time_point::max();  // the loop's wake-up, at the latest
+  // The loop's wake-up, at the latest; min() while it runs, for it looks at the timers again
+  // before it sleeps (written under timer_mutex_, but for that min()).
+  std::atomic<Clock::time_point> sleeps_until_{Clock::time_point::max()};
 
   std::mutex work_mutex_;
   std::condition_variable work_cv_;
