@@ -123,6 +123,8 @@ class ConnectionCounters : public CounterBlock {
   uint32_t qpn_ = 0, peer_qpn_ = 0;
   sockaddr_storage local_{}, peer_{};
   std::string identity_;
+  ConnectionCounters* prev_ = nullptr;  // the registry's list (under its mutex)
+  ConnectionCounters* next_ = nullptr;
 };
 
 // The adapter totals of `transport`, for objects that have no row: counted directly (AddShared).
