@@ -146,6 +146,7 @@ struct CounterRegistry {
   // themselves, so that one ends in O(1) however many live (a vector's erase was a scan).
   ConnectionCounters* first = nullptr;
   ConnectionCounters* last = nullptr;
+  size_t live = 0;
 
   template <class Visit>
   void ForEachLive(Visit&& visit) const {  // under mutex
@@ -166,6 +167,7 @@ ConnectionCounters::~ConnectionCounters() {
   std::lock_guard<std::mutex> lock(registry.mutex);
   (prev_ ? prev_->next_ : registry.first) = next_;
   (next_ ? next_->prev_ : registry.last) = prev_;
+  --registry.live;
   for (size_t i = 0; i < kCounters; ++i) registry.totals.AddShared(Counter(i), Get(Counter(i)));
 }
 
@@ -185,6 +187,7 @@ void ConnectionCounters::Register(Transport transport, uint32_t qpn, uint32_t pe
   prev_ = registry.last;
   (registry.last ? registry.last->next_ : registry.first) = this;
   registry.last = this;
+  ++registry.live;
   registered_ = true;
 }
 
@@ -194,19 +197,29 @@ void SetLiveCounterSource(Transport transport, LiveCounterSource source) {
   CounterRegistry::For(transport).source.store(source);
 }
 
-std::vector<CounterRow> CollectCounters(const std::vector<Transport>& transports) {
+std::vector<CounterRow> CollectCounters(const std::vector<Transport>& transports, size_t max_connections,
+                                        size_t* rows) {
   std::vector<CounterRow> adapters, connections;
+  size_t all = 0;
   for (Transport t : transports) {
     CounterRow totals{t, true, 0, 0, {}, {}, {}};
     CounterRegistry& registry = CounterRegistry::For(t);
     {
       std::lock_guard<std::mutex> lock(registry.mutex);
       registry.totals.AddTo(totals.values);
+      all += 1 + registry.live;
+      // Rows only for what the caller takes: a program that reads the totals now and then must
+      // not copy ten thousand rows each time.
+      connections.reserve(std::min(connections.size() + registry.live, max_connections));
       registry.ForEachLive([&](const ConnectionCounters& c) {
-        CounterRow row{t, false, c.qpn(), c.peer_qpn(), c.local(), c.peer(), {}};
-        c.AddTo(row.values);
-        for (size_t i = 0; i < kCounters; ++i) totals.values[i] += row.values[i];
-        connections.push_back(row);
+        if (connections.size() < max_connections) {
+          CounterRow row{t, false, c.qpn(), c.peer_qpn(), c.local(), c.peer(), {}};
+          c.AddTo(row.values);
+          for (size_t i = 0; i < kCounters; ++i) totals.values[i] += row.values[i];
+          connections.push_back(row);
+        } else {
+          c.AddTo(totals.values);
+        }
       });
     }
     // After the totals: an object that ends meanwhile adds itself to totals already read, so it
@@ -215,6 +228,7 @@ std::vector<CounterRow> CollectCounters(const std::vector<Transport>& transports
     adapters.push_back(totals);
   }
   adapters.insert(adapters.end(), connections.begin(), connections.end());
+  if (rows) *rows = all;
   return adapters;
 }
 
@@ -259,7 +273,7 @@ void WriteJsonValues(FILE* out, const CounterRow& row) {
 bool WriteCounters(FILE* out, const char* format, const std::vector<Transport>& transports) {
   std::string f = format ? format : "text";
   if (f != "text" && f != "adapters" && f != "json") return false;
-  std::vector<CounterRow> rows = CollectCounters(transports);
+  std::vector<CounterRow> rows = CollectCounters(transports, f == "adapters" ? 0 : SIZE_MAX);
   if (f == "json") {
     fputs("{\"adapters\": [", out);
     bool first = true;

@@ -120,19 +120,21 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   static constexpr int kBatchFpdus = 16;
   static constexpr size_t kSmallFpdu = 256;
   static constexpr int kBatchIov = 64;
+  // What a batch of one small FPDU uses comes first, together: a connection that sends little
+  // touches (and the kernel maps) one page of the batch, not three.
   struct TxBatch {
-    iovec iov[kBatchIov];
     int iov_count = 0, iov_done = 0;
+    int fpdus = 0;
+    int finished_count = 0;
+    int source_count = 0;
+    bool terminate = false;  // the batch is the Terminate, the stream's last FPDU
+    uint64_t finished[kBatchFpdus];  // send queue positions whose last byte is in this batch
+    Source sources[kBatchFpdus];
+    iovec iov[kBatchIov];
     // Each FPDU's length field and headers; a small FPDU is built here whole (one iovec).
     uint8_t headers[kBatchFpdus][kSmallFpdu];
     uint8_t trailers[kBatchFpdus][8];
     uint8_t gathered[512];  // a few small pieces copied together, to leave in one send()
-    int fpdus = 0;
-    uint64_t finished[kBatchFpdus];  // send queue positions whose last byte is in this batch
-    int finished_count = 0;
-    Source sources[kBatchFpdus];
-    int source_count = 0;
-    bool terminate = false;  // the batch is the Terminate, the stream's last FPDU
     bool empty() const { return iov_done == iov_count; }
   };
 
