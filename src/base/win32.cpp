@@ -101,9 +101,14 @@ class Port final : public HandleObject {
   Port() : HandleObject(kKind) {}
 
   void Enqueue(const Packet& packet) {
-    std::lock_guard lock(mutex_);
-    if (closed_) return;  // nobody can dequeue it any more
-    packets_.push_back(packet);
+    {
+      std::lock_guard lock(mutex_);
+      if (closed_) return;  // nobody can dequeue it any more
+      packets_.push_back(packet);
+      if (waiters_ == 0) return;  // whoever dequeues next finds it without waiting
+    }
+    // Woken after the lock is let go: a waiter woken under it would block on it at once (two
+    // more system calls and a switch per completion).
     ready_.notify_one();
   }
 
@@ -112,11 +117,15 @@ class Port final : public HandleObject {
   DWORD Dequeue(DWORD milliseconds, Packet* packet) {
     std::unique_lock lock(mutex_);
     auto isReady = [this] { return closed_ || !packets_.empty(); };
-    if (milliseconds == INFINITE) {
-      ready_.wait(lock, isReady);
-    } else if (!ready_.wait_until(lock, Clock::now() + std::chrono::milliseconds(milliseconds),
-                                  isReady)) {
-      return WAIT_TIMEOUT;
+    if (!isReady()) {
+      ++waiters_;
+      bool ready = true;
+      if (milliseconds == INFINITE)
+        ready_.wait(lock, isReady);
+      else
+        ready = ready_.wait_until(lock, Clock::now() + std::chrono::milliseconds(milliseconds), isReady);
+      --waiters_;
+      if (!ready) return WAIT_TIMEOUT;
     }
     if (closed_) return ERROR_ABANDONED_WAIT_0;
     *packet = packets_.front();
@@ -135,6 +144,7 @@ class Port final : public HandleObject {
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<Packet> packets_;
+  int waiters_ = 0;  // threads in Dequeue waiting for a packet
   bool closed_ = false;
 };
 

@@ -123,6 +123,8 @@ class ConnectionCounters : public CounterBlock {
   uint32_t qpn_ = 0, peer_qpn_ = 0;
   sockaddr_storage local_{}, peer_{};
   std::string identity_;
+  ConnectionCounters* prev_ = nullptr;  // the registry's list (under its mutex)
+  ConnectionCounters* next_ = nullptr;
 };
 
 // The adapter totals of `transport`, for objects that have no row: counted directly (AddShared).
@@ -142,7 +144,10 @@ struct CounterRow {
 };
 
 // One totals row per transport in `transports`, then one row per live connection.
-std::vector<CounterRow> CollectCounters(const std::vector<Transport>& transports);
+// With `max_connections`, at most that many connections' rows (the totals always count them all),
+// and `*rows` tells how many rows there are in all.
+std::vector<CounterRow> CollectCounters(const std::vector<Transport>& transports,
+                                        size_t max_connections = SIZE_MAX, size_t* rows = nullptr);
 
 // The report of NDWV_COUNTERS: `format` "text" (every row), "adapters" (totals only) or "json".
 // False for an unknown format.

@@ -3,7 +3,10 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include <ndwv/wvstatus.h>
@@ -64,6 +67,48 @@ Device* Device::Find(uint64_t guid) {
   return nullptr;
 }
 
+namespace {
+
+// The addresses found to be the host's in the last second: an application that binds a connector
+// per connection asks about the same address thousands of times, and each probe costs a socket,
+// a bind (a UDP port search) and a close. Only success is remembered: an address removed
+// meanwhile still fails the connector's own bind, with the same status.
+class ServedAddressCache {
+ public:
+  bool Holds(const sockaddr_storage& address, socklen_t length) {
+    std::lock_guard lock(mutex_);
+    const Clock::time_point now = Clock::now();
+    for (const Entry& e : entries_)
+      if (e.length == length && now < e.until && memcmp(&e.address, &address, length) == 0) return true;
+    return false;
+  }
+  void Add(const sockaddr_storage& address, socklen_t length) {
+    std::lock_guard lock(mutex_);
+    Entry& e = entries_[next_++ % entries_.size()];
+    e.address = address;
+    e.length = length;
+    e.until = Clock::now() + std::chrono::seconds(1);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Entry {
+    sockaddr_storage address{};
+    socklen_t length = 0;
+    Clock::time_point until{};
+  };
+  std::mutex mutex_;
+  std::array<Entry, 4> entries_{};
+  size_t next_ = 0;
+};
+
+ServedAddressCache& ServedAddresses() {
+  static ServedAddressCache* const cache = new ServedAddressCache();  // used until exit
+  return *cache;
+}
+
+}  // namespace
+
 int32_t Device::CheckServedAddress(const sockaddr* address, socklen_t length) {
   if (!address) return WV_INVALID_ADDRESS;
   sockaddr_storage probe{};
@@ -76,10 +121,12 @@ int32_t Device::CheckServedAddress(const sockaddr* address, socklen_t length) {
   // Port 0: only the address matters. Binding succeeds exactly for the host's own addresses.
   if (probe.ss_family == AF_INET) reinterpret_cast<sockaddr_in&>(probe).sin_port = 0;
   else reinterpret_cast<sockaddr_in6&>(probe).sin6_port = 0;
+  if (ServedAddresses().Holds(probe, need)) return WV_SUCCESS;
   int fd = base::OpenSocket(probe.ss_family, SOCK_DGRAM | SOCK_CLOEXEC);
   if (fd < 0) return WV_INSUFFICIENT_RESOURCES;
   bool ours = bind(fd, reinterpret_cast<sockaddr*>(&probe), need) == 0;
   base::CloseDescriptor(fd);
+  if (ours) ServedAddresses().Add(probe, need);
   return ours ? WV_SUCCESS : WV_INVALID_ADDRESS;
 }
 

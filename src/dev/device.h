@@ -36,8 +36,9 @@ class Device {
   Transport transport() const { return transport_; }
   const char* name() const { return name_; }
   const DeviceAttributes& attributes() const { return attributes_; }
-  // WV_SUCCESS if the address (port ignored) is one of the host's, WV_INVALID_ADDRESS if not,
-  // WV_INSUFFICIENT_RESOURCES if the process has no descriptor left to find out.
+  // WV_SUCCESS if the address (port ignored) is one of the host's (found so in the last second,
+  // or now), WV_INVALID_ADDRESS if not, WV_INSUFFICIENT_RESOURCES if the process has no
+  // descriptor left to find out.
   static int32_t CheckServedAddress(const sockaddr* address, socklen_t length);
   std::shared_ptr<ConnectEndpoint> CreateEndpoint() const;
 

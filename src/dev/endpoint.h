@@ -115,7 +115,9 @@ class ListenQueue {
     AsyncOp* op;
   };
   std::list<std::shared_ptr<Endpoint>> arrived_;  // requests not yet taken
-  std::deque<Waiting> waiting_;                   // GetRequests not yet answered
+  // GetRequests not yet answered. A list, not a deque: every endpoint has a queue, connectors
+  // too, and an empty deque already holds half a kilobyte.
+  std::list<Waiting> waiting_;
 };
 
 class ConnectEndpoint {

@@ -72,6 +72,16 @@ void Engine::Modify(int fd, uint32_t events) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);  // back from events == 0
 }
 
+void Engine::Rewatch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
+  Handover(fd, std::move(handler));
+  Modify(fd, events);  // an edge-triggered socket's pending readiness is reported again
+}
+
+void Engine::Handover(int fd, std::weak_ptr<IoHandler> handler) {
+  std::lock_guard<std::mutex> lock(handlers_mutex_);
+  handlers_[fd] = std::move(handler);
+}
+
 void Engine::Unwatch(int fd) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   std::lock_guard<std::mutex> lock(handlers_mutex_);
@@ -97,8 +107,8 @@ void Engine::Arm(Timer* timer, std::chrono::milliseconds delay) {
     // when it wakes, and recomputes before it sleeps again anyway (timers armed from its own
     // handlers). Transports re-arm a timer per message; waking the engine each time cost a
     // system call on the sender's path and a thread on the pollers' cores.
-    wake = timer->deadline < sleeps_until_ && !OnEngineThread();
-    if (wake) sleeps_until_ = timer->deadline;
+    wake = timer->deadline < sleeps_until_.load(std::memory_order_relaxed) && !OnEngineThread();
+    if (wake) sleeps_until_.store(timer->deadline, std::memory_order_relaxed);
   }
   if (wake) {
     uint64_t one = 1;
@@ -190,11 +200,12 @@ void Engine::WorkerLoop() {
 int Engine::NextTimeoutMs() {
   std::lock_guard<std::mutex> lock(timer_mutex_);
   if (timers_.empty()) {
-    sleeps_until_ = Clock::time_point::max();
+    sleeps_until_.store(Clock::time_point::max(), std::memory_order_relaxed);
     return -1;
   }
-  sleeps_until_ = timers_.front()->deadline;
-  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(sleeps_until_ - Clock::now());
+  Clock::time_point until = timers_.front()->deadline;
+  sleeps_until_.store(until, std::memory_order_relaxed);
+  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
   return int(std::max<int64_t>(0, wait.count() + 1));
 }
 
@@ -224,6 +235,9 @@ void Engine::Loop() {
   epoll_event events[kBatch];
   for (;;) {
     int n = epoll_wait(epoll_fd_, events, kBatch, NextTimeoutMs());
+    // Awake: a timer armed from now on needs no wake-up (a connection's setup and teardown arm
+    // one from the application's thread, mostly while the loop is busy with other connections).
+    sleeps_until_.store(Clock::time_point::min(), std::memory_order_relaxed);
     for (int handled = 0;;) {
       for (int i = 0; i < n; ++i) Dispatch(events[i]);
       handled += n;

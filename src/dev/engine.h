@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -55,6 +56,12 @@ class Engine {
   // any thread; a handler may still see one event after Unwatch and must tolerate it.
   void Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler);
   void Modify(int fd, uint32_t events);  // 0: out of the epoll set until events are given again
+  // fd is watched already, for another handler: its events go to `handler` from now on, for
+  // `events` (one system call, where Unwatch and Watch take two). The earlier handler may still
+  // see one event, as after Unwatch.
+  void Rewatch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler);
+  // As Rewatch, for the events the socket is watched for already: no system call at all.
+  void Handover(int fd, std::weak_ptr<IoHandler> handler);
   void Unwatch(int fd);
 
   void Arm(Timer* timer, std::chrono::milliseconds delay);
@@ -97,7 +104,9 @@ class Engine {
 
   std::mutex timer_mutex_;
   std::vector<Timer*> timers_;  // armed timers, a heap: the earliest deadline first
-  Clock::time_point sleeps_until_ = Clock::time_point::max();  // the loop's wake-up, at the latest
+  // The loop's wake-up, at the latest; min() while it runs, for it looks at the timers again
+  // before it sleeps (written under timer_mutex_, but for that min()).
+  std::atomic<Clock::time_point> sleeps_until_{Clock::time_point::max()};
 
   std::mutex work_mutex_;
   std::condition_variable work_cv_;

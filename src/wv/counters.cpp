@@ -38,7 +38,11 @@ extern "C" const char* ndwv_counter_name(size_t index) {
 }
 
 extern "C" size_t ndwv_counters_snapshot(ndwv_counter_row* rows, size_t capacity) {
-  std::vector<ndwv::dev::CounterRow> all = ndwv::dev::CollectCounters(OfferedTransports());
+  const std::vector<ndwv::dev::Transport> transports = OfferedTransports();
+  // The adapters' rows come first, then as many connections' as there is room for.
+  size_t total = 0;
+  size_t room = rows ? capacity - std::min(capacity, transports.size()) : 0;
+  std::vector<ndwv::dev::CounterRow> all = ndwv::dev::CollectCounters(transports, room, &total);
   for (size_t i = 0; i < all.size() && i < capacity && rows; ++i) {
     const ndwv::dev::CounterRow& from = all[i];
     ndwv_counter_row& to = rows[i];
@@ -53,7 +57,7 @@ extern "C" size_t ndwv_counters_snapshot(ndwv_counter_row* rows, size_t capacity
     for (size_t c = 0; c < kCounters; ++c)
       if (ndwv::dev::CounterApplies(Counter(c), from.transport)) to.values[c] = from.values[c];
   }
-  return all.size();
+  return total;
 }
 
 extern "C" uint64_t ndwv_counter_value(const ndwv_counter_row* row, const char* name) {

@@ -156,6 +156,15 @@ TEST(CountersApi, SnapshotListsAdaptersThenConnections) {
   ndwv_counter_row one;
   EXPECT_EQ(ndwv_counters_snapshot(&one, 1), count);
   EXPECT_EQ(one.qpn, 0u);
+  // With room for the adapters' rows alone (no connection row is built), their totals still
+  // count every live connection.
+  std::vector<ndwv_counter_row> adapters(Device::All().size());
+  EXPECT_EQ(ndwv_counters_snapshot(adapters.data(), adapters.size()), count);
+  for (size_t i = 0; i < adapters.size(); ++i) {
+    EXPECT_EQ(adapters[i].qpn, 0u);
+    EXPECT_EQ(ndwv_counter_value(&adapters[i], "rx_bytes"), ndwv_counter_value(&rows[i], "rx_bytes"));
+  }
+  EXPECT_GE(ndwv_counter_value(&adapters[0], "rx_bytes"), 4242u);
 }
 
 TEST(CountersApi, ReportsNeverLookLikeAToolTableRow) {

@@ -81,12 +81,14 @@ Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params
   params_.max_ulpdu = std::min<uint32_t>(params_.max_ulpdu, kFpduMaxUlpdu);
   params_.ird = std::max<uint32_t>(params_.ird, 1);
   params_.ord = std::max<uint32_t>(params_.ord, 1);
-  sockaddr_storage local{}, peer{};
-  socklen_t length = sizeof local;
-  getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &length);
-  length = sizeof peer;
-  getpeername(fd_, reinterpret_cast<sockaddr*>(&peer), &length);
-  counters_.Register(Transport::Iwarp, qpn_, 0, local, peer);
+  port_released_.store(params_.port_released, std::memory_order_relaxed);
+  if (!params_.addressed) {
+    socklen_t length = sizeof params_.local;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&params_.local), &length);
+    length = sizeof params_.peer;
+    getpeername(fd_, reinterpret_cast<sockaddr*>(&params_.peer), &length);
+  }
+  counters_.Register(Transport::Iwarp, qpn_, 0, params_.local, params_.peer);
   linger_timer_.fire = &Stream::OnLingerTimer;
   linger_timer_.owner = this;
 }
@@ -177,6 +179,12 @@ void Stream::Start() {
     Abort();  // the QP failed (Flush) before its connection started: the connection ends
     return;
   }
+  if (params_.watched) {
+    // What arrived before is reported again by the engine (the watch is edge-triggered, and a
+    // changed watch reports what is ready): no read here that finds nothing.
+    Engine::Get().Rewatch(fd_, kWatched, weak_from_this());
+    return;
+  }
   Engine::Get().Watch(fd_, kWatched, weak_from_this());
   DriveReceive();  // bytes may have arrived before the socket was watched
 }
@@ -251,8 +259,13 @@ void Stream::Shutdown() {
 void Stream::CloseSocket() {
   Engine::Get().Unwatch(fd_);
   if (capture_) [[unlikely]] capture_->SentFin();  // close() sends it, if shutdown() did not
-  ReleaseTcpPort(fd_);
+  ReleasePort();
   base::CloseDescriptor(fd_);
+}
+
+void Stream::ReleasePort() {
+  // Both the FIN's sender and the close call this: one system call does.
+  if (!port_released_.exchange(true, std::memory_order_relaxed)) ReleaseTcpPort(fd_);
 }
 
 void Stream::OnLingerTimer(Timer* timer) { static_cast<Stream*>(timer->owner)->Linger(); }
@@ -372,7 +385,7 @@ void Stream::ProcessTx() {
     if (send_closed_ || broken_) return;
     if (!FillBatch()) {
       if (close_send_) {
-        ReleaseTcpPort(fd_);     // the FIN may leave a TIME_WAIT behind
+        ReleasePort();           // the FIN may leave a TIME_WAIT behind
         shutdown(fd_, SHUT_WR);  // FIN after the last queued byte
         if (capture_) [[unlikely]] capture_->SentFin();
         send_closed_ = true;

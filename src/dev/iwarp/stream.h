@@ -36,6 +36,11 @@ struct StreamParams {
   bool expect_rtr = false;   // passive side: the first FPDU must be the zero-length Write RTR
   // Writes (and Sends) complete when a zero-length Read (a probe) confirms they were placed.
   bool confirm_writes = true, confirm_sends = false;
+  // Known by the connection manager already, and then not asked of the socket again.
+  bool addressed = false;            // local and peer are the socket's addresses
+  sockaddr_storage local{}, peer{};
+  bool watched = false;              // the socket is in the engine's set, for its CM (Rewatch)
+  bool port_released = false;        // SO_REUSEADDR is set already (ReleaseTcpPort)
 };
 
 // Where the receive path reads its bytes: the socket, or bytes a unit test or a fuzzer hands over
@@ -115,19 +120,21 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   static constexpr int kBatchFpdus = 16;
   static constexpr size_t kSmallFpdu = 256;
   static constexpr int kBatchIov = 64;
+  // What a batch of one small FPDU uses comes first, together: a connection that sends little
+  // touches (and the kernel maps) one page of the batch, not three.
   struct TxBatch {
-    iovec iov[kBatchIov];
     int iov_count = 0, iov_done = 0;
+    int fpdus = 0;
+    int finished_count = 0;
+    int source_count = 0;
+    bool terminate = false;  // the batch is the Terminate, the stream's last FPDU
+    uint64_t finished[kBatchFpdus];  // send queue positions whose last byte is in this batch
+    Source sources[kBatchFpdus];
+    iovec iov[kBatchIov];
     // Each FPDU's length field and headers; a small FPDU is built here whole (one iovec).
     uint8_t headers[kBatchFpdus][kSmallFpdu];
     uint8_t trailers[kBatchFpdus][8];
     uint8_t gathered[512];  // a few small pieces copied together, to leave in one send()
-    int fpdus = 0;
-    uint64_t finished[kBatchFpdus];  // send queue positions whose last byte is in this batch
-    int finished_count = 0;
-    Source sources[kBatchFpdus];
-    int source_count = 0;
-    bool terminate = false;  // the batch is the Terminate, the stream's last FPDU
     bool empty() const { return iov_done == iov_count; }
   };
 
@@ -144,6 +151,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // reads nothing leaves the socket full, and closing it then (with its unread bytes) would
   // reset the Terminate away.
   void CloseSocket();
+  void ReleasePort();  // ReleaseTcpPort, once
   void Linger();
   static void OnLingerTimer(Timer* timer);
 
@@ -215,6 +223,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool rtr_pending_ = false;
   std::atomic<bool> shut_{false};   // Shutdown ran (set with both locks held)
   std::atomic<bool> error_reported_{false};
+  std::atomic<bool> port_released_{false};  // ReleasePort ran, or needs not
   base::Mutex reads_mutex_;  // reads_outstanding_ and unconfirmed_: transmit adds, receive retires
   bool close_send_ = false, send_closed_ = false;
   std::atomic<bool> broken_{false};

@@ -43,9 +43,17 @@ uint32_t RandomPsn() {
   return uint32_t(random()) & kPsnMask;
 }
 
-// The route to `peer`: 0 and the IB path MTU code (the largest whose packets, IP + UDP + BTH +
-// RETH + payload + ICRC, fit the route's IP MTU without fragmentation), or the errno of a host
-// with no route there (ENETUNREACH...).
+// The IB path MTU code for a route of `ip_mtu` bytes: the largest whose packets, IP + UDP + BTH +
+// RETH + payload + ICRC, fit without fragmentation.
+uint8_t MtuCodeFor(int family, int ip_mtu) {
+  size_t overhead = (family == AF_INET ? 20 : 40) + 8 + kBthLen + kRethLen + kIcrcLen;
+  for (uint8_t code = 5; code > 1; --code)
+    if (MtuBytes(code) + overhead <= size_t(ip_mtu)) return code;
+  return 1;
+}
+
+// The route to `peer`, asked of a socket of its own: 0 and the IB path MTU code, or the errno of
+// a host with no route there (ENETUNREACH...).
 int ProbeRoute(const sockaddr_storage& peer, uint8_t* mtu_code) {
   int fd = base::OpenSocket(peer.ss_family, SOCK_DGRAM | SOCK_CLOEXEC);
   if (fd < 0) return errno;
@@ -57,18 +65,14 @@ int ProbeRoute(const sockaddr_storage& peer, uint8_t* mtu_code) {
                       peer.ss_family == AF_INET ? IP_MTU : IPV6_MTU, &ip_mtu, &len) != 0)
     ip_mtu = 1500;
   base::CloseDescriptor(fd);
-  size_t overhead = (peer.ss_family == AF_INET ? 20 : 40) + 8 + kBthLen + kRethLen + kIcrcLen;
-  *mtu_code = 1;
-  for (uint8_t code = 5; code > 1; --code)
-    if (MtuBytes(code) + overhead <= size_t(ip_mtu)) {
-      *mtu_code = code;
-      break;
-    }
+  *mtu_code = MtuCodeFor(peer.ss_family, ip_mtu);
   return error;
 }
 
-// The largest IB MTU code for the route to `peer` (1024 bytes' worth when unknown).
-uint8_t PathMtuCode(const sockaddr_storage& peer) {
+// The largest IB MTU code for the route to `peer` (1024 bytes' worth when unknown): asked of
+// `connected`, a port's socket connected to `peer`, when there is one (no probe socket then).
+uint8_t PathMtuCode(const sockaddr_storage& peer, const Port* connected) {
+  if (int ip_mtu = connected ? connected->RouteMtu() : 0) return MtuCodeFor(peer.ss_family, ip_mtu);
   uint8_t code;
   return ProbeRoute(peer, &code) == 0 ? code : 3;
 }
@@ -301,9 +305,14 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   }
   if (local_.ss_family != to.ss_family) return WV_INVALID_ADDRESS;
   if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
+  // A port of our own serves this connection alone: connected to the listener's port, where the
+  // CM exchange and the data all go, its socket knows the route (else a probe socket asks).
   uint8_t mtu_code;
-  if (int error = ProbeRoute(to, &mtu_code))  // no route: as a TCP connect would say at once
+  if (exclusive_port_ && port_->ConnectTo(to)) {
+    mtu_code = PathMtuCode(to, port_.get());
+  } else if (int error = ProbeRoute(to, &mtu_code)) {  // no route: as a TCP connect would say at once
     return error == ENETUNREACH ? WV_NETWORK_UNREACHABLE : WV_HOST_UNREACHABLE;
+  }
   peer_ = to;
   peer_port_ = to;  // until the REP says where the passive side's port is
   local_params_ = params;
@@ -327,9 +336,6 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   args.retry_count = Config().roce_retry_count;
   args.rnr_retry_count = Config().roce_rnr_retry;
   args.private_data = private_data;
-  // A port of our own serves this connection alone: the CM exchange and the data all go to the
-  // listener's port.
-  if (exclusive_port_) port_->ConnectTo(to);
   qpn_ = qp->qpn();
   qp_ = std::move(qp);
   connect_op_ = op;
@@ -374,8 +380,11 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   // The request may have expired, or its peer given up, since it was taken.
   CmState request = port_->Cm([&](CmAgent& agent) { return agent.StateOf(comm_id_); });
   if (request != CmState::ReqRcvd && request != CmState::MraReqSent) return WV_CONNECTION_ABORTED;
+  // The data travels through a flow to the peer's port (port.h), opened before the REP: the
+  // peer's first packets follow it. Its socket is connected there: it knows the route.
+  std::shared_ptr<Port> flow = Port::OpenFlow(port_, peer_port_);
   // The path MTU: the REQ's (a valid code: the CM refuses others), at most what the route takes.
-  mtu_ = MtuBytes(std::min<uint8_t>(req_.path_mtu, PathMtuCode(peer_port_)));
+  mtu_ = MtuBytes(std::min<uint8_t>(req_.path_mtu, PathMtuCode(peer_port_, flow.get())));
   local_params_ = params;
   if (qp->state() == QpState::Reset) qp->Modify(QpState::Init);
   qp->Modify(QpState::Rtr);
@@ -392,9 +401,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   link.ird = params.ird;
   link.ord = std::max<uint32_t>(std::min<uint32_t>(params.ord, req_.responder_resources), 1);
   link.rnr_retry = req_.rnr_retry_count;
-  // The data travels through a flow to the peer's port (port.h), opened before the REP: the
-  // peer's first packets follow it.
-  if (!StartLink(link, Port::OpenFlow(port_, peer_port_))) {
+  if (!StartLink(link, std::move(flow))) {
     qp_.reset();
     return WV_CONNECTION_ABORTED;
   }

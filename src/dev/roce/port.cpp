@@ -66,8 +66,15 @@ int Port::OpenSocket(int family) {
   int fd = base::OpenSocket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) return -1;
   // Ask for big buffers; as root, past the system limit (a lost datagram costs a retransmit).
-  for (int option : {SO_RCVBUF, SO_SNDBUF}) setsockopt(fd, SOL_SOCKET, option, &kSocketBuffer, sizeof kSocketBuffer);
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBuffer, sizeof kSocketBuffer);
+  // A process refused the forced size once is refused it every time: not asked again.
+  static std::atomic<bool> force_refused{false};
+  bool forced = false;
+  if (!force_refused.load(std::memory_order_relaxed)) {
+    forced = setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBuffer, sizeof kSocketBuffer) == 0;
+    if (!forced && errno == EPERM) force_refused.store(true, std::memory_order_relaxed);
+  }
+  if (!forced) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kSocketBuffer, sizeof kSocketBuffer);
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kSocketBuffer, sizeof kSocketBuffer);
   // Never fragment: packets are sized to the path MTU (IP_PMTUDISC_DO sets DF, as RoCEv2 does).
   // Runs of datagrams sent with GSO arrive as one buffer (loopback keeps them together).
   int gro = 1;
@@ -134,8 +141,9 @@ std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const s
   // connect() below, the kernel may hand the new socket a datagram meant for the owner: a flow
   // passes on whatever its owner serves.
   int one = 1;
-  if (setsockopt(owner->fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
-      setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
+  if (!owner->shares_port_)
+    owner->shares_port_ = setsockopt(owner->fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) == 0;
+  if (!owner->shares_port_ || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
       bind(fd, reinterpret_cast<const sockaddr*>(&owner->local_), AddressLength(owner->local_)) != 0 ||
       connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) != 0) {
     NDWV_LOG(Debug, "roce port %s: no flow to %s (%s)", owner->name_.c_str(), Describe(peer).c_str(),
@@ -233,11 +241,20 @@ std::shared_ptr<PacketSink> Port::FindSink(uint32_t qpn, sockaddr_storage* peer)
   return nullptr;
 }
 
-void Port::ConnectTo(const sockaddr_storage& peer) {
-  if (connect(fd_, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) != 0) return;
+bool Port::ConnectTo(const sockaddr_storage& peer) {
+  if (connect(fd_, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) != 0) return false;
   connected_.store(false, std::memory_order_release);
   connected_peer_ = peer;
   connected_.store(true, std::memory_order_release);
+  return true;
+}
+
+int Port::RouteMtu() const {
+  int ip_mtu = 0;
+  socklen_t length = sizeof ip_mtu;
+  bool v4 = local_.ss_family == AF_INET;
+  if (getsockopt(fd_, v4 ? IPPROTO_IP : IPPROTO_IPV6, v4 ? IP_MTU : IPV6_MTU, &ip_mtu, &length) != 0) return 0;
+  return ip_mtu;
 }
 
 sockaddr* Port::NameFor(const sockaddr_storage& to, socklen_t* length) const {

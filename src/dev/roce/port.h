@@ -83,8 +83,10 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   const sockaddr_storage& local() const { return local_; }
   // The port serves one connection only (an active connector's own port): the socket is
   // connected to the peer's port, so the kernel routes once, not per datagram, and delivers
-  // nothing from anyone else.
-  void ConnectTo(const sockaddr_storage& peer);
+  // nothing from anyone else. False if there is no route to the peer (errno says why).
+  bool ConnectTo(const sockaddr_storage& peer);
+  // A connected socket's (ConnectTo, a flow's): the route's IP MTU; 0 if unknown.
+  int RouteMtu() const;
   // A port's include its flows'.
   const PortCounters& counters() const { return owner_ ? owner_->counters_ : counters_; }
 
@@ -194,6 +196,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   const std::shared_ptr<Port> owner_;  // a flow's owning port (null for a port)
   std::atomic<bool> connected_{false};
   sockaddr_storage connected_peer_{};  // set before connected_
+  bool shares_port_ = false;  // a port: SO_REUSEPORT set for its flows (under g_ports_mutex)
   PortCounters counters_;  // a flow's are its owner's
 
   base::SharedMutex sinks_mutex_;
