@@ -179,13 +179,10 @@ void Stream::Start() {
     Abort();  // the QP failed (Flush) before its connection started: the connection ends
     return;
   }
-  if (params_.watched) {
-    // What arrived before is reported again by the engine (the watch is edge-triggered, and a
-    // changed watch reports what is ready): no read here that finds nothing.
+  if (params_.watched)
     Engine::Get().Rewatch(fd_, kWatched, weak_from_this());
-    return;
-  }
-  Engine::Get().Watch(fd_, kWatched, weak_from_this());
+  else
+    Engine::Get().Watch(fd_, kWatched, weak_from_this());
   DriveReceive();  // bytes may have arrived before the socket was watched
 }
 
