@@ -40,12 +40,6 @@ bool SameAddress(const sockaddr_storage& a, const sockaddr_storage& b) {
   return false;
 }
 
-bool IsWildcard(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET) return reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr == htonl(INADDR_ANY);
-  if (a.ss_family == AF_INET6) return IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr);
-  return true;
-}
-
 size_t AddressHash(const sockaddr_storage& a) {
   // FNV-1a over what SameAddress compares.
   uint64_t h = 0xcbf29ce484222325ull;
@@ -73,16 +67,15 @@ void SetReuseAddress(int fd, int on) { setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, 
 
 bool OutOfResources(int error) { return error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM; }
 
-// bind() and, for port 0, the port the kernel chose read back into `local` (unless it chooses
-// none before connect() or listen(): IP_BIND_ADDRESS_NO_PORT).
-int32_t BindAndReadBack(int fd, sockaddr_storage& local, bool read_back = true) {
+// bind() and, for port 0, the port the kernel chose read back into `local`.
+int32_t BindAndReadBack(int fd, sockaddr_storage& local) {
   bool ephemeral = PortOf(local) == 0;
   if (bind(fd, reinterpret_cast<const sockaddr*>(&local), AddressLength(local)) != 0) {
     int error = errno;
     if (error == EADDRINUSE) return ephemeral ? WV_TOO_MANY_ADDRESSES : WV_SHARING_VIOLATION;
     return OutOfResources(error) ? WV_INSUFFICIENT_RESOURCES : WV_INVALID_ADDRESS;
   }
-  if (ephemeral && read_back) {
+  if (ephemeral) {
     socklen_t length = sizeof local;
     getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length);
   }
@@ -120,7 +113,7 @@ int32_t BindTcpPort(int fd, sockaddr_storage& local, PortClaim& claim) {
   if (PortOf(local) == 0) {
     int on = 1;
     setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
-    return BindAndReadBack(fd, local, false);  // still port 0 until connect() or listen()
+    return BindAndReadBack(fd, local);
   }
   // A retry of a failed Connect binds a new socket to the port its endpoint still holds.
   if (!claim.held())

@@ -11,7 +11,6 @@ uint16_t PortOf(const sockaddr_storage& a);
 void SetPort(sockaddr_storage& a, uint16_t port);
 socklen_t AddressLength(const sockaddr_storage& a);  // of its family; 0 if neither IPv4 nor IPv6
 bool SameAddress(const sockaddr_storage& a, const sockaddr_storage& b);  // address and port
-bool IsWildcard(const sockaddr_storage& a);  // INADDR_ANY or in6addr_any (or no family at all)
 size_t AddressHash(const sockaddr_storage& a);  // equal for SameAddress addresses
 std::string Describe(const sockaddr_storage& a);  // "addr:port"
 

@@ -72,16 +72,6 @@ void Engine::Modify(int fd, uint32_t events) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);  // back from events == 0
 }
 
-void Engine::Rewatch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
-  Handover(fd, std::move(handler));
-  Modify(fd, events);  // an edge-triggered socket's pending readiness is reported again
-}
-
-void Engine::Handover(int fd, std::weak_ptr<IoHandler> handler) {
-  std::lock_guard<std::mutex> lock(handlers_mutex_);
-  handlers_[fd] = std::move(handler);
-}
-
 void Engine::Unwatch(int fd) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   std::lock_guard<std::mutex> lock(handlers_mutex_);

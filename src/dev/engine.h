@@ -56,12 +56,6 @@ class Engine {
   // any thread; a handler may still see one event after Unwatch and must tolerate it.
   void Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler);
   void Modify(int fd, uint32_t events);  // 0: out of the epoll set until events are given again
-  // fd is watched already, for another handler: its events go to `handler` from now on, for
-  // `events` (one system call, where Unwatch and Watch take two). The earlier handler may still
-  // see one event, as after Unwatch.
-  void Rewatch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler);
-  // As Rewatch, for the events the socket is watched for already: no system call at all.
-  void Handover(int fd, std::weak_ptr<IoHandler> handler);
   void Unwatch(int fd);
 
   void Arm(Timer* timer, std::chrono::milliseconds delay);

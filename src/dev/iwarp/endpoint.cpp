@@ -58,12 +58,10 @@ const char* Endpoint::ToString(State s) {
   return names[int(s)];
 }
 
-std::string Endpoint::Identity() const {
-  return "iwarp cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) + "]";
-}
-
 void Endpoint::SetState(State s) {
-  NDWV_LOG(Debug, "%s: %s -> %s", Identity().c_str(), ToString(state_), ToString(s));
+  // State changes are when addresses and the QP become known: the name log lines use.
+  identity_ = "iwarp cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) + "]";
+  NDWV_LOG(Debug, "%s: %s -> %s", identity_.c_str(), ToString(state_), ToString(s));
   state_ = s;
 }
 
@@ -71,7 +69,7 @@ void Endpoint::CloseSocket() {
   if (fd_ < 0) return;
   if (watching_) Engine::Get().Unwatch(fd_);
   watching_ = false;
-  if (!port_shared_) ReleaseTcpPort(fd_);
+  ReleaseTcpPort(fd_);
   base::CloseDescriptor(fd_);
   fd_ = -1;
   capture_.reset();
@@ -106,7 +104,7 @@ std::shared_ptr<Stream> Endpoint::HandleTimeoutLocked(Finisher& finish) {
   switch (state_) {
     case State::ActiveConnecting:
     case State::ActiveMpaSent:
-      NDWV_LOG(Info, "%s: connect timed out", Identity().c_str());
+      NDWV_LOG(Info, "%s: connect timed out", identity_.c_str());
       CloseSocket();
       SetState(State::Bound);
       finish.Add(std::exchange(connect_op_, nullptr), WV_IO_TIMEOUT);
@@ -117,7 +115,7 @@ std::shared_ptr<Stream> Endpoint::HandleTimeoutLocked(Finisher& finish) {
       finish.Add(std::exchange(accept_op_, nullptr), WV_IO_TIMEOUT);
       return stream_;
     case State::ActiveDisconnect:
-      NDWV_LOG(Info, "%s: peer did not close in time", Identity().c_str());
+      NDWV_LOG(Info, "%s: peer did not close in time", identity_.c_str());
       FinishDisconnect(WV_TIMEOUT);
       break;
     case State::Listening:
@@ -137,12 +135,6 @@ std::shared_ptr<Stream> Endpoint::HandleTimeoutLocked(Finisher& finish) {
 // ---------------------------------------------------------------------------- addresses
 
 namespace {
-
-// A connection's socket is watched edge-triggered from its first moment: a handshake reads until
-// the socket is empty anyway, and a watch that needs no change of events as the connection
-// passes from the CM to the stream costs no system call.
-constexpr uint32_t kActiveEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;  // connect() completes
-constexpr uint32_t kPassiveEvents = EPOLLIN | EPOLLRDHUP | EPOLLET;
 
 // One descriptor held in reserve for a listener in a process out of descriptors: given up for a
 // moment, it lets the listener take the pending connection off its queue and close it. Opened at
@@ -175,7 +167,6 @@ int32_t Endpoint::OpenSocket(int family) {
   if (fd_ < 0) return WV_INSUFFICIENT_RESOURCES;
   TuneConnectionSocket(fd_);
   int32_t status = BindTcpPort(fd_, local_, port_claim_);
-  port_shared_ = PortOf(local_) != 0;  // BindTcpPort shares an explicit port from the start
   if (status != WV_SUCCESS) CloseSocket();
   return status;
 }
@@ -215,7 +206,6 @@ int32_t Endpoint::Listen(int backlog) {
   // the port, however this process ends (an explicit port's socket has it already).
   int one = 1;
   setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  port_shared_ = true;
   if (listen(fd_, backlog_) != 0) {
     if (errno != EADDRINUSE) return WV_INSUFFICIENT_RESOURCES;
     return ephemeral_ ? WV_TOO_MANY_ADDRESSES : WV_SHARING_VIOLATION;
@@ -246,29 +236,22 @@ void Endpoint::OnListenReady() {
     if (handshaking_.size() + requests_.queued() >= size_t(backlog_)) {
       // Counted first: whoever sees the connection end sees the count.
       AdapterCounters(Transport::Iwarp).AddShared(Counter::ListenBacklogFull);
-      NDWV_LOG(Warn, "%s: backlog of %d full: connection from %s refused", Identity().c_str(), backlog_,
+      NDWV_LOG(Warn, "%s: backlog of %d full: connection from %s refused", identity_.c_str(), backlog_,
                Describe(peer).c_str());
       base::CloseDescriptor(fd);  // the peer's Connect is refused
       continue;
     }
     // A reserve lost to another thread while out of descriptors (RefusePending) is taken again.
     if (int& spare = SpareDescriptor(); spare < 0) spare = OpenSpare();
-    // The socket inherits the listener's options (TuneConnectionSocket's, and SO_REUSEADDR):
-    // Linux copies them into every connection it accepts.
+    TuneConnectionSocket(fd);
     auto child = std::make_shared<Endpoint>();
     std::lock_guard<std::mutex> lock(child->mutex_);
     child->fd_ = fd;
-    child->port_shared_ = true;
     child->capture_ = base::TcpCapture::Start(fd);
     child->peer_ = peer;
     child->peer_len_ = len;
-    if (IsWildcard(local_)) {  // which of the host's addresses the peer reached
-      child->local_len_ = sizeof child->local_;
-      getsockname(fd, reinterpret_cast<sockaddr*>(&child->local_), &child->local_len_);
-    } else {
-      child->local_ = local_;
-      child->local_len_ = local_len_;
-    }
+    child->local_len_ = sizeof child->local_;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&child->local_), &child->local_len_);
     child->listener_ = weak_from_this();
     child->SetState(State::PassiveHandshake);
     child->local_params_ = local_params_;
@@ -277,7 +260,7 @@ void Endpoint::OnListenReady() {
     child->listed_in_ = ListedIn::Handshakes;
     child->listed_since_ = Clock::now();
     child->listed_at_ = handshaking_.insert(handshaking_.end(), child);
-    Engine::Get().Watch(fd, kPassiveEvents, child);
+    Engine::Get().Watch(fd, EPOLLIN | EPOLLRDHUP, child);
   }
   ArmListenTimerLocked();
 }
@@ -291,7 +274,7 @@ void Endpoint::ExpireLocked() {
     std::lock_guard<std::mutex> lock(child->mutex_);
     child->listed_in_ = ListedIn::Nothing;
     AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestTimeouts);
-    NDWV_LOG(Warn, "%s: no MPA Request within %u ms: connection closed", child->Identity().c_str(),
+    NDWV_LOG(Warn, "%s: no MPA Request within %u ms: connection closed", child->identity_.c_str(),
              Config().cm_timeout_ms);
     child->CloseSocket();
     child->SetState(State::Closed);
@@ -303,7 +286,7 @@ void Endpoint::ExpireLocked() {
     child->listed_in_ = ListedIn::Nothing;
     AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsExpired);
     NDWV_LOG(Warn, "%s: connection request not taken (GetConnectionRequest) within %u ms: rejected",
-             child->Identity().c_str(), Config().cm_timeout_ms);
+             child->identity_.c_str(), Config().cm_timeout_ms);
     child->RefuseRequest(nullptr, 0);
   }
 }
@@ -333,12 +316,12 @@ void Endpoint::RefusePending() {
   }
   if (fd >= 0) {
     AdapterCounters(Transport::Iwarp).AddShared(Counter::AcceptsRefused);
-    NDWV_LOG(Warn, "%s: out of descriptors: a connection was refused", Identity().c_str());
+    NDWV_LOG(Warn, "%s: out of descriptors: a connection was refused", identity_.c_str());
     return;
   }
   if (error == EAGAIN || error == EWOULDBLOCK) return;  // nothing was pending
   // No spare (another thread took the one just freed): look again in a moment instead of spinning.
-  NDWV_LOG(Warn, "%s: out of descriptors: accepting paused", Identity().c_str());
+  NDWV_LOG(Warn, "%s: out of descriptors: accepting paused", identity_.c_str());
   Engine::Get().Modify(fd_, 0);
   accept_paused_ = true;
   accept_resume_ = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
@@ -377,22 +360,19 @@ void Endpoint::RequestGone(const std::shared_ptr<Endpoint>& child) {
   ArmListenTimerLocked();
   std::lock_guard<std::mutex> child_lock(child->mutex_);
   AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsAbandoned);
-  NDWV_LOG(Warn, "%s: peer left before its connection request was taken: closed", child->Identity().c_str());
+  NDWV_LOG(Warn, "%s: peer left before its connection request was taken: closed", child->identity_.c_str());
   child->CloseSocket();
   child->SetState(State::Closed);
 }
 
 void Endpoint::Adopt(Endpoint& child) {
   std::scoped_lock lock(mutex_, child.mutex_);
-  // Queued, it was watched for its peer leaving; taken, the socket's events come here, and wait
-  // for the stream (Accept): a peer that leaves meanwhile fails the Accept.
-  if (child.watching_) Engine::Get().Handover(child.fd_, weak_from_this());
+  if (child.watching_) Engine::Get().Unwatch(child.fd_);  // queued, it was watched for its peer leaving
   child.listed_in_ = ListedIn::Nothing;  // the caller holds the listener's lock
   fd_ = std::exchange(child.fd_, -1);
   capture_ = std::move(child.capture_);
-  watching_ = std::exchange(child.watching_, false);
-  port_shared_ = child.port_shared_;
-  taken_ = true;
+  watching_ = false;
+  child.watching_ = false;
   local_ = child.local_;
   local_len_ = child.local_len_;
   peer_ = child.peer_;
@@ -427,7 +407,7 @@ bool Endpoint::ReadMpaFrame(MpaKind kind) {
         case MpaFrameReader::Status::More: continue;
         case MpaFrameReader::Status::Whole: return true;
         case MpaFrameReader::Status::Bad:
-          NDWV_LOG(Info, "%s: bad MPA frame (%s)", Identity().c_str(), wire::ToString(mpa_.error()));
+          NDWV_LOG(Info, "%s: bad MPA frame (%s)", identity_.c_str(), wire::ToString(mpa_.error()));
           AdapterCounters(Transport::Iwarp).AddShared(Counter::DropsBadMpa);
           errno = EPROTO;
           return false;
@@ -449,11 +429,6 @@ StreamParams Endpoint::MakeStreamParams(bool passive) const {
   params.ord = std::min(local_params_.ord, peer_params_.ird);
   params.max_ulpdu = Config().mpa_max_ulpdu;
   params.expect_rtr = passive;
-  params.addressed = true;
-  params.local = local_;
-  params.peer = peer_;
-  params.watched = watching_;
-  params.port_released = port_shared_;
   return params;
 }
 
@@ -492,8 +467,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
            : error == ECONNREFUSED ? WV_CONNECTION_REFUSED
                                    : WV_HOST_UNREACHABLE;
   }
-  // The kernel chose the source address (if unbound) and the port (if 0) just now.
-  if (ephemeral_ || IsWildcard(local_)) {
+  if (ephemeral_) {  // the kernel chose the port just now
     local_len_ = sizeof local_;
     getsockname(fd_, reinterpret_cast<sockaddr*>(&local_), &local_len_);
   }
@@ -504,7 +478,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   SetState(State::ActiveConnecting);
   ArmTimer(Config().cm_timeout_ms);
   watching_ = true;
-  Engine::Get().Watch(fd_, kActiveEvents, weak_from_this());
+  Engine::Get().Watch(fd_, EPOLLOUT | EPOLLIN | EPOLLRDHUP, weak_from_this());
   return WV_PENDING;
 }
 
@@ -526,6 +500,8 @@ void Endpoint::OnConnectReady(Finisher& finish) {
                                                : WV_HOST_UNREACHABLE);
     return;
   }
+  local_len_ = sizeof local_;
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&local_), &local_len_);
   capture_ = base::TcpCapture::Start(fd_);
   MpaFrame request;
   request.reply = false;
@@ -535,6 +511,7 @@ void Endpoint::OnConnectReady(Finisher& finish) {
   request.ird = uint16_t(std::min<uint32_t>(local_params_.ird, kMpaIrdOrdMask));
   request.ord = uint16_t(std::min<uint32_t>(local_params_.ord, kMpaIrdOrdMask));
   request.private_data = {local_params_.data, local_params_.data_length};
+  Engine::Get().Modify(fd_, EPOLLIN | EPOLLRDHUP);
   SetState(State::ActiveMpaSent);
   if (!SendMpaFrame(request)) {
     FailConnect(finish, WV_CONNECTION_REFUSED);
@@ -565,8 +542,8 @@ void Endpoint::OnMpaReply(Finisher& finish) {
     return;
   }
   DisarmTimer();
-  // Still watched (edge-triggered, its events ignored) until the stream takes it over
-  // (CompleteConnect): a watch moved costs one system call, a watch ended and begun two.
+  Engine::Get().Unwatch(fd_);  // the stream watches it from CompleteConnect on
+  watching_ = false;
   SetState(State::ActiveReplied);
   finish.Add(std::exchange(connect_op_, nullptr), WV_SUCCESS);
 }
@@ -583,7 +560,6 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     if (status != WV_SUCCESS) return WV_CONNECTION_INVALID;
     stream_ = std::make_shared<Stream>(std::exchange(fd_, -1), active, MakeStreamParams(false),
                                        weak_from_this(), std::move(capture_));
-    watching_ = false;  // the stream watches the socket now
     SetState(State::Connected);
     std::shared_ptr<Stream> stream = stream_;
     lock.unlock();  // the stream reports to us: it must not find our lock held by its starter
@@ -616,7 +592,6 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   SetState(State::PassiveAccepting);
   stream_ = std::make_shared<Stream>(std::exchange(fd_, -1), qp, MakeStreamParams(true), weak_from_this(),
                                      std::move(capture_));
-  watching_ = false;  // the stream watches the socket now
   accept_work_.qp = std::move(qp);
   // A peer that never completes the connection must not hold the Accept forever.
   ArmTimer(6 * Config().cm_timeout_ms);
@@ -654,7 +629,7 @@ void Endpoint::RefuseRequest(const void* data, size_t length) {
   reply.crc = false;
   reply.private_data = {static_cast<const uint8_t*>(data), length};
   if (SendMpaFrame(reply)) AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRejectsSent);
-  if (!port_shared_) ReleaseTcpPort(fd_);
+  ReleaseTcpPort(fd_);
   shutdown(fd_, SHUT_WR);
   if (capture_) capture_->SentFin();
   CloseSocket();
@@ -669,7 +644,7 @@ void Endpoint::OnMpaRequest() {
     SetState(State::Closed);
   } else if (const MpaFrame& frame = mpa_.frame(); !Servable(frame)) {
     AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsReceived);
-    NDWV_LOG(Info, "%s: MPA request we cannot serve, rejected", Identity().c_str());
+    NDWV_LOG(Info, "%s: MPA request we cannot serve, rejected", identity_.c_str());
     RefuseRequest(nullptr, 0);
     request = false;
   } else {
@@ -677,8 +652,8 @@ void Endpoint::OnMpaRequest() {
     peer_params_ = PeerParams(frame);
     peer_crc_ = frame.crc;
     // Until the application takes it, the request is watched only for its peer leaving (which
-    // releases its socket at once); what the peer sends meanwhile belongs to the stream (the
-    // watch is edge-triggered: unread bytes do not wake the engine again).
+    // releases its socket at once); what the peer sends meanwhile belongs to the stream.
+    Engine::Get().Modify(fd_, EPOLLRDHUP);
     SetState(State::PassiveRequest);
   }
   auto listener = listener_.lock();
@@ -714,14 +689,8 @@ void Endpoint::OnIo(uint32_t events) {
     case State::Listening: OnListenReady(); break;
     case State::ActiveConnecting: OnConnectReady(finish); break;
     case State::ActiveMpaSent: OnMpaReply(finish); break;
-    case State::PassiveHandshake:
-      OnMpaRequest();
-      // The peer's leaving may have come with its request: an edge reported once, and now.
-      if (state_ == State::PassiveRequest && !taken_) OnQueuedEvent(events);
-      break;
-    case State::PassiveRequest:
-      if (!taken_) OnQueuedEvent(events);
-      break;
+    case State::PassiveHandshake: OnMpaRequest(); break;
+    case State::PassiveRequest: OnQueuedEvent(events); break;
     default: break;
   }
 }

@@ -67,7 +67,6 @@ class Endpoint final : public ConnectEndpoint,
 
   int32_t OpenSocket(int family);  // a socket bound to local_ (port chosen if 0)
   void SetState(State s);
-  std::string Identity() const;  // "iwarp cm qp 5 [local -> peer]", for log lines
   void ArmTimer(uint32_t ms);
   void DisarmTimer();
   static void OnTimer(Timer* timer);
@@ -104,12 +103,11 @@ class Endpoint final : public ConnectEndpoint,
   State state_ = State::Idle;
   int fd_ = -1;
   std::unique_ptr<base::TcpCapture> capture_;  // with fd_ once connected, when capturing
-  bool watching_ = false;     // fd_ is in the engine's set, for us
-  bool port_shared_ = false;  // SO_REUSEADDR is set: ReleaseTcpPort needs not be called
-  bool taken_ = false;        // passive: a GetRequest's target, holding its connection (Adopt)
+  bool watching_ = false;
   sockaddr_storage local_{}, peer_{};
   socklen_t local_len_ = 0, peer_len_ = 0;
   uint32_t qpn_ = 0;        // the QP being connected, once Connect or Accept named it
+  std::string identity_;    // "iwarp cm qp 5 [local -> peer]", for log lines (set by SetState)
   bool bound_ = false;
   bool ephemeral_ = false;  // the port is the kernel's to choose (bound to 0, or not bound)
   PortClaim port_claim_;    // an explicit port, held from Bind for the endpoint's life

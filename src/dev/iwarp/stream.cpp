@@ -81,14 +81,12 @@ Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params
   params_.max_ulpdu = std::min<uint32_t>(params_.max_ulpdu, kFpduMaxUlpdu);
   params_.ird = std::max<uint32_t>(params_.ird, 1);
   params_.ord = std::max<uint32_t>(params_.ord, 1);
-  port_released_.store(params_.port_released, std::memory_order_relaxed);
-  if (!params_.addressed) {
-    socklen_t length = sizeof params_.local;
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&params_.local), &length);
-    length = sizeof params_.peer;
-    getpeername(fd_, reinterpret_cast<sockaddr*>(&params_.peer), &length);
-  }
-  counters_.Register(Transport::Iwarp, qpn_, 0, params_.local, params_.peer);
+  sockaddr_storage local{}, peer{};
+  socklen_t length = sizeof local;
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &length);
+  length = sizeof peer;
+  getpeername(fd_, reinterpret_cast<sockaddr*>(&peer), &length);
+  counters_.Register(Transport::Iwarp, qpn_, 0, local, peer);
   linger_timer_.fire = &Stream::OnLingerTimer;
   linger_timer_.owner = this;
 }
@@ -179,10 +177,7 @@ void Stream::Start() {
     Abort();  // the QP failed (Flush) before its connection started: the connection ends
     return;
   }
-  if (params_.watched)
-    Engine::Get().Rewatch(fd_, kWatched, weak_from_this());
-  else
-    Engine::Get().Watch(fd_, kWatched, weak_from_this());
+  Engine::Get().Watch(fd_, kWatched, weak_from_this());
   DriveReceive();  // bytes may have arrived before the socket was watched
 }
 
@@ -256,13 +251,8 @@ void Stream::Shutdown() {
 void Stream::CloseSocket() {
   Engine::Get().Unwatch(fd_);
   if (capture_) [[unlikely]] capture_->SentFin();  // close() sends it, if shutdown() did not
-  ReleasePort();
+  ReleaseTcpPort(fd_);
   base::CloseDescriptor(fd_);
-}
-
-void Stream::ReleasePort() {
-  // Both the FIN's sender and the close call this: one system call does.
-  if (!port_released_.exchange(true, std::memory_order_relaxed)) ReleaseTcpPort(fd_);
 }
 
 void Stream::OnLingerTimer(Timer* timer) { static_cast<Stream*>(timer->owner)->Linger(); }
@@ -382,7 +372,7 @@ void Stream::ProcessTx() {
     if (send_closed_ || broken_) return;
     if (!FillBatch()) {
       if (close_send_) {
-        ReleasePort();           // the FIN may leave a TIME_WAIT behind
+        ReleaseTcpPort(fd_);     // the FIN may leave a TIME_WAIT behind
         shutdown(fd_, SHUT_WR);  // FIN after the last queued byte
         if (capture_) [[unlikely]] capture_->SentFin();
         send_closed_ = true;

@@ -36,11 +36,6 @@ struct StreamParams {
   bool expect_rtr = false;   // passive side: the first FPDU must be the zero-length Write RTR
   // Writes (and Sends) complete when a zero-length Read (a probe) confirms they were placed.
   bool confirm_writes = true, confirm_sends = false;
-  // Known by the connection manager already, and then not asked of the socket again.
-  bool addressed = false;            // local and peer are the socket's addresses
-  sockaddr_storage local{}, peer{};
-  bool watched = false;              // the socket is in the engine's set, for its CM (Rewatch)
-  bool port_released = false;        // SO_REUSEADDR is set already (ReleaseTcpPort)
 };
 
 // Where the receive path reads its bytes: the socket, or bytes a unit test or a fuzzer hands over
@@ -151,7 +146,6 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // reads nothing leaves the socket full, and closing it then (with its unread bytes) would
   // reset the Terminate away.
   void CloseSocket();
-  void ReleasePort();  // ReleaseTcpPort, once
   void Linger();
   static void OnLingerTimer(Timer* timer);
 
@@ -223,7 +217,6 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool rtr_pending_ = false;
   std::atomic<bool> shut_{false};   // Shutdown ran (set with both locks held)
   std::atomic<bool> error_reported_{false};
-  std::atomic<bool> port_released_{false};  // ReleasePort ran, or needs not
   base::Mutex reads_mutex_;  // reads_outstanding_ and unconfirmed_: transmit adds, receive retires
   bool close_send_ = false, send_closed_ = false;
   std::atomic<bool> broken_{false};
