@@ -290,7 +290,9 @@ class Client {
  private:
   void Launch() {
     if (left_.fetch_sub(1) <= 0) return;
-    auto* cycle = new ClientCycle;
+    // Value-initialized: its OVERLAPPEDs start zeroed, as Windows requires (a stale hEvent with
+    // its low bit set would keep the completion off the port, and the cycle would wait forever).
+    auto* cycle = new ClientCycle();
     cycle->side = &side_;
     cycle->client = this;
     Adapter& adapter = side_.adapter;
