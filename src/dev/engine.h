@@ -110,4 +110,47 @@ class Engine {
   bool stopping_ = false;
 };
 
+// A Timer that keeps its owner alive while it is armed or firing: the keep-alive protocol,
+// written once. Every call is made under the lock the owner's fire function takes first; that
+// lock is what orders an arming against a firing. The fire function, holding it, calls
+// TakeFiring: a timer armed again since it fell due yields nothing (its later firing runs, and the
+// new arming's keep-alive covers it); otherwise the fire function gets the keep-alive, and drops
+// it last, after the lock.
+template <class Owner>
+class OwnedTimer {
+ public:
+  OwnedTimer(void (*fire)(Timer*), Owner* owner) {
+    timer_.fire = fire;
+    timer_.owner = owner;
+  }
+  OwnedTimer(const OwnedTimer&) = delete;
+  OwnedTimer& operator=(const OwnedTimer&) = delete;
+
+  static Owner* OwnerOf(Timer* timer) { return static_cast<Owner*>(timer->owner); }
+
+  // Arms, or re-arms, the timer; `self` (the owner) stays alive until a firing takes it or a
+  // Disarm drops it.
+  void Arm(std::shared_ptr<Owner> self, std::chrono::milliseconds delay) {
+    self_ = std::move(self);
+    Engine::Get().Arm(&timer_, delay);
+  }
+  // Stops the timer. One already due still fires: it gets the keep-alive from TakeFiring and
+  // must find for itself that there is nothing left to do.
+  void Disarm() {
+    if (Engine::Get().Disarm(&timer_)) self_.reset();
+  }
+  // Armed, or due and not yet taken by its firing.
+  bool pending() const { return self_ != nullptr; }
+
+  // In the fire function: the owner, kept alive for this firing, or null when the firing is stale.
+  std::shared_ptr<Owner> TakeFiring() {
+    if (Engine::Get().IsArmed(&timer_)) return nullptr;
+    return std::move(self_);
+  }
+
+ private:
+  Timer timer_;
+  std::shared_ptr<Owner> self_;
+};
+
 }  // namespace ndwv::dev

@@ -29,8 +29,6 @@ using base::Config;
 std::shared_ptr<ConnectEndpoint> CreateEndpoint() { return std::make_shared<Endpoint>(); }
 
 Endpoint::Endpoint() {
-  timer_.fire = &Endpoint::OnTimer;
-  timer_.owner = this;
   accept_work_.run = [](WorkItem* item) {
     auto* work = static_cast<AcceptWork*>(item);
     auto endpoint = std::move(work->endpoint);
@@ -78,23 +76,21 @@ void Endpoint::CloseSocket() {
 // ---------------------------------------------------------------------------- timers
 
 void Endpoint::ArmTimer(uint32_t ms) {
-  timer_self_ = shared_from_this();
-  Engine::Get().Arm(&timer_, std::chrono::milliseconds(ms));
+  timer_.Arm(shared_from_this(), std::chrono::milliseconds(ms));
 }
 
 void Endpoint::DisarmTimer() {
-  if (Engine::Get().Disarm(&timer_)) timer_self_.reset();  // else the firing drops it
+  timer_.Disarm();
 }
 
 void Endpoint::OnTimer(Timer* timer) {
-  Endpoint* self = static_cast<Endpoint*>(timer->owner);
+  Endpoint* self = EndpointTimer::OwnerOf(timer);
   std::shared_ptr<Endpoint> keep;  // released last, after the requests completed
   Finisher finish;
   std::shared_ptr<Stream> abort;
   {
     std::lock_guard<std::mutex> lock(self->mutex_);
-    if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
-    keep = std::move(self->timer_self_);
+    keep = self->timer_.TakeFiring();
     if (keep) abort = keep->HandleTimeoutLocked(finish);
   }
   if (abort) abort->Abort();

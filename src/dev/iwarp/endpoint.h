@@ -140,8 +140,8 @@ class Endpoint final : public ConnectEndpoint,
 
   MpaFrameReader mpa_;  // the MPA frame being read
 
-  Timer timer_;
-  std::shared_ptr<Endpoint> timer_self_;  // keeps us alive while the timer is armed
+  using EndpointTimer = OwnedTimer<Endpoint>;
+  EndpointTimer timer_{&Endpoint::OnTimer, this};
 
   struct AcceptWork : WorkItem {
     std::shared_ptr<Endpoint> endpoint;

@@ -136,10 +136,9 @@ void Stream::WatchReceive(bool on, bool by_timer) {
     rx_watched_ = on;
     Engine::Get().Modify(fd_, on ? kWatched : 0);  // the poller drives both directions
     if (!on) {
-      watch_self_ = shared_from_this();
-      Engine::Get().Arm(&watch_timer_, poller_rule_.FirstLook());
-    } else if (Engine::Get().Disarm(&watch_timer_)) {
-      watch_self_.reset();
+      watch_timer_.Arm(shared_from_this(), poller_rule_.FirstLook());
+    } else {
+      watch_timer_.Disarm();
     }
   }
   if (on) {
@@ -154,16 +153,14 @@ void Stream::WatchReceive(bool on, bool by_timer) {
 }
 
 void Stream::OnWatchTimer(Timer* timer) {
-  Stream* self = static_cast<Stream*>(timer->owner);
+  Stream* self = WatchTimer::OwnerOf(timer);
   std::shared_ptr<Stream> keep;
   {
     std::lock_guard lock(self->watch_mutex_);
-    if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
-    keep = std::move(self->watch_self_);
+    keep = self->watch_timer_.TakeFiring();
     if (!keep || self->shut_) return;
     if (self->poller_rule_.StillActive()) {
-      self->watch_self_ = keep;  // still polling: look again later
-      Engine::Get().Arm(&self->watch_timer_, self->poller_rule_.NextLook());
+      self->watch_timer_.Arm(keep, self->poller_rule_.NextLook());  // still polling: look later
       return;
     }
   }
@@ -171,8 +168,6 @@ void Stream::OnWatchTimer(Timer* timer) {
 }
 
 void Stream::Start() {
-  watch_timer_.fire = &Stream::OnWatchTimer;
-  watch_timer_.owner = this;
   if (!qp_->Attach(shared_from_this())) {
     Abort();  // the QP failed (Flush) before its connection started: the connection ends
     return;
@@ -243,7 +238,7 @@ void Stream::Shutdown() {
   }
   {
     std::lock_guard lock(watch_mutex_);
-    if (Engine::Get().Disarm(&watch_timer_)) watch_self_.reset();
+    watch_timer_.Disarm();
   }
   if (!linger) CloseSocket();
 }

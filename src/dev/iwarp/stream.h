@@ -260,8 +260,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // A poller's receive placed a message the peer started (written under rx_mutex_, taken by the
   // poller after the receive: PollerRule's evidence).
   std::atomic<bool> peer_message_by_poller_{false};
-  Timer watch_timer_;
-  std::shared_ptr<Stream> watch_self_;  // alive while the timer is armed
+  using WatchTimer = OwnedTimer<Stream>;
+  WatchTimer watch_timer_{&Stream::OnWatchTimer, this};
 
   // Lingering after a Terminate (CloseSocket); under tx_mutex_.
   bool lingering_ = false;

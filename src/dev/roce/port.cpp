@@ -166,8 +166,6 @@ Port::Port(int fd, const sockaddr_storage& local, std::string name, std::shared_
       name_(std::move(name)),
       owner_(std::move(owner)) {
   if (!owner_) agent_ = std::make_unique<CmAgent>(*this, AgentConfig());
-  watch_timer_.fire = &Port::OnWatchTimer;
-  watch_timer_.owner = this;
   deliver_work_.owner = this;
   deliver_work_.run = [](WorkItem* item) {
     Port* port = static_cast<DeliverWork*>(item)->owner;
@@ -177,8 +175,6 @@ Port::Port(int fd, const sockaddr_storage& local, std::string name, std::shared_
     port->DeliverEvents(lock);
     lock.unlock();
   };
-  cm_timer_.fire = &Port::OnCmTimer;
-  cm_timer_.owner = this;
 }
 
 Port::~Port() {
@@ -425,8 +421,7 @@ void Port::PolledEmpty(bool placed_peer_message, bool lendable) {
   if (!watching_in_) return;
   watching_in_ = false;
   UpdateWatchLocked();
-  watch_self_ = shared_from_this();
-  Engine::Get().Arm(&watch_timer_, poller_rule_.FirstLook());
+  watch_timer_.Arm(shared_from_this(), poller_rule_.FirstLook());
 }
 
 void Port::Reaped(bool peer_message) {
@@ -444,7 +439,7 @@ void Port::WatchAgain(bool by_timer) {
     if (watching_in_) return;
     watching_in_ = true;
     UpdateWatchLocked();
-    if (Engine::Get().Disarm(&watch_timer_)) watch_self_.reset();
+    watch_timer_.Disarm();
   }
   const std::atomic<uint64_t>& received = Owner().counters_.received;
   uint64_t before = received.load(std::memory_order_relaxed);
@@ -456,16 +451,14 @@ void Port::WatchAgain(bool by_timer) {
 }
 
 void Port::OnWatchTimer(Timer* timer) {
-  Port* self = static_cast<Port*>(timer->owner);
+  Port* self = PortTimer::OwnerOf(timer);
   std::shared_ptr<Port> keep;
   {
     std::lock_guard<std::mutex> lock(self->watch_mutex_);
-    if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
-    keep = std::move(self->watch_self_);
+    keep = self->watch_timer_.TakeFiring();
     if (!keep) return;
     if (self->poller_rule_.StillActive()) {
-      self->watch_self_ = keep;  // still polling: look again later
-      Engine::Get().Arm(&self->watch_timer_, self->poller_rule_.NextLook());
+      self->watch_timer_.Arm(keep, self->poller_rule_.NextLook());  // still polling: look later
       return;
     }
   }
@@ -852,17 +845,15 @@ void Port::RearmCmTimer() {
   uint64_t deadline = agent_->NextDeadlineMs();
   if (deadline == UINT64_MAX) return;  // a timer that fires early finds nothing due: harmless
   uint64_t now = NowMs();
-  cm_timer_self_ = shared_from_this();
-  Engine::Get().Arm(&cm_timer_, std::chrono::milliseconds(deadline > now ? deadline - now : 0));
+  cm_timer_.Arm(shared_from_this(), std::chrono::milliseconds(deadline > now ? deadline - now : 0));
 }
 
 void Port::OnCmTimer(Timer* timer) {
-  Port* self = static_cast<Port*>(timer->owner);
+  Port* self = PortTimer::OwnerOf(timer);
   std::shared_ptr<Port> keep;
   {
     std::lock_guard<std::mutex> lock(self->cm_mutex_);
-    if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
-    keep = std::move(self->cm_timer_self_);
+    keep = self->cm_timer_.TakeFiring();
   }
   if (!keep) return;
   std::unique_lock<std::mutex> lock(keep->cm_mutex_);

@@ -219,8 +219,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   bool watching_out_ = false;
   std::atomic<bool> watching_in_{true};  // written under watch_mutex_
   PollerRule poller_rule_;
-  Timer watch_timer_;
-  std::shared_ptr<Port> watch_self_;  // alive while the timer is armed
+  using PortTimer = OwnedTimer<Port>;
+  PortTimer watch_timer_{&Port::OnWatchTimer, this};
   void UpdateWatchLocked();
   static void OnWatchTimer(Timer* timer);
 
@@ -237,8 +237,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
     Port* owner = nullptr;
     std::shared_ptr<Port> keep;  // set while queued
   } deliver_work_;
-  Timer cm_timer_;
-  std::shared_ptr<Port> cm_timer_self_;  // alive while the timer is armed
+  PortTimer cm_timer_{&Port::OnCmTimer, this};
 };
 
 }  // namespace ndwv::dev::roce

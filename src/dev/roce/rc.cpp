@@ -144,8 +144,6 @@ RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const 
       rnr_left_(params.rnr_retry),
       sent_end_psn_(next_psn_),
       epsn_(params.rq_psn & kPsnMask) {
-  timer_.fire = &RcLink::OnTimer;
-  timer_.owner = this;
 }
 
 RcLink::~RcLink() { Shutdown(); }
@@ -183,10 +181,7 @@ void RcLink::Shutdown() {
       counters_.AddShared(Counter::FlushedRequests);
     }
     qp_.reset();
-    if (timer_armed_ && Engine::Get().Disarm(&timer_)) {
-      timer_armed_ = false;
-      timer_self_.reset();
-    }
+    timer_.Disarm();
   }
   port_->RemoveSink(qpn_);
 }
@@ -896,22 +891,18 @@ bool RcLink::ExecuteRead(const Packet& packet, bool duplicate) {
 // ---------------------------------------------------------------------------------- timer
 
 void RcLink::EnsureTimer(Clock::time_point deadline) {
-  if (timer_armed_ && timer_deadline_ <= deadline) return;  // fires in time; it re-checks then
-  timer_armed_ = true;
+  if (timer_.pending() && timer_deadline_ <= deadline) return;  // fires in time; it re-checks then
   timer_deadline_ = deadline;
-  timer_self_ = shared_from_this();
   auto delay = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-  Engine::Get().Arm(&timer_, std::max(delay, std::chrono::milliseconds(0)));
+  timer_.Arm(shared_from_this(), std::max(delay, std::chrono::milliseconds(0)));
 }
 
 void RcLink::OnTimer(Timer* timer) {
-  RcLink* self = static_cast<RcLink*>(timer->owner);
+  RcLink* self = LinkTimer::OwnerOf(timer);
   std::shared_ptr<RcLink> keep;
   {
     base::MutexLock lock(self->mutex_);
-    if (Engine::Get().IsArmed(timer)) return;  // armed again since it fell due: that one fires later
-    keep = std::move(self->timer_self_);
-    self->timer_armed_ = false;
+    keep = self->timer_.TakeFiring();
     if (!keep || self->shut_) return;
     self->HandleTimer();
   }

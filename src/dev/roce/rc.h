@@ -201,10 +201,9 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   bool counted_live_ NDWV_GUARDED_BY(mutex_) = false;    // in the process's count of links that keep alive
   std::atomic<bool> failure_to_report_{false};
 
-  Timer timer_;
-  bool timer_armed_ NDWV_GUARDED_BY(mutex_) = false;
+  using LinkTimer = OwnedTimer<RcLink>;
+  LinkTimer timer_ NDWV_GUARDED_BY(mutex_){&RcLink::OnTimer, this};
   Clock::time_point timer_deadline_ NDWV_GUARDED_BY(mutex_){};
-  std::shared_ptr<RcLink> timer_self_ NDWV_GUARDED_BY(mutex_);  // alive while the timer is armed
 };
 
 }  // namespace ndwv::dev::roce
