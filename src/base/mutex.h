@@ -5,29 +5,84 @@
 // the holder unlocks, as with std::mutex. The three-state protocol is the classic futex mutex:
 // the unlocker makes a system call only when someone may be asleep. SharedMutex's readers are
 // one atomic add each way, where pthread's rwlock takes ~80 instructions a pair.
+//
+// Debug and sanitizer builds define NDWV_LOCK_ASSERTS (CMakeLists.txt): a Mutex then records the
+// thread that holds it, and AssertHeld aborts, naming the lock and the caller, when the calling
+// thread does not. Release builds record nothing and check nothing.
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <mutex>  // std::defer_lock_t, std::adopt_lock_t
+#if defined(NDWV_LOCK_ASSERTS)
+#include <thread>
+#endif
 
 #include "base/thread_safety.h"
 
 namespace ndwv::base {
 
+namespace detail {
+
+// Prints which lock the caller at function (file:line) expected to hold, and aborts.
+[[noreturn]] void LockNotHeld(const char* name, const void* lock, const char* function,
+                              const char* file, int line) noexcept;
+
+#if defined(NDWV_LOCK_ASSERTS)
+class LockOwner {
+ public:
+  constexpr explicit LockOwner(const char* name) noexcept : name_(name) {}
+  // Cleared before the unlock proper, so that it never erases the next holder's mark.
+  void Acquired() noexcept { owner_.store(std::this_thread::get_id(), std::memory_order_relaxed); }
+  void Released() noexcept { owner_.store(std::thread::id(), std::memory_order_relaxed); }
+  // Only the holder itself can have stored its id, so a relaxed load suffices.
+  void Check(const void* lock, const char* function, const char* file, int line) const noexcept {
+    if (owner_.load(std::memory_order_relaxed) != std::this_thread::get_id())
+      LockNotHeld(name_, lock, function, file, line);
+  }
+
+ private:
+  const char* name_;
+  std::atomic<std::thread::id> owner_{};
+};
+#else
+class LockOwner {
+ public:
+  constexpr explicit LockOwner(const char*) noexcept {}
+  void Acquired() noexcept {}
+  void Released() noexcept {}
+  void Check(const void*, const char*, const char*, int) const noexcept {}
+};
+#endif
+
+}  // namespace detail
+
 class NDWV_CAPABILITY("mutex") Mutex {
  public:
   Mutex() = default;
+  // name: how AssertHeld's message calls it ("Class::member_").
+  constexpr explicit Mutex(const char* name) noexcept : owner_(name) {}
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
+  // Debug builds: aborts unless the calling thread holds the lock; the analysis then treats it
+  // as held. At the top of a function that requires the lock (NDWV_REQUIRES).
+  void AssertHeld(const char* function = __builtin_FUNCTION(), const char* file = __builtin_FILE(),
+                  int line = __builtin_LINE()) const noexcept NDWV_ASSERT_CAPABILITY(this) {
+    owner_.Check(this, function, file, line);
+  }
+
   bool try_lock() noexcept NDWV_TRY_ACQUIRE(true) NDWV_NO_THREAD_SAFETY_ANALYSIS {
     uint32_t expected = kFree;
-    return state_.compare_exchange_strong(expected, kLocked, std::memory_order_acquire,
-                                          std::memory_order_relaxed);
+    bool taken = state_.compare_exchange_strong(expected, kLocked, std::memory_order_acquire,
+                                                std::memory_order_relaxed);
+    if (taken) owner_.Acquired();
+    return taken;
   }
   void lock() noexcept NDWV_ACQUIRE() NDWV_NO_THREAD_SAFETY_ANALYSIS {
     if (!try_lock()) LockContended();
   }
   void unlock() noexcept NDWV_RELEASE() NDWV_NO_THREAD_SAFETY_ANALYSIS {
+    owner_.Released();
     if (state_.exchange(kFree, std::memory_order_release) == kSleepers) state_.notify_one();
   }
 
@@ -40,10 +95,15 @@ class NDWV_CAPABILITY("mutex") Mutex {
     // unlock must wake it.
     while (state_.exchange(kSleepers, std::memory_order_acquire) != kFree)
       state_.wait(kSleepers, std::memory_order_relaxed);
+    owner_.Acquired();
   }
 
   std::atomic<uint32_t> state_{kFree};
+  [[no_unique_address]] detail::LockOwner owner_{"a base::Mutex"};  // empty in release builds
 };
+#if !defined(NDWV_LOCK_ASSERTS)
+static_assert(sizeof(Mutex) == sizeof(uint32_t), "a release build's Mutex is its state alone");
+#endif
 
 // A reader-writer lock whose readers are the data path and whose writers are rare (a region's
 // registration). As std::shared_mutex on glibc, readers are not held off by a waiting writer, only
@@ -53,6 +113,21 @@ class NDWV_CAPABILITY("shared mutex") SharedMutex {
   SharedMutex() = default;
   SharedMutex(const SharedMutex&) = delete;
   SharedMutex& operator=(const SharedMutex&) = delete;
+
+  // Debug builds: aborts unless the lock is held shared. Readers are not recorded, so this
+  // checks that some thread reads, not that the caller does; for a lock held through an object
+  // the analysis cannot follow (a std::shared_lock that is moved or handed in).
+  void AssertReaderHeld(const char* function = __builtin_FUNCTION(),
+                        const char* file = __builtin_FILE(), int line = __builtin_LINE()) const
+      noexcept NDWV_ASSERT_SHARED_CAPABILITY(this) {
+#if defined(NDWV_LOCK_ASSERTS)
+    uint32_t s = state_.load(std::memory_order_relaxed);
+    if ((s & kReaders) == 0 || (s & kWriter))
+      detail::LockNotHeld("a base::SharedMutex, shared,", this, function, file, line);
+#else
+    (void)function, (void)file, (void)line;
+#endif
+  }
 
   void lock_shared() noexcept NDWV_ACQUIRE_SHARED() NDWV_NO_THREAD_SAFETY_ANALYSIS {
     while (state_.fetch_add(1, std::memory_order_acquire) & kWriter) {
@@ -103,12 +178,73 @@ class NDWV_CAPABILITY("shared mutex") SharedMutex {
 class NDWV_SCOPED_CAPABILITY MutexLock {
  public:
   explicit MutexLock(Mutex& mutex) NDWV_ACQUIRE(mutex) : mutex_(mutex) { mutex_.lock(); }
+  // Takes over a lock the caller holds (a successful try_lock).
+  MutexLock(Mutex& mutex, std::adopt_lock_t) NDWV_REQUIRES(mutex) : mutex_(mutex) {}
   ~MutexLock() NDWV_RELEASE() { mutex_.unlock(); }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
  private:
   Mutex& mutex_;
+};
+
+// std::unique_lock for a Mutex: released and taken again inside its scope, or taken later.
+class NDWV_SCOPED_CAPABILITY UniqueLock {
+ public:
+  explicit UniqueLock(Mutex& mutex) NDWV_ACQUIRE(mutex) : mutex_(mutex) { lock(); }
+  UniqueLock(Mutex& mutex, std::defer_lock_t) NDWV_EXCLUDES(mutex) : mutex_(mutex) {}
+  ~UniqueLock() NDWV_RELEASE() {
+    if (held_) mutex_.unlock();
+  }
+  UniqueLock(const UniqueLock&) = delete;
+  UniqueLock& operator=(const UniqueLock&) = delete;
+
+  void lock() NDWV_ACQUIRE() {
+    mutex_.lock();
+    held_ = true;
+  }
+  void unlock() NDWV_RELEASE() {
+    held_ = false;
+    mutex_.unlock();
+  }
+
+ private:
+  Mutex& mutex_;
+  bool held_ = false;
+};
+
+// std::shared_lock and std::unique_lock for a SharedMutex, seen by the analysis. A reader may
+// let go before the end of its scope.
+class NDWV_SCOPED_CAPABILITY ReaderLock {
+ public:
+  explicit ReaderLock(SharedMutex& mutex) NDWV_ACQUIRE_SHARED(mutex) : mutex_(mutex) {
+    mutex_.lock_shared();
+  }
+  ~ReaderLock() NDWV_RELEASE() {
+    if (held_) mutex_.unlock_shared();
+  }
+  ReaderLock(const ReaderLock&) = delete;
+  ReaderLock& operator=(const ReaderLock&) = delete;
+
+  void unlock() NDWV_RELEASE() {
+    held_ = false;
+    mutex_.unlock_shared();
+  }
+
+ private:
+  SharedMutex& mutex_;
+  bool held_ = true;
+};
+
+class NDWV_SCOPED_CAPABILITY WriterLock {
+ public:
+  explicit WriterLock(SharedMutex& mutex) NDWV_ACQUIRE(mutex) : mutex_(mutex) { mutex_.lock(); }
+  ~WriterLock() NDWV_RELEASE() { mutex_.unlock(); }
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  SharedMutex& mutex_;
 };
 
 }  // namespace ndwv::base

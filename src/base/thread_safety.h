@@ -20,5 +20,11 @@
 #define NDWV_RELEASE_SHARED(...) NDWV_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
 #define NDWV_TRY_ACQUIRE(...) NDWV_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 #define NDWV_EXCLUDES(...) NDWV_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
+#define NDWV_REQUIRES_SHARED(...) NDWV_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
+// A function that checks (at run time) that the caller holds the lock: the analysis believes it.
+#define NDWV_ASSERT_CAPABILITY(x) NDWV_THREAD_ANNOTATION(assert_capability(x))
+#define NDWV_ASSERT_SHARED_CAPABILITY(x) NDWV_THREAD_ANNOTATION(assert_shared_capability(x))
+// An accessor that returns a reference to the lock it names.
+#define NDWV_RETURN_CAPABILITY(x) NDWV_THREAD_ANNOTATION(lock_returned(x))
 // For the implementation of a lock itself, which the analysis cannot follow.
 #define NDWV_NO_THREAD_SAFETY_ANALYSIS NDWV_THREAD_ANNOTATION(no_thread_safety_analysis)

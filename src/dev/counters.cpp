@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "base/fork.h"
+#include "base/mutex.h"
 #include "base/log.h"
 #include "base/settings.h"
 #include "dev/address.h"
@@ -141,15 +142,16 @@ bool CounterPerConnection(Counter c) { return size_t(c) < kCounters && (kInfo[si
 // One per transport; never destroyed, so that connections (and the exit report) outlive static
 // teardown safely. Its mutex is a leaf: nothing else is locked while it is held.
 struct CounterRegistry {
-  std::mutex mutex;
+  base::Mutex mutex{"CounterRegistry::mutex"};
   // The live connections in the order they registered: a list through the connections
-  // themselves, so that one ends in O(1) however many live (a vector's erase was a scan).
-  ConnectionCounters* first = nullptr;
-  ConnectionCounters* last = nullptr;
-  size_t live = 0;
+  // themselves (their prev_ and next_ are under this mutex too), so that one ends in O(1)
+  // however many live (a vector's erase was a scan).
+  ConnectionCounters* first NDWV_GUARDED_BY(mutex) = nullptr;
+  ConnectionCounters* last NDWV_GUARDED_BY(mutex) = nullptr;
+  size_t live NDWV_GUARDED_BY(mutex) = 0;
 
   template <class Visit>
-  void ForEachLive(Visit&& visit) const {  // under mutex
+  void ForEachLive(Visit&& visit) const NDWV_REQUIRES(mutex) {
     for (const ConnectionCounters* c = first; c; c = c->next_) visit(*c);
   }
   CounterBlock totals;  // ended connections, and objects that count here directly
@@ -164,7 +166,7 @@ struct CounterRegistry {
 ConnectionCounters::~ConnectionCounters() {
   if (!registered_) return;
   CounterRegistry& registry = CounterRegistry::For(transport_);
-  std::lock_guard<std::mutex> lock(registry.mutex);
+  base::MutexLock lock(registry.mutex);
   (prev_ ? prev_->next_ : registry.first) = next_;
   (next_ ? next_->prev_ : registry.last) = prev_;
   --registry.live;
@@ -183,7 +185,7 @@ void ConnectionCounters::Register(Transport transport, uint32_t qpn, uint32_t pe
               " [" + Describe(local) + " -> " + Describe(peer) +
               (peer_qpn ? " qp " + std::to_string(peer_qpn) : std::string()) + "]";
   CounterRegistry& registry = CounterRegistry::For(transport);
-  std::lock_guard<std::mutex> lock(registry.mutex);
+  base::MutexLock lock(registry.mutex);
   prev_ = registry.last;
   (registry.last ? registry.last->next_ : registry.first) = this;
   registry.last = this;
@@ -205,7 +207,7 @@ std::vector<CounterRow> CollectCounters(const std::vector<Transport>& transports
     CounterRow totals{t, true, 0, 0, {}, {}, {}};
     CounterRegistry& registry = CounterRegistry::For(t);
     {
-      std::lock_guard<std::mutex> lock(registry.mutex);
+      base::MutexLock lock(registry.mutex);
       registry.totals.AddTo(totals.values);
       all += 1 + registry.live;
       // Rows only for what the caller takes: a program that reads the totals now and then must

@@ -11,12 +11,12 @@ namespace ndwv::dev {
 CompletionQueue::CompletionQueue(size_t entries) : ring_(entries) {}
 
 size_t CompletionQueue::capacity() const {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   return ring_.capacity();
 }
 
 int32_t CompletionQueue::Resize(size_t entries) {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   size_t count = count_.load();
   if (entries < count) return WV_BUFFER_OVERFLOW;
   ring_.Resize(entries, head_, count);
@@ -42,7 +42,7 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
     TellSources(out, 0);  // the poller lends its thread
     if (count_.load(std::memory_order_acquire) == 0) {
       if (!unseen_.load(std::memory_order_acquire)) return 0;  // nothing to mark seen
-      std::lock_guard lock(mutex_);
+      base::MutexLock lock(mutex_);
       // Checked again under the lock: an entry pushed since the check above was not seen, and
       // marking it seen would keep the next Notify from firing for it (a lost wake-up).
       if (count_.load() == 0) {
@@ -53,7 +53,7 @@ size_t CompletionQueue::Poll(Completion* out, size_t max) {
       }
     }
   }
-  std::unique_lock lock(mutex_);
+  base::UniqueLock lock(mutex_);
   size_t count = count_.load(std::memory_order_relaxed);  // written only under mutex_
   size_t n = std::min(max, count);
   for (size_t i = 0; i < n; ++i) out[i] = ring_[head_++];
@@ -73,7 +73,7 @@ void CompletionQueue::Push(const Completion& completion, bool solicited) {
   AsyncOp* fire = nullptr;
   int32_t status = WV_SUCCESS;
   {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (broken_.load()) return;
     size_t count = count_.load();
     if (count == ring_.capacity()) {
@@ -99,6 +99,7 @@ void CompletionQueue::Push(const Completion& completion, bool solicited) {
 }
 
 void CompletionQueue::CompleteArmedLocked(int32_t, AsyncOp** done) {
+  mutex_.AssertHeld();
   *done = armed_;
   armed_ = nullptr;
   armed_type_ = NotifyType::Errors;
@@ -118,12 +119,12 @@ void CompletionQueue::Finish(AsyncOp* list, int32_t status) {
 
 int32_t CompletionQueue::Notify(NotifyType type, AsyncOp* op) {
   {
-    std::lock_guard lock(sources_mutex_);
+    base::MutexLock lock(sources_mutex_);
     for (ProgressSource* source : lenders_) source->OnNotifyArmed();
   }
   AsyncOp* fire = nullptr;
   {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (broken_.load()) return WV_BUFFER_OVERFLOW;
     op->next = nullptr;
     AsyncOp** tail = &armed_;
@@ -144,7 +145,7 @@ int32_t CompletionQueue::Notify(NotifyType type, AsyncOp* op) {
 void CompletionQueue::CancelNotifies() {
   AsyncOp* list;
   {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     list = armed_;
     armed_ = nullptr;
     armed_type_ = NotifyType::Errors;
@@ -153,7 +154,7 @@ void CompletionQueue::CancelNotifies() {
 }
 
 void CompletionQueue::AttachSource(ProgressSource* source) {
-  std::lock_guard lock(sources_mutex_);
+  base::MutexLock lock(sources_mutex_);
   ++sources_;
   if (lending_ && sources_ <= kMaxLendingSources) {
     lenders_.push_back(source);
@@ -169,7 +170,7 @@ void CompletionQueue::AttachSource(ProgressSource* source) {
 }
 
 void CompletionQueue::DetachSource(ProgressSource* source) {
-  std::lock_guard lock(sources_mutex_);
+  base::MutexLock lock(sources_mutex_);
   --sources_;
   if (lending_) {
     lenders_.erase(std::find(lenders_.begin(), lenders_.end(), source));

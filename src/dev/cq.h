@@ -169,25 +169,29 @@ class CompletionQueue {
   void TellSources(const Completion* reaped, size_t n);
   // A source that pollers of this CQ no longer visit: it goes back to the engine (sources_mutex_).
   static void Withhold(ProgressSource* source);
-  void CompleteArmedLocked(int32_t status, AsyncOp** done);
+  void CompleteArmedLocked(int32_t status, AsyncOp** done) NDWV_REQUIRES(mutex_);
   static void Finish(AsyncOp* list, int32_t status);
 
-  mutable base::Mutex mutex_;
-  Ring<Completion> ring_;
-  uint64_t head_ = 0;  // position of the next to poll
+  mutable base::Mutex mutex_{"CompletionQueue::mutex_"};
+  Ring<Completion> ring_ NDWV_GUARDED_BY(mutex_);
+  uint64_t head_ NDWV_GUARDED_BY(mutex_) = 0;  // position of the next to poll
   std::atomic<size_t> count_{0};  // written under mutex_ (no read-modify-write), read without it
   std::atomic<bool> broken_{false};
-  uint64_t pushed_ = 0;          // entries ever pushed
-  uint64_t seen_ = 0;            // entries that fired a notify or that a draining poll saw
-  uint64_t solicited_unseen_ = 0;// solicited or error entries pushed after seen_
+  uint64_t pushed_ NDWV_GUARDED_BY(mutex_) = 0;  // entries ever pushed
+  // Entries that fired a notify or that a draining poll saw.
+  uint64_t seen_ NDWV_GUARDED_BY(mutex_) = 0;
+  // Solicited or error entries pushed after seen_.
+  uint64_t solicited_unseen_ NDWV_GUARDED_BY(mutex_) = 0;
   std::atomic<bool> unseen_{false};  // pushed_ != seen_, readable without the lock
-  AsyncOp* armed_ = nullptr;     // outstanding Notify requests, oldest first
-  NotifyType armed_type_ = NotifyType::Errors;  // strongest type armed
+  AsyncOp* armed_ NDWV_GUARDED_BY(mutex_) = nullptr;  // outstanding Notify requests, oldest first
+  NotifyType armed_type_ NDWV_GUARDED_BY(mutex_) = NotifyType::Errors;  // strongest type armed
 
-  base::Mutex sources_mutex_;
-  size_t sources_ = 0;                   // attached
-  std::vector<ProgressSource*> lenders_; // every source while the CQ lends its pollers, else empty
-  bool lending_ = true;                  // sources_ has not exceeded kMaxLendingSources since it was 0
+  base::Mutex sources_mutex_{"CompletionQueue::sources_mutex_"};
+  size_t sources_ NDWV_GUARDED_BY(sources_mutex_) = 0;  // attached
+  // Every source while the CQ lends its pollers, else empty.
+  std::vector<ProgressSource*> lenders_ NDWV_GUARDED_BY(sources_mutex_);
+  // sources_ has not exceeded kMaxLendingSources since it was 0.
+  bool lending_ NDWV_GUARDED_BY(sources_mutex_) = true;
 };
 
 }  // namespace ndwv::dev

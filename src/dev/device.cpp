@@ -12,6 +12,7 @@
 #include <ndwv/wvstatus.h>
 
 #include "base/fork.h"
+#include "base/mutex.h"
 #include "base/settings.h"
 #include "dev/iwarp/endpoint.h"
 #include "dev/roce/endpoint.h"
@@ -76,14 +77,14 @@ namespace {
 class ServedAddressCache {
  public:
   bool Holds(const sockaddr_storage& address, socklen_t length) {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     const Clock::time_point now = Clock::now();
     for (const Entry& e : entries_)
       if (e.length == length && now < e.until && memcmp(&e.address, &address, length) == 0) return true;
     return false;
   }
   void Add(const sockaddr_storage& address, socklen_t length) {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     Entry& e = entries_[next_++ % entries_.size()];
     e.address = address;
     e.length = length;
@@ -97,9 +98,9 @@ class ServedAddressCache {
     socklen_t length = 0;
     Clock::time_point until{};
   };
-  std::mutex mutex_;
-  std::array<Entry, 4> entries_{};
-  size_t next_ = 0;
+  base::Mutex mutex_{"ServedAddressCache::mutex_"};
+  std::array<Entry, 4> entries_ NDWV_GUARDED_BY(mutex_) = {};
+  size_t next_ NDWV_GUARDED_BY(mutex_) = 0;
 };
 
 ServedAddressCache& ServedAddresses() {

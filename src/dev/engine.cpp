@@ -49,7 +49,7 @@ bool Engine::EngineAffinity(cpu_set_t* cpus) const {
 
 void Engine::Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
   {
-    std::lock_guard<std::mutex> lock(handlers_mutex_);
+    base::MutexLock lock(handlers_mutex_);
     handlers_[fd] = std::move(handler);
   }
   epoll_event ev{};
@@ -74,14 +74,14 @@ void Engine::Modify(int fd, uint32_t events) {
 
 void Engine::Unwatch(int fd) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  std::lock_guard<std::mutex> lock(handlers_mutex_);
+  base::MutexLock lock(handlers_mutex_);
   handlers_.erase(fd);
 }
 
 void Engine::Arm(Timer* timer, std::chrono::milliseconds delay) {
   bool wake;
   {
-    std::lock_guard<std::mutex> lock(timer_mutex_);
+    base::MutexLock lock(timer_mutex_);
     Clock::time_point before = timer->deadline;
     timer->deadline = Clock::now() + delay;
     if (!timer->armed) {
@@ -107,13 +107,14 @@ void Engine::Arm(Timer* timer, std::chrono::milliseconds delay) {
 }
 
 bool Engine::Disarm(Timer* timer) {
-  std::lock_guard<std::mutex> lock(timer_mutex_);
+  base::MutexLock lock(timer_mutex_);
   if (!timer->armed) return false;
   HeapRemove(timer);
   return true;
 }
 
 void Engine::HeapPlace(Timer* timer, size_t slot) {
+  timer_mutex_.AssertHeld();
   timers_[slot] = timer;
   timer->slot = slot;
 }
@@ -144,6 +145,7 @@ void Engine::HeapDown(size_t slot) {
 }
 
 void Engine::HeapRemove(Timer* timer) {
+  timer_mutex_.AssertHeld();
   size_t slot = timer->slot;
   timer->armed = false;
   Timer* last = timers_.back();
@@ -155,13 +157,13 @@ void Engine::HeapRemove(Timer* timer) {
 }
 
 bool Engine::IsArmed(const Timer* timer) {
-  std::lock_guard<std::mutex> lock(timer_mutex_);
+  base::MutexLock lock(timer_mutex_);
   return timer->armed;
 }
 
 void Engine::Defer(WorkItem* item) {
   {
-    std::lock_guard<std::mutex> lock(work_mutex_);
+    base::MutexLock lock(work_mutex_);
     if (item->queued) return;
     item->queued = true;
     item->next = nullptr;
@@ -175,8 +177,8 @@ void Engine::WorkerLoop() {
   for (;;) {
     WorkItem* item;
     {
-      std::unique_lock<std::mutex> lock(work_mutex_);
-      work_cv_.wait(lock, [this] { return work_head_ != nullptr || stopping_; });
+      base::MutexLock lock(work_mutex_);
+      while (!work_head_ && !stopping_) work_cv_.wait(work_mutex_);
       if (stopping_) return;
       item = work_head_;
       work_head_ = item->next;
@@ -188,7 +190,7 @@ void Engine::WorkerLoop() {
 }
 
 int Engine::NextTimeoutMs() {
-  std::lock_guard<std::mutex> lock(timer_mutex_);
+  base::MutexLock lock(timer_mutex_);
   if (timers_.empty()) {
     sleeps_until_.store(Clock::time_point::max(), std::memory_order_relaxed);
     return -1;
@@ -205,7 +207,7 @@ void Engine::FireDueTimers() {
   for (;;) {
     Timer* due = nullptr;
     {
-      std::lock_guard<std::mutex> lock(timer_mutex_);
+      base::MutexLock lock(timer_mutex_);
       if (!timers_.empty() && timers_.front()->deadline <= now) {
         due = timers_.front();
         HeapRemove(due);
@@ -247,7 +249,7 @@ void Engine::Dispatch(const epoll_event& event) {
   }
   std::shared_ptr<IoHandler> handler;
   {
-    std::lock_guard<std::mutex> lock(handlers_mutex_);
+    base::MutexLock lock(handlers_mutex_);
     auto it = handlers_.find(fd);
     if (it != handlers_.end()) handler = it->second.lock();
   }

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "dev/async.h"
 
 struct epoll_event;
@@ -83,31 +84,34 @@ class Engine {
   // The armed timers are a binary heap ordered by deadline, each timer knowing its slot: arming,
   // re-arming and disarming cost O(log n) and the next deadline O(1), whatever the number of
   // connections (each has a few timers, and transports re-arm theirs per message).
-  void HeapPlace(Timer* timer, size_t slot);
-  void HeapUp(size_t slot);
-  void HeapDown(size_t slot);
-  void HeapRemove(Timer* timer);
+  void HeapPlace(Timer* timer, size_t slot) NDWV_REQUIRES(timer_mutex_);
+  void HeapUp(size_t slot) NDWV_REQUIRES(timer_mutex_);
+  void HeapDown(size_t slot) NDWV_REQUIRES(timer_mutex_);
+  void HeapRemove(Timer* timer) NDWV_REQUIRES(timer_mutex_);
 
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::thread engine_thread_;
   std::thread::id engine_thread_id_;
   pthread_t engine_thread_handle_{};  // kept: a detached std::thread no longer has it
-  std::mutex handlers_mutex_;
-  std::unordered_map<int, std::weak_ptr<IoHandler>> handlers_;
+  // Leaves of the lock order: nothing is called while one is held. Timers' own fields (armed,
+  // deadline, slot) are under timer_mutex_ too.
+  base::Mutex handlers_mutex_{"Engine::handlers_mutex_"};
+  std::unordered_map<int, std::weak_ptr<IoHandler>> handlers_ NDWV_GUARDED_BY(handlers_mutex_);
 
-  std::mutex timer_mutex_;
-  std::vector<Timer*> timers_;  // armed timers, a heap: the earliest deadline first
+  base::Mutex timer_mutex_{"Engine::timer_mutex_"};
+  // Armed timers, a heap: the earliest deadline first.
+  std::vector<Timer*> timers_ NDWV_GUARDED_BY(timer_mutex_);
   // The loop's wake-up, at the latest; min() while it runs, for it looks at the timers again
   // before it sleeps (written under timer_mutex_, but for that min()).
   std::atomic<Clock::time_point> sleeps_until_{Clock::time_point::max()};
 
-  std::mutex work_mutex_;
-  std::condition_variable work_cv_;
-  WorkItem* work_head_ = nullptr;
-  WorkItem* work_tail_ = nullptr;
+  base::Mutex work_mutex_{"Engine::work_mutex_"};
+  std::condition_variable_any work_cv_;  // waits on work_mutex_ itself
+  WorkItem* work_head_ NDWV_GUARDED_BY(work_mutex_) = nullptr;
+  WorkItem* work_tail_ NDWV_GUARDED_BY(work_mutex_) = nullptr;
   std::vector<std::thread> workers_;
-  bool stopping_ = false;
+  bool stopping_ NDWV_GUARDED_BY(work_mutex_) = false;
 };
 
 // A Timer that keeps its owner alive while it is armed or firing: the keep-alive protocol,

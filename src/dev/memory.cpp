@@ -102,7 +102,7 @@ void ProtectionDomain::Release(uint32_t key) {
 int32_t ProtectionDomain::Register(const void* addr, uint64_t length, uint32_t access, uint32_t* lkey,
                                    uint32_t* rkey) {
   if (!Mapped(reinterpret_cast<uint64_t>(addr), length)) return WV_ACCESS_VIOLATION;
-  std::unique_lock lock(mutex_);
+  base::WriterLock lock(mutex_);
   // Two entries, two independent keys: knowing the R_Key tells nothing of the L_Key.
   uint32_t local = Claim(Entry::LocalKey);
   if (!local) return WV_INSUFFICIENT_RESOURCES;
@@ -124,7 +124,7 @@ int32_t ProtectionDomain::Register(const void* addr, uint64_t length, uint32_t a
 }
 
 int32_t ProtectionDomain::Deregister(uint32_t lkey) {
-  std::unique_lock lock(mutex_);
+  base::WriterLock lock(mutex_);
   if (!Lookup(lkey, Entry::LocalKey)) return WV_INVALID_PARAMETER;
   Entry& e = *Find(lkey);
   if (e.bound_windows) return WV_DEVICE_BUSY;
@@ -136,7 +136,7 @@ int32_t ProtectionDomain::Deregister(uint32_t lkey) {
 std::shared_ptr<MemoryWindow> ProtectionDomain::AllocateWindow() {
   auto mw = std::make_shared<MemoryWindow>();
   mw->pd = this;
-  std::unique_lock lock(mutex_);
+  base::WriterLock lock(mutex_);
   // Held from now on, so that a bind (which moves the window to a fresh entry) never runs out.
   mw->entry_key = Claim(Entry::Reserved);
   if (!mw->entry_key) return nullptr;
@@ -145,14 +145,14 @@ std::shared_ptr<MemoryWindow> ProtectionDomain::AllocateWindow() {
 
 void ProtectionDomain::FreeWindow(MemoryWindow* mw) {
   InvalidateWindow(mw);
-  std::unique_lock lock(mutex_);
+  base::WriterLock lock(mutex_);
   if (mw->entry_key) Release(mw->entry_key);
   mw->entry_key = 0;
 }
 
 KeyCheck ProtectionDomain::BindWindow(MemoryWindow* mw, uint32_t qpn, uint32_t lkey, uint64_t addr,
                                       uint64_t length, uint32_t access, uint32_t* rkey) {
-  std::unique_lock lock(mutex_);
+  base::WriterLock lock(mutex_);
   const Entry* region = Lookup(lkey, Entry::LocalKey);
   if (!region || !mw->entry_key) return KeyCheck::InvalidKey;
   if (!Contains(region->addr, region->length, addr, length)) return KeyCheck::OutOfBounds;
@@ -187,7 +187,7 @@ KeyCheck ProtectionDomain::BindWindow(MemoryWindow* mw, uint32_t qpn, uint32_t l
 }
 
 bool ProtectionDomain::InvalidateWindow(MemoryWindow* mw) {
-  std::unique_lock lock(mutex_);
+  base::WriterLock lock(mutex_);
   if (!mw->rkey) return false;
   InvalidateLocked(mw);
   return true;
@@ -200,7 +200,7 @@ void ProtectionDomain::InvalidateLocked(MemoryWindow* mw) {
 }
 
 bool ProtectionDomain::InvalidateRemote(uint32_t rkey, uint32_t qpn, std::optional<uint64_t>* report) {
-  std::unique_lock lock(mutex_);
+  base::WriterLock lock(mutex_);
   const Entry* e = Lookup(rkey, Entry::Window);
   // Only a window, bound now under this very key, to this connection: a region's key, a stale
   // token or another connection's window is refused (IB's and RDMAP's rules).
@@ -212,13 +212,13 @@ bool ProtectionDomain::InvalidateRemote(uint32_t rkey, uint32_t qpn, std::option
 }
 
 void ProtectionDomain::SetRemoteInvalidateId(MemoryWindow* mw, uint64_t id) {
-  std::unique_lock lock(mutex_);
+  base::WriterLock lock(mutex_);
   mw->reports_remote_invalidate = true;
   mw->remote_invalidate_id = id;
 }
 
 KeyCheck ProtectionDomain::CheckLocal(uint32_t lkey, uint64_t addr, uint64_t length, bool write) const {
-  std::shared_lock lock(mutex_);
+  base::ReaderLock lock(mutex_);
   return CheckLocalLocked(lkey, addr, length, write);
 }
 
@@ -232,7 +232,7 @@ KeyCheck ProtectionDomain::CheckLocalLocked(uint32_t lkey, uint64_t addr, uint64
 
 KeyCheck ProtectionDomain::CheckRemote(uint32_t rkey, uint32_t qpn, uint64_t addr, uint64_t length,
                                        uint32_t access) const {
-  std::shared_lock lock(mutex_);
+  base::ReaderLock lock(mutex_);
   return CheckRemoteLocked(rkey, qpn, addr, length, access);
 }
 

@@ -83,14 +83,15 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
   // Local access by an SGE: the L_Key must name a region that contains the range (and grants
   // local write when `write`).
   KeyCheck CheckLocal(uint32_t lkey, uint64_t addr, uint64_t length, bool write) const;
-  KeyCheck CheckLocalLocked(uint32_t lkey, uint64_t addr, uint64_t length, bool write) const;
+  KeyCheck CheckLocalLocked(uint32_t lkey, uint64_t addr, uint64_t length, bool write) const
+      NDWV_REQUIRES_SHARED(mutex_);
   // Remote access by a peer through an R_Key (region or window bound to qpn).
   KeyCheck CheckRemote(uint32_t rkey, uint32_t qpn, uint64_t addr, uint64_t length, uint32_t access) const;
 
   // Held around check-then-place of remote data, so the target cannot be deregistered meanwhile.
-  base::SharedMutex& placement_lock() const { return mutex_; }
+  base::SharedMutex& placement_lock() const NDWV_RETURN_CAPABILITY(mutex_) { return mutex_; }
   KeyCheck CheckRemoteLocked(uint32_t rkey, uint32_t qpn, uint64_t addr, uint64_t length,
-                             uint32_t access) const;
+                             uint32_t access) const NDWV_REQUIRES_SHARED(mutex_);
 
  private:
   struct Entry {
@@ -109,20 +110,20 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
   // Under mutex_ (exclusive): a fresh key on a free entry, claimed as `kind`; 0 if the table is
   // full or no random bits came. A key whose consumer part would equal that of `avoid_consumer`
   // (a key, 0 for none) is skipped.
-  uint32_t Claim(Entry::Kind kind, uint32_t avoid_consumer = 0);
-  void Release(uint32_t key);  // under mutex_ (exclusive)
-  bool Grow();
-  void InvalidateLocked(MemoryWindow* mw);  // under mutex_ (exclusive), mw bound
-  Entry* Find(uint32_t key) { return &table_[(key >> 8) & mask_]; }
-  const Entry* Lookup(uint32_t key, Entry::Kind kind) const {
+  uint32_t Claim(Entry::Kind kind, uint32_t avoid_consumer = 0) NDWV_REQUIRES(mutex_);
+  void Release(uint32_t key) NDWV_REQUIRES(mutex_);
+  bool Grow() NDWV_REQUIRES(mutex_);
+  void InvalidateLocked(MemoryWindow* mw) NDWV_REQUIRES(mutex_);  // mw bound
+  Entry* Find(uint32_t key) NDWV_REQUIRES(mutex_) { return &table_[(key >> 8) & mask_]; }
+  const Entry* Lookup(uint32_t key, Entry::Kind kind) const NDWV_REQUIRES_SHARED(mutex_) {
     const Entry& e = table_[(key >> 8) & mask_];
     return e.kind == kind && e.key == key ? &e : nullptr;
   }
 
   mutable base::SharedMutex mutex_;
-  std::vector<Entry> table_;
-  uint32_t mask_ = 0;
-  uint32_t used_ = 0;
+  std::vector<Entry> table_ NDWV_GUARDED_BY(mutex_);
+  uint32_t mask_ NDWV_GUARDED_BY(mutex_) = 0;
+  uint32_t used_ NDWV_GUARDED_BY(mutex_) = 0;
   base::SecureRandom random_;
 };
 

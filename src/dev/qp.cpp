@@ -58,7 +58,7 @@ QueuePair::QueuePair(std::shared_ptr<ProtectionDomain> pd, std::shared_ptr<Compl
     QueuePair* owner = static_cast<ErrorWork*>(item)->owner;
     std::shared_ptr<QueuePair> qp;
     {
-      std::lock_guard lock(owner->state_mutex_);
+      base::MutexLock lock(owner->state_mutex_);
       qp = std::move(owner->error_work_.qp);
     }
     if (qp) qp->Modify(QpState::Error);
@@ -74,10 +74,10 @@ QueuePair::~QueuePair() {
 bool QueuePair::Attach(std::shared_ptr<Link> link) {
   // Serialized with a move to Error, which detaches the link it finds from the CQs: a link
   // attached after it would stay a source of the CQs, and be polled after its destruction.
-  std::lock_guard error_lock(error_mutex_);
+  base::MutexLock error_lock(error_mutex_);
   std::shared_ptr<Link> old;
   {
-    std::lock_guard lock(state_mutex_);
+    base::MutexLock lock(state_mutex_);
     QpState state = state_.load();
     if (state == QpState::Error || state == QpState::Reset) return false;
     old = std::exchange(link_, link);
@@ -97,16 +97,16 @@ void QueuePair::DetachFromCqs(Link* link) {
 }
 
 std::shared_ptr<Link> QueuePair::link() const {
-  std::lock_guard lock(state_mutex_);
+  base::MutexLock lock(state_mutex_);
   return link_;
 }
 
 int32_t QueuePair::Modify(QpState to) {
-  std::unique_lock error_lock(error_mutex_, std::defer_lock);
+  base::UniqueLock error_lock(error_mutex_, std::defer_lock);
   if (to == QpState::Error || to == QpState::Reset) error_lock.lock();
   std::shared_ptr<Link> link;
   {
-    std::lock_guard lock(state_mutex_);
+    base::MutexLock lock(state_mutex_);
     QpState from = state_.load();
     if (from == to && to == QpState::Error) return WV_SUCCESS;
     if (!IsLegalTransition(from, to)) return WV_INVALID_DEVICE_STATE;
@@ -146,7 +146,7 @@ void QueuePair::DeferError() {
   {
     // Errors are found on several threads at once (the engine, a poller, the CM's work): the
     // first one queues the work; the others find it queued (or the QP in Error already).
-    std::lock_guard lock(state_mutex_);
+    base::MutexLock lock(state_mutex_);
     if (state_.load() == QpState::Error || error_work_.qp) return;
     error_work_.qp = shared_from_this();
   }
@@ -156,7 +156,7 @@ void QueuePair::DeferError() {
 size_t QueuePair::Flush() {
   size_t flushed = 0;
   {
-    std::lock_guard lock(sq_mutex_);
+    base::MutexLock lock(sq_mutex_);
     uint64_t tail = sq_tail_.load();
     for (; sq_head_ < tail; ++sq_head_, ++flushed) {
       SendWqe& wqe = send_at(sq_head_);
@@ -166,7 +166,7 @@ size_t QueuePair::Flush() {
     }
   }
   {
-    std::lock_guard lock(rq_mutex_);
+    base::MutexLock lock(rq_mutex_);
     for (; rq_head_ < rq_tail_; ++rq_head_, ++flushed) {
       RecvWqe& wqe = rq_[rq_head_];
       recv_cq_->Push({context_, wqe.wr_id, 0, WrOpcode::Receive, WcStatus::Flushed}, false);
@@ -193,7 +193,7 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
   // the QP after Posted.
   std::shared_ptr<Link> link;
   {
-    std::lock_guard lock(sq_mutex_);
+    base::MutexLock lock(sq_mutex_);
     link = kick_;
     uint64_t tail = sq_tail_.load(std::memory_order_relaxed);
     if (tail - sq_head_ == sq_.capacity()) return WV_NO_MORE_ENTRIES;
@@ -257,14 +257,14 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
 }
 
 void QueuePair::SetKickTarget(const std::shared_ptr<Link>& link) {
-  std::lock_guard lock(sq_mutex_);
+  base::MutexLock lock(sq_mutex_);
   kick_ = link;  // a poster that took it may still kick it after this (a shut link does nothing)
 }
 
 int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge) {
   if (srq_) return WV_INVALID_DEVICE_REQUEST;
   if (num_sge > caps_.recv_sge || num_sge > kMaxSge) return WV_DATA_OVERRUN;
-  std::lock_guard lock(rq_mutex_);
+  base::MutexLock lock(rq_mutex_);
   if (rq_tail_ - rq_head_ == rq_.capacity()) return WV_NO_MORE_ENTRIES;
   RecvWqe& wqe = rq_[rq_tail_];
   wqe.wr_id = wr_id;
@@ -285,13 +285,14 @@ int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge)
 
 void QueuePair::FinishSend(uint64_t position, WcStatus status) {
   {
-    std::lock_guard lock(sq_mutex_);
+    base::MutexLock lock(sq_mutex_);
     CompleteSendLocked(position, status);
   }
   if (status != WcStatus::Success && status != WcStatus::Flushed) DeferError();
 }
 
 void QueuePair::CompleteSendLocked(uint64_t position, WcStatus status) {
+  sq_mutex_.AssertHeld();
   if (position < sq_head_) return;  // already flushed
   SendWqe& wqe = send_at(position);
   wqe.done = true;
@@ -308,7 +309,7 @@ void QueuePair::CompleteSendLocked(uint64_t position, WcStatus status) {
 
 void QueuePair::FailOldest(WcStatus status) {
   {
-    std::lock_guard lock(sq_mutex_);
+    base::MutexLock lock(sq_mutex_);
     for (uint64_t position = sq_head_; position < sq_tail_.load(); ++position) {
       if (!send_at(position).done) {
         CompleteSendLocked(position, status);
@@ -321,7 +322,7 @@ void QueuePair::FailOldest(WcStatus status) {
 
 bool QueuePair::TakeReceive(RecvWqe* out) {
   if (srq_) return srq_->Take(out);
-  std::lock_guard lock(rq_mutex_);
+  base::MutexLock lock(rq_mutex_);
   if (rq_head_ == rq_tail_) return false;
   rq_[rq_head_].CopyTo(out);
   rq_head_++;

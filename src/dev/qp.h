@@ -144,7 +144,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   [[nodiscard]] bool Attach(std::shared_ptr<Link> link);
   std::shared_ptr<Link> link() const;
   bool HasLink() const {
-    std::lock_guard lock(state_mutex_);
+    base::MutexLock lock(state_mutex_);
     return link_ != nullptr;
   }
   // The send queue is a ring indexed by ever-growing positions.
@@ -165,9 +165,9 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
 
  private:
   size_t Flush();  // returns the requests flushed
-  void SetKickTarget(const std::shared_ptr<Link>& link);
+  void SetKickTarget(const std::shared_ptr<Link>& link) NDWV_EXCLUDES(sq_mutex_);
   void DetachFromCqs(Link* link);  // once from each CQ (the two may be one)
-  void CompleteSendLocked(uint64_t position, WcStatus status);
+  void CompleteSendLocked(uint64_t position, WcStatus status) NDWV_REQUIRES(sq_mutex_);
 
   const uint32_t qpn_;
   void* const context_;
@@ -178,19 +178,22 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
 
   std::atomic<QpState> state_{QpState::Reset};
   std::atomic<const void*> claimant_{nullptr};  // the connection endpoint using it
-  mutable std::mutex state_mutex_;  // guards state_ changes and link_
-  std::mutex error_mutex_;          // held through a move to Error, so a second one waits for the flush
-  std::shared_ptr<Link> link_;
+  mutable base::Mutex state_mutex_{"QueuePair::state_mutex_"};  // guards state_ changes and link_
+  // Held through a move to Error, so a second one waits for the flush.
+  base::Mutex error_mutex_{"QueuePair::error_mutex_"};
+  std::shared_ptr<Link> link_ NDWV_GUARDED_BY(state_mutex_);
 
-  base::Mutex sq_mutex_;
-  std::shared_ptr<Link> kick_;  // link_ for posters, read under sq_mutex_ (which they hold anyway)
-  Ring<SendWqe> sq_;
-  uint64_t sq_head_ = 0;                // oldest not yet completed
-  std::atomic<uint64_t> sq_tail_{0};    // next free
+  base::Mutex sq_mutex_{"QueuePair::sq_mutex_"};
+  // link_ for posters, read under sq_mutex_ (which they hold anyway)
+  std::shared_ptr<Link> kick_ NDWV_GUARDED_BY(sq_mutex_);
+  Ring<SendWqe> sq_;  // written under sq_mutex_; the transport reads entries below sq_tail_
+  uint64_t sq_head_ NDWV_GUARDED_BY(sq_mutex_) = 0;  // oldest not yet completed
+  std::atomic<uint64_t> sq_tail_{0};                  // next free
 
-  base::Mutex rq_mutex_;
-  Ring<RecvWqe> rq_;
-  uint64_t rq_head_ = 0, rq_tail_ = 0;
+  base::Mutex rq_mutex_{"QueuePair::rq_mutex_"};
+  Ring<RecvWqe> rq_ NDWV_GUARDED_BY(rq_mutex_);
+  uint64_t rq_head_ NDWV_GUARDED_BY(rq_mutex_) = 0;
+  uint64_t rq_tail_ NDWV_GUARDED_BY(rq_mutex_) = 0;
 
   // Pre-allocated so an error found on the engine always reaches the work pool.
   // It holds the QP while queued; qp is set and taken under state_mutex_.

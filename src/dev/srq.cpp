@@ -10,7 +10,7 @@ SharedReceiveQueue::SharedReceiveQueue(std::shared_ptr<ProtectionDomain> pd, uin
 
 int32_t SharedReceiveQueue::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge) {
   if (num_sge > max_sge_) return WV_DATA_OVERRUN;
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (tail_ - head_ == ring_.capacity()) return WV_NO_MORE_ENTRIES;
   RecvWqe& wqe = ring_[tail_];
   wqe.wr_id = wr_id;
@@ -28,7 +28,7 @@ int32_t SharedReceiveQueue::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t
 bool SharedReceiveQueue::Take(RecvWqe* out) {
   AsyncOp* fire = nullptr;
   {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (head_ == tail_) return false;
     ring_[head_].CopyTo(out);
     head_++;
@@ -44,7 +44,7 @@ bool SharedReceiveQueue::Take(RecvWqe* out) {
 }
 
 int32_t SharedReceiveQueue::Modify(uint32_t depth, uint32_t limit) {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (depth) {
     uint64_t count = tail_ - head_;
     if (depth < count) return WV_BUFFER_OVERFLOW;
@@ -57,14 +57,14 @@ int32_t SharedReceiveQueue::Modify(uint32_t depth, uint32_t limit) {
 }
 
 void SharedReceiveQueue::Query(uint32_t* depth, uint32_t* max_sge, uint32_t* limit) {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   *depth = uint32_t(ring_.capacity());
   *max_sge = max_sge_;
   *limit = limit_;
 }
 
 int32_t SharedReceiveQueue::Notify(AsyncOp* op) {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   op->next = armed_;
   armed_ = op;
   return WV_PENDING;
@@ -73,7 +73,7 @@ int32_t SharedReceiveQueue::Notify(AsyncOp* op) {
 void SharedReceiveQueue::CancelNotifies() {
   AsyncOp* list;
   {
-    std::lock_guard lock(mutex_);
+    base::MutexLock lock(mutex_);
     list = armed_;
     armed_ = nullptr;
   }

@@ -25,11 +25,13 @@ class SharedReceiveQueue {
 
  private:
   std::shared_ptr<ProtectionDomain> pd_;
-  base::Mutex mutex_;
-  Ring<RecvWqe> ring_;
-  uint64_t head_ = 0, tail_ = 0;
-  uint32_t max_sge_, limit_;
-  AsyncOp* armed_ = nullptr;
+  base::Mutex mutex_{"SharedReceiveQueue::mutex_"};
+  Ring<RecvWqe> ring_ NDWV_GUARDED_BY(mutex_);
+  uint64_t head_ NDWV_GUARDED_BY(mutex_) = 0;
+  uint64_t tail_ NDWV_GUARDED_BY(mutex_) = 0;
+  const uint32_t max_sge_;
+  uint32_t limit_ NDWV_GUARDED_BY(mutex_);
+  AsyncOp* armed_ NDWV_GUARDED_BY(mutex_) = nullptr;
 };
 
 }  // namespace ndwv::dev

@@ -35,7 +35,7 @@ MemoryRegion::~MemoryRegion() {
 }
 
 MemoryRegion::Registration MemoryRegion::registration() const {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   return registration_;
 }
 
@@ -53,7 +53,7 @@ HRESULT MemoryRegion::Register(const void* pBuffer, SIZE_T cbBuffer, ULONG flags
   if (cbBuffer > adapter_->info().MaxRegistrationSize) return ND_INVALID_PARAMETER;
   if (flags & ~kKnownFlags) return ND_INVALID_PARAMETER_3;
 
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (registration_.registered) return ND_INVALID_DEVICE_STATE;  // one registration at a time
   WV_MEMORY_KEYS keys{};
   HRESULT hr = adapter_->pd()->RegisterMemory(pBuffer, cbBuffer, WvAccess(flags), nullptr, &keys);
@@ -65,7 +65,7 @@ HRESULT MemoryRegion::Register(const void* pBuffer, SIZE_T cbBuffer, ULONG flags
 }
 
 HRESULT MemoryRegion::Deregister(OVERLAPPED* pOverlapped) {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (!registration_.registered) return ND_INVALID_DEVICE_STATE;
   HRESULT hr = adapter_->pd()->DeregisterMemory(keys_.Lkey, nullptr);
   // Bound windows: the tests want the refusal at once, not through the OVERLAPPED.
@@ -78,12 +78,12 @@ HRESULT MemoryRegion::Deregister(OVERLAPPED* pOverlapped) {
 }
 
 UINT32 MemoryRegion::GetLocalToken() {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   return keys_.Lkey;
 }
 
 UINT32 MemoryRegion::GetRemoteToken() {
-  std::lock_guard lock(mutex_);
+  base::MutexLock lock(mutex_);
   return keys_.Rkey;  // WV keeps it in network order already
 }
 

@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "base/mutex.h"
 #include "nd/com.h"
 
 namespace ndwv::nd {
@@ -41,9 +42,9 @@ class MemoryRegion final
 
   const Ref<Adapter> adapter_;
   const base::HandleRef file_;
-  mutable std::mutex mutex_;
-  Registration registration_;
-  WV_MEMORY_KEYS keys_{};
+  mutable base::Mutex mutex_{"nd::MemoryRegion::mutex_"};
+  Registration registration_ NDWV_GUARDED_BY(mutex_);
+  WV_MEMORY_KEYS keys_ NDWV_GUARDED_BY(mutex_) = {};
 };
 
 // The WV access rights for ND registration flags.

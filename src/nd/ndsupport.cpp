@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "base/log.h"
+#include "base/mutex.h"
 #include "nd/address.h"
 #include "nd/provider.h"
 
@@ -18,15 +19,15 @@ using ndwv::nd::Provider;
 
 namespace {
 
-std::mutex g_mutex;
-int g_starts = 0;
-ComPtr<IWVProvider> g_wv;
+ndwv::base::Mutex g_mutex{"ndsupport g_mutex"};
+int g_starts NDWV_GUARDED_BY(g_mutex) = 0;
+ComPtr<IWVProvider> g_wv NDWV_GUARDED_BY(g_mutex);
 
 // A provider over the verbs layer the library holds, while it is started.
 ComPtr<Provider> StartedProvider() {
   ComPtr<IWVProvider> wv;
   {
-    std::lock_guard lock(g_mutex);
+    ndwv::base::MutexLock lock(g_mutex);
     wv = g_wv;
   }
   Provider* provider = nullptr;
@@ -59,7 +60,7 @@ bool Serves(Provider* provider, const sockaddr* address) {
 }  // namespace
 
 HRESULT NdStartup() {
-  std::lock_guard lock(g_mutex);
+  ndwv::base::MutexLock lock(g_mutex);
   if (g_starts == 0) {
     // Holding the verbs layer keeps the device up between the application's own objects.
     if (HRESULT hr = ndwv::nd::GetWvProvider(WvGetObject, &g_wv); FAILED(hr)) return hr;
@@ -70,7 +71,7 @@ HRESULT NdStartup() {
 
 HRESULT NdCleanup() {
   ComPtr<IWVProvider> last;  // released outside the lock
-  std::lock_guard lock(g_mutex);
+  ndwv::base::MutexLock lock(g_mutex);
   if (g_starts == 0) return ND_DEVICE_NOT_READY;
   if (--g_starts == 0) std::swap(last, g_wv);
   return S_OK;

@@ -51,7 +51,7 @@ ConnectEndpoint::~ConnectEndpoint() {
 bool ConnectEndpoint::UseQueuePair(const std::shared_ptr<dev::QueuePair>& qp) {
   // A QP connects through one endpoint at a time (another's Connect or Accept with it is refused).
   if (!qp->Claim(this)) return false;
-  std::lock_guard<std::mutex> lock(qp_mutex_);
+  base::MutexLock lock(qp_mutex_);
   if (qp_ && qp_ != qp) qp_->Unclaim(this);  // a retry with another QP frees the first
   qp_ = qp;
   return true;
@@ -130,7 +130,7 @@ HRESULT ConnectEndpoint::Disconnect(OVERLAPPED* overlapped) {
   if (!overlapped) return WV_INVALID_PARAMETER;
   std::shared_ptr<dev::QueuePair> qp;
   {
-    std::lock_guard<std::mutex> lock(qp_mutex_);
+    base::MutexLock lock(qp_mutex_);
     qp = qp_;
   }
   auto* op = new DisconnectOp(file_, overlapped, std::move(qp));

@@ -203,8 +203,9 @@ class ConnectEndpoint final
   base::HandleRef file_;
   std::shared_ptr<dev::ConnectEndpoint> endpoint_;
   std::atomic<bool> retryable_timeout_{false};
-  std::shared_ptr<dev::QueuePair> qp_;  // given to Connect/Accept; Disconnect carries it down
-  std::mutex qp_mutex_;
+  base::Mutex qp_mutex_{"wv::ConnectEndpoint::qp_mutex_"};
+  // Given to Connect/Accept; Disconnect carries it down.
+  std::shared_ptr<dev::QueuePair> qp_ NDWV_GUARDED_BY(qp_mutex_);
 };
 
 class Provider final : public Unknown<IWVProvider, IID_IWVProvider> {

@@ -131,7 +131,7 @@ void Stream::OnNotifyArmed() {
 
 void Stream::WatchReceive(bool on, bool by_timer) {
   {
-    std::lock_guard lock(watch_mutex_);
+    base::MutexLock lock(watch_mutex_);
     if (shut_ || rx_watched_ == on) return;
     rx_watched_ = on;
     Engine::Get().Modify(fd_, on ? kWatched : 0);  // the poller drives both directions
@@ -156,7 +156,7 @@ void Stream::OnWatchTimer(Timer* timer) {
   Stream* self = WatchTimer::OwnerOf(timer);
   std::shared_ptr<Stream> keep;
   {
-    std::lock_guard lock(self->watch_mutex_);
+    base::MutexLock lock(self->watch_mutex_);
     keep = self->watch_timer_.TakeFiring();
     if (!keep || self->shut_) return;
     if (self->poller_rule_.StillActive()) {
@@ -190,6 +190,7 @@ void Stream::NotifyObserver(void (StreamObserver::*event)()) {
 }
 
 void Stream::Broken() {
+  rx_mutex_.AssertHeld();
   phase_ = RxPhase::Dead;
   if (!error_reported_.exchange(true)) {
     NDWV_LOG(Debug, "%s: iWARP stream lost%s", counters_.identity(),
@@ -202,7 +203,7 @@ void Stream::Broken() {
 }
 
 void Stream::Abort() {
-  std::lock_guard rx(rx_mutex_);
+  base::MutexLock rx(rx_mutex_);
   if (!shut_) Broken();
 }
 
@@ -210,8 +211,8 @@ void Stream::Shutdown() {
   std::shared_ptr<Stream> self = weak_from_this().lock();  // none in the destructor: no lingering
   bool linger = false;
   {
-    std::lock_guard rx(rx_mutex_);
-    std::lock_guard tx(tx_mutex_);
+    base::MutexLock rx(rx_mutex_);
+    base::MutexLock tx(tx_mutex_);
     if (shut_) return;
     shut_ = true;
     phase_ = RxPhase::Dead;
@@ -237,7 +238,7 @@ void Stream::Shutdown() {
     }
   }
   {
-    std::lock_guard lock(watch_mutex_);
+    base::MutexLock lock(watch_mutex_);
     watch_timer_.Disarm();
   }
   if (!linger) CloseSocket();
@@ -256,7 +257,7 @@ void Stream::Linger() {
   constexpr auto kLingerPoll = std::chrono::milliseconds(10);
   std::shared_ptr<Stream> release;  // the stream may go with it: last
   {
-    std::lock_guard tx(tx_mutex_);
+    base::MutexLock tx(tx_mutex_);
     if (!lingering_) return;
     // What was begun goes out whole, then the Terminate, then the FIN; nothing else.
     bool done = false;
@@ -338,7 +339,7 @@ void Stream::Posted(const SendWqe& request) {
 
 void Stream::SendRtr() {
   {
-    std::lock_guard lock(tx_mutex_);
+    base::MutexLock lock(tx_mutex_);
     rtr_pending_ = true;
   }
   Kick();
@@ -349,16 +350,17 @@ void Stream::CloseSend() {
   // received before the disconnect: a Read Request already in the socket (a probe confirming the
   // peer's last Send or Write, say) gets its Response, else that request would end flushed. So
   // the receive in progress ends first, then whatever is left in the socket is processed.
-  { std::lock_guard wait(rx_mutex_); }
+  { base::MutexLock wait(rx_mutex_); }
   DriveReceive();
   {
-    std::lock_guard lock(tx_mutex_);
+    base::MutexLock lock(tx_mutex_);
     close_send_ = true;
   }
   Kick();
 }
 
 void Stream::ProcessTx() {
+  tx_mutex_.AssertHeld();
   // What waited is sent below: taking the count with an exchange makes the requests posted
   // before it visible here.
   if (deferred_bytes_.load(std::memory_order_relaxed)) deferred_bytes_.exchange(0, std::memory_order_acq_rel);
@@ -378,6 +380,7 @@ void Stream::ProcessTx() {
 }
 
 bool Stream::SourcesGranted() const {
+  tx_mutex_.AssertHeld();
   for (int i = 0; i < batch_.source_count; ++i) {
     const Source& s = batch_.sources[i];
     if (qp_->pd().CheckRemoteLocked(s.stag, qpn_, s.addr, s.length, kRemoteRead) != KeyCheck::Ok) return false;
@@ -386,11 +389,13 @@ bool Stream::SourcesGranted() const {
 }
 
 bool Stream::FlushBatch() {
+  tx_mutex_.AssertHeld();
   // Memory read for the peer is re-checked whenever bytes leave, with deregistration held off, so
   // a region deregistered (and freed) after the Read Request was checked is never sent.
   std::shared_lock<base::SharedMutex> sources;
   if (batch_.source_count) {
     sources = std::shared_lock(qp_->pd().placement_lock());
+    qp_->pd().placement_lock().AssertReaderHeld();  // the analysis does not see std::shared_lock
     if (!SourcesGranted()) {
       broken_ = true;  // the Response cannot be completed: the connection ends
       return false;
@@ -452,6 +457,7 @@ bool Stream::FlushBatch() {
 
 bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_t* inline_data,
                      const Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t length) {
+  tx_mutex_.AssertHeld();
   int pieces_needed = 2 + (inline_data ? 1 : int(num_sge));
   if (batch_.fpdus == kBatchFpdus || batch_.iov_count + pieces_needed > kBatchIov) return false;
   int slot = batch_.fpdus++;
@@ -466,7 +472,7 @@ bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_
   bool whole = FpduLength(ulpdu) <= kSmallFpdu;
   size_t built = 2 + hlen;  // bytes of the slot in use
   FpduCrcBuilder crc;
-  auto add = [&](void* base, size_t len) {
+  auto add = [&](void* base, size_t len) NDWV_REQUIRES(tx_mutex_) {
     if (whole) {
       memcpy(h + built, base, len);
       built += len;
@@ -507,6 +513,7 @@ bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_
 size_t Stream::ReadsOutstanding() { return reads_queued_.load(std::memory_order_acquire); }
 
 bool Stream::AddProbe(size_t reads) {
+  tx_mutex_.AssertHeld();
   if (reads >= params_.ord) return false;  // sent when a Read slot frees up
   ReadRequest request{ProbeStag(probe_seq_), 0, 0, 0, 0};
   if (!AddFpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, read_msn_, 0, true), &request, nullptr,
@@ -516,7 +523,7 @@ bool Stream::AddProbe(size_t reads) {
   probe_seq_++;
   counters_.Add(Counter::TxConfirmReads);
   probe_due_ = false;
-  std::lock_guard lock(reads_mutex_);
+  base::MutexLock lock(reads_mutex_);
   reads_outstanding_.push_back({next_tx_, true});
   reads_queued_.fetch_add(1, std::memory_order_release);
   return true;
@@ -526,7 +533,7 @@ void Stream::ConfirmPlaced(uint64_t below) {
   for (;;) {
     uint64_t position;
     {
-      std::lock_guard lock(reads_mutex_);
+      base::MutexLock lock(reads_mutex_);
       if (unconfirmed_.empty() || unconfirmed_.front().position >= below) return;
       position = unconfirmed_.front().position;
       unconfirmed_.pop_front();
@@ -542,7 +549,7 @@ void Stream::FailUnconfirmed(const TerminateMsg& term, WcStatus status) {
   DdpHeader offending;
   bool named = !term.ddp_header.empty() && DecodeDdpHeader(term.ddp_header, offending,
                                                            ReservedBits::Ignore) == DdpError::Ok;
-  std::lock_guard lock(reads_mutex_);
+  base::MutexLock lock(reads_mutex_);
   while (!unconfirmed_.empty()) {
     Unconfirmed entry = unconfirmed_.front();
     unconfirmed_.pop_front();
@@ -560,6 +567,7 @@ void Stream::FailUnconfirmed(const TerminateMsg& term, WcStatus status) {
 }
 
 bool Stream::FillBatch() {
+  tx_mutex_.AssertHeld();
   batch_.iov_count = batch_.iov_done = batch_.fpdus = batch_.finished_count = batch_.source_count = 0;
   batch_.terminate = false;
   if (terminate_len_) {
@@ -591,7 +599,7 @@ bool Stream::FillBatch() {
     // Read Responses owed to the peer go first, at message boundaries.
     ReadResponse* response = nullptr;
     if (responses_queued_.load(std::memory_order_acquire)) {
-      std::lock_guard lock(responses_mutex_);
+      base::MutexLock lock(responses_mutex_);
       response = &responses_.front();
     }
     if (response) {
@@ -601,7 +609,7 @@ bool Stream::FillBatch() {
       Sge source{response->source, response->size, 0};
       Source piece{response->source_stag, response->source + response->sent, chunk};
       {
-        std::shared_lock<base::SharedMutex> granted(qp_->pd().placement_lock());  // the CRC reads it
+        base::ReaderLock granted(qp_->pd().placement_lock());  // the CRC reads it
         if (chunk && qp_->pd().CheckRemoteLocked(piece.stag, qpn_, piece.addr, piece.length, kRemoteRead) !=
                          KeyCheck::Ok) {
           broken_ = true;  // deregistered since the request was checked: the connection ends
@@ -615,7 +623,7 @@ bool Stream::FillBatch() {
       if (chunk) batch_.sources[batch_.source_count++] = piece;
       response->sent += chunk;
       if (last) {
-        std::lock_guard lock(responses_mutex_);
+        base::MutexLock lock(responses_mutex_);
         responses_.pop_front();
         responses_queued_.fetch_sub(1, std::memory_order_release);
       }
@@ -656,7 +664,7 @@ bool Stream::FillBatch() {
         break;
       read_msn_++;
       counters_.Add(Counter::TxReads);
-      std::lock_guard lock(reads_mutex_);
+      base::MutexLock lock(reads_mutex_);
       reads_outstanding_.push_back({next_tx_++, false});
       reads_queued_.fetch_add(1, std::memory_order_release);
       continue;
@@ -676,7 +684,7 @@ bool Stream::FillBatch() {
     if (last) {
       counters_.Add(is_send ? Counter::TxSends : Counter::TxWrites);
       if (is_send ? params_.confirm_sends : params_.confirm_writes) {
-        std::lock_guard lock(reads_mutex_);
+        base::MutexLock lock(reads_mutex_);
         unconfirmed_.push_back({next_tx_++, is_send ? send_msn_ : 0});
         unconfirmed_bytes_.fetch_add(wqe.length, std::memory_order_relaxed);
         probe_due_ = true;
@@ -690,10 +698,11 @@ bool Stream::FillBatch() {
 }
 
 void Stream::QueueTerminate(TermCode code) {
+  rx_mutex_.AssertHeld();
   NDWV_LOG(Info, "%s: sending Terminate (%s)", counters_.identity(), Describe(code));
   std::span<const uint8_t> offending(raw_hdr_, hdr_len_ ? 2 + hdr_len_ : 0);  // the segment at fault
   {
-    std::lock_guard lock(tx_mutex_);
+    base::MutexLock lock(tx_mutex_);
     if (terminated_) return;  // one Terminate per stream
     terminated_ = true;
     terminate_len_ = EncodeTerminate({terminate_, sizeof terminate_}, code, 1, offending,
@@ -729,6 +738,7 @@ void Stream::DriveReceive(bool poller) {
 }
 
 void Stream::ProcessRx() {
+  rx_mutex_.AssertHeld();
   for (;;) {
     bool progress = false;
     switch (phase_) {
@@ -757,6 +767,7 @@ ssize_t Stream::Receive(void* buffer, size_t length) {
 }
 
 bool Stream::Fill(size_t need) {
+  rx_mutex_.AssertHeld();
   size_t avail = staging_end_ - staging_begin_;
   if (avail >= need) return true;
   if (staging_begin_) {
@@ -791,6 +802,7 @@ bool Stream::Fill(size_t need) {
 }
 
 void Stream::Fail(TermCode code, WcStatus local_status) {
+  rx_mutex_.AssertHeld();
   if (have_recv_) {
     qp_->CompleteReceive(recv_, uint32_t(recv_bytes_), local_status, false);
     have_recv_ = false;
@@ -800,6 +812,7 @@ void Stream::Fail(TermCode code, WcStatus local_status) {
 }
 
 bool Stream::StartSegment() {
+  rx_mutex_.AssertHeld();
   if (!Fill(4)) return false;
   const uint8_t* p = staging_ + staging_begin_;
   ulpdu_len_ = LoadBe16(p);
@@ -862,7 +875,7 @@ bool Stream::StartSegment() {
       }
       return true;
     case RdmapOpcode::ReadResponse: {
-      std::lock_guard lock(reads_mutex_);
+      base::MutexLock lock(reads_mutex_);
       if (reads_outstanding_.empty()) {
         Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
         return false;
@@ -928,6 +941,7 @@ bool Stream::StartSegment() {
 }
 
 std::pair<uint8_t*, uint64_t> Stream::Target(uint32_t offset) {
+  rx_mutex_.AssertHeld();
   switch (hdr_.opcode) {
     case RdmapOpcode::RdmaWrite:
       return {reinterpret_cast<uint8_t*>(hdr_.to) + offset, payload_len_ - offset};
@@ -950,11 +964,13 @@ bool Stream::SgesGranted(const Sge* sge, uint32_t num_sge) const {
 }
 
 bool Stream::LockTarget(std::shared_lock<base::SharedMutex>& placement) {
+  rx_mutex_.AssertHeld();
   if (payload_len_ == 0) return true;  // zero length: no key (IB C9-88)
   switch (hdr_.opcode) {
     case RdmapOpcode::RdmaWrite:
       // Re-checked under the lock: the region cannot be deregistered while bytes land in it.
       placement = std::shared_lock(qp_->pd().placement_lock());
+      qp_->pd().placement_lock().AssertReaderHeld();  // handed back in `placement`
       if (qp_->pd().CheckRemoteLocked(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite) == KeyCheck::Ok)
         return true;
       placement.unlock();
@@ -967,6 +983,7 @@ bool Stream::LockTarget(std::shared_lock<base::SharedMutex>& placement) {
       // error, and the sink STag we named is refused to the peer as an RNIC refuses an STag
       // invalidated under it (DDP tagged buffer error, invalid STag).
       placement = std::shared_lock(qp_->pd().placement_lock());
+      qp_->pd().placement_lock().AssertReaderHeld();
       const SendWqe& read = qp_->send_at(rx_read_.position);
       if (SgesGranted(read.sge, read.num_sge)) return true;
       placement.unlock();
@@ -981,6 +998,7 @@ bool Stream::LockTarget(std::shared_lock<base::SharedMutex>& placement) {
       // A receive's buffers are granted by their L_Keys: checked under the lock, like a Write's
       // target, so a bad SGE or a region deregistered since the post is never written.
       placement = std::shared_lock(qp_->pd().placement_lock());
+      qp_->pd().placement_lock().AssertReaderHeld();
       if (SgesGranted(recv_.sge, recv_.num_sge)) return true;
       placement.unlock();
       Fail(kTermRdmapCatastrophic, WcStatus::LocalProtection);
@@ -989,6 +1007,7 @@ bool Stream::LockTarget(std::shared_lock<base::SharedMutex>& placement) {
 }
 
 bool Stream::PlacePayload() {
+  rx_mutex_.AssertHeld();
   // All but the tail go straight from the socket into the target. The tail waits in staging
   // until the CRC has been checked: a reader polling the last byte (in-order placement) must
   // neither see an unchecked FPDU complete nor change the buffer before its CRC is computed.
@@ -1024,6 +1043,7 @@ bool Stream::PlacePayload() {
 }
 
 bool Stream::FinishSegment() {
+  rx_mutex_.AssertHeld();
   size_t pad = FpduPad(ulpdu_len_);
   if (!Fill(tail_len_ + pad + kFpduCrcLen)) return false;
   const uint8_t* tail = staging_ + staging_begin_;
@@ -1071,7 +1091,7 @@ bool Stream::FinishSegment() {
       counters_.Add(Counter::RxBytes, payload_len_);
       if (hdr_.last) {
         {
-          std::lock_guard lock(reads_mutex_);
+          base::MutexLock lock(reads_mutex_);
           reads_outstanding_.pop_front();
           reads_queued_.fetch_sub(1, std::memory_order_release);
         }
@@ -1101,7 +1121,7 @@ bool Stream::FinishSegment() {
         // zero-length ones too (an ndwv peer's probes count against its ORD). One beyond is
         // refused: a peer that sends Read Requests and reads nothing meets this bound, not
         // our memory's.
-        std::lock_guard lock(responses_mutex_);
+        base::MutexLock lock(responses_mutex_);
         if (responses_.size() >= params_.ird) {
           counters_.Add(Counter::ReadsBeyondIrd);
           NDWV_LOG(Warn, "%s: Read Request beyond the IRD of %u (%zu answers not yet sent): Terminate",
@@ -1138,7 +1158,7 @@ bool Stream::FinishSegment() {
       bool read_refused = named == uint8_t(RdmapOpcode::ReadRequest);
       std::optional<uint64_t> read;
       {
-        std::lock_guard lock(reads_mutex_);
+        base::MutexLock lock(reads_mutex_);
         for (const OutstandingRead& r : reads_outstanding_)
           if (!r.probe) {
             read = r.position;

@@ -133,42 +133,47 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     bool empty() const { return iov_done == iov_count; }
   };
 
-  void ProcessTx();
-  bool FlushBatch();  // false if the socket is full (or broken)
-  bool SourcesGranted() const;  // under the PD's placement lock
-  bool FillBatch();   // false if there is nothing to send
+  void ProcessTx() NDWV_REQUIRES(tx_mutex_);
+  bool FlushBatch() NDWV_REQUIRES(tx_mutex_);  // false if the socket is full (or broken)
+  bool SourcesGranted() const NDWV_REQUIRES(tx_mutex_)
+      NDWV_REQUIRES_SHARED(qp_->pd().placement_lock());
+  bool FillBatch() NDWV_REQUIRES(tx_mutex_);  // false if there is nothing to send
   bool AddFpdu(const wire::DdpHeader& hdr, const wire::ReadRequest* read,
                const uint8_t* inline_data, const Sge* sge, uint32_t num_sge,
-               uint64_t offset, uint32_t length);
-  void QueueTerminate(wire::TermCode code);
+               uint64_t offset, uint32_t length) NDWV_REQUIRES(tx_mutex_);
+  // From the receive path; takes tx_mutex_ (the order: rx_mutex_, then tx_mutex_).
+  void QueueTerminate(wire::TermCode code) NDWV_REQUIRES(rx_mutex_) NDWV_EXCLUDES(tx_mutex_);
   // After a Terminate the socket stays open (nothing read, nothing sent but what is queued) until
   // the peer's TCP has acknowledged the Terminate, or NDWV_DISCONNECT_TIMEOUT_MS: a peer that
   // reads nothing leaves the socket full, and closing it then (with its unread bytes) would
   // reset the Terminate away.
   void CloseSocket();
-  void Linger();
+  void Linger() NDWV_EXCLUDES(tx_mutex_);
   static void OnLingerTimer(Timer* timer);
 
-  void DriveReceive(bool poller = false);
+  void DriveReceive(bool poller = false) NDWV_EXCLUDES(rx_mutex_);
   ssize_t Receive(void* buffer, size_t length);  // from the socket or the ByteSource
   // A hint read on every message (written under watch_mutex_): a stale answer costs at most
   // one more read of the socket, or a Read Response left for the poller's next poll.
   bool rx_watched_relaxed() const { return rx_watched_.load(std::memory_order_relaxed); }
-  void ProcessRx();
-  void WatchReceive(bool on, bool by_timer = false);
-  void PlacedPeerMessage();  // the receive path ended a message the peer started (rx_mutex_)
+  void ProcessRx() NDWV_REQUIRES(rx_mutex_);
+  void WatchReceive(bool on, bool by_timer = false) NDWV_EXCLUDES(watch_mutex_, rx_mutex_);
+  // The receive path ended a message the peer started.
+  void PlacedPeerMessage() NDWV_REQUIRES(rx_mutex_);
   // Whether requests left queued or a Read Response owed wait for a kick (the flag is taken).
   bool TakeWaitingTransmit();
   static void OnWatchTimer(Timer* timer);
-  bool Fill(size_t need);  // staging holds `need` unread bytes; false on EAGAIN (or dead)
-  bool StartSegment();
-  bool PlacePayload();
-  std::pair<uint8_t*, uint64_t> Target(uint32_t offset);
-  bool LockTarget(std::shared_lock<base::SharedMutex>& placement);
-  bool SgesGranted(const Sge* sge, uint32_t num_sge) const;  // under the PD's placement lock
-  bool FinishSegment();
-  void Fail(wire::TermCode code, WcStatus local_status);
-  void Broken();  // the socket is gone: stop and let the CM know
+  // staging holds `need` unread bytes; false on EAGAIN (or dead)
+  bool Fill(size_t need) NDWV_REQUIRES(rx_mutex_);
+  bool StartSegment() NDWV_REQUIRES(rx_mutex_);
+  bool PlacePayload() NDWV_REQUIRES(rx_mutex_);
+  std::pair<uint8_t*, uint64_t> Target(uint32_t offset) NDWV_REQUIRES(rx_mutex_);
+  bool LockTarget(std::shared_lock<base::SharedMutex>& placement) NDWV_REQUIRES(rx_mutex_);
+  bool SgesGranted(const Sge* sge, uint32_t num_sge) const
+      NDWV_REQUIRES_SHARED(qp_->pd().placement_lock());
+  bool FinishSegment() NDWV_REQUIRES(rx_mutex_);
+  void Fail(wire::TermCode code, WcStatus local_status) NDWV_REQUIRES(rx_mutex_);
+  void Broken() NDWV_REQUIRES(rx_mutex_);  // the socket is gone: stop and let the CM know
   void NotifyObserver(void (StreamObserver::*event)());
 
   const int fd_;
@@ -181,44 +186,51 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   uint32_t qpn_;
 
   // ---- transmit (tx_mutex_) ----
-  base::Mutex tx_mutex_;
+  base::Mutex tx_mutex_{"iwarp::Stream::tx_mutex_"};
   std::atomic<uint64_t> tx_kicks_{0};
-  TxBatch batch_;
-  uint64_t next_tx_ = 0;            // next send queue position to start
-  uint32_t send_msn_ = 1, read_msn_ = 1;
+  TxBatch batch_ NDWV_GUARDED_BY(tx_mutex_);
+  uint64_t next_tx_ NDWV_GUARDED_BY(tx_mutex_) = 0;  // next send queue position to start
+  uint32_t send_msn_ NDWV_GUARDED_BY(tx_mutex_) = 1;
+  uint32_t read_msn_ NDWV_GUARDED_BY(tx_mutex_) = 1;
   // Reads awaiting their response, in order: a request's send queue position, or for a probe
   // (the zero-length Read that confirms Sends and Writes) the position up to which it confirms.
   struct OutstandingRead {
     uint64_t position;
     bool probe;
   };
-  std::deque<OutstandingRead> reads_outstanding_;
+  std::deque<OutstandingRead> reads_outstanding_ NDWV_GUARDED_BY(reads_mutex_);
   struct Unconfirmed {
     uint64_t position;
     uint32_t msn;  // Sends: the message's MSN
   };
-  std::deque<Unconfirmed> unconfirmed_;  // Sends and Writes sent, not yet confirmed
-  bool probe_due_ = false;
-  uint32_t probe_seq_ = 0;                   // probes sent (transmit path)
+  // Sends and Writes sent, not yet confirmed.
+  std::deque<Unconfirmed> unconfirmed_ NDWV_GUARDED_BY(reads_mutex_);
+  bool probe_due_ NDWV_GUARDED_BY(tx_mutex_) = false;
+  uint32_t probe_seq_ NDWV_GUARDED_BY(tx_mutex_) = 0;  // probes sent (transmit path)
   std::atomic<uint32_t> probes_answered_{0};  // their Read Responses received (receive path)
-  bool AddProbe(size_t reads);
+  bool AddProbe(size_t reads) NDWV_REQUIRES(tx_mutex_);
   size_t ReadsOutstanding();
-  void ConfirmPlaced(uint64_t below);
-  void FailUnconfirmed(const wire::TerminateMsg& term, WcStatus status);
-  base::Mutex responses_mutex_;              // receive path adds, transmit path takes
-  std::deque<ReadResponse> responses_;
+  void ConfirmPlaced(uint64_t below) NDWV_EXCLUDES(reads_mutex_);
+  void FailUnconfirmed(const wire::TerminateMsg& term, WcStatus status) NDWV_EXCLUDES(reads_mutex_);
+  // Receive path adds, transmit path takes.
+  base::Mutex responses_mutex_{"iwarp::Stream::responses_mutex_"};
+  std::deque<ReadResponse> responses_ NDWV_GUARDED_BY(responses_mutex_);
   // The sizes of responses_ and reads_outstanding_, readable without their locks: the transmit
   // path looks at both for every message, and they are nearly always empty.
   std::atomic<uint32_t> responses_queued_{0}, reads_queued_{0};
-  uint8_t terminate_[wire::kTerminateMaxLen];
-  size_t terminate_len_ = 0;        // a Terminate waits to be sent; it is the stream's last FPDU
-  bool terminated_ = false;         // a Terminate was queued: nothing else is sent
-  bool terminate_written_ = false;  // ... and handed to TCP whole
-  bool rtr_pending_ = false;
+  uint8_t terminate_[wire::kTerminateMaxLen] NDWV_GUARDED_BY(tx_mutex_);
+  // A Terminate waits to be sent; it is the stream's last FPDU.
+  size_t terminate_len_ NDWV_GUARDED_BY(tx_mutex_) = 0;
+  // A Terminate was queued: nothing else is sent.
+  bool terminated_ NDWV_GUARDED_BY(tx_mutex_) = false;
+  bool terminate_written_ NDWV_GUARDED_BY(tx_mutex_) = false;  // ... and handed to TCP whole
+  bool rtr_pending_ NDWV_GUARDED_BY(tx_mutex_) = false;
   std::atomic<bool> shut_{false};   // Shutdown ran (set with both locks held)
   std::atomic<bool> error_reported_{false};
-  base::Mutex reads_mutex_;  // reads_outstanding_ and unconfirmed_: transmit adds, receive retires
-  bool close_send_ = false, send_closed_ = false;
+  // reads_outstanding_ and unconfirmed_: transmit adds, receive retires.
+  base::Mutex reads_mutex_{"iwarp::Stream::reads_mutex_"};
+  bool close_send_ NDWV_GUARDED_BY(tx_mutex_) = false;
+  bool send_closed_ NDWV_GUARDED_BY(tx_mutex_) = false;
   std::atomic<bool> broken_{false};
   std::atomic<bool> timed_out_{false};   // the socket ended with ETIMEDOUT (NDWV_IWARP_TIMEOUT_MS)
   std::atomic<bool> tx_stalled_{false};  // the last sendmsg found the socket full
@@ -226,48 +238,55 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // The bytes of the requests Posted() left queued (nonzero: some wait); the next kick sends them.
   std::atomic<uint64_t> deferred_bytes_{0};
   std::atomic<uint64_t> unconfirmed_bytes_{0};  // the length of the requests in unconfirmed_
-  bool rx_by_poller_ = false;             // rx_mutex_: the receive path runs on a poller
+  // The receive path runs on a poller.
+  bool rx_by_poller_ NDWV_GUARDED_BY(rx_mutex_) = false;
 
   // ---- receive (rx_mutex_) ----
-  base::Mutex rx_mutex_;
+  base::Mutex rx_mutex_{"iwarp::Stream::rx_mutex_"};
   std::atomic<uint64_t> rx_kicks_{0};
-  RxPhase phase_ = RxPhase::Header;
-  uint8_t staging_[4096];
-  size_t staging_begin_ = 0, staging_end_ = 0;
-  uint32_t ulpdu_len_ = 0;
-  wire::DdpHeader hdr_;
-  wire::ReadRequest read_req_;
-  size_t hdr_len_ = 0;
-  uint8_t raw_hdr_[2 + wire::kTerminateMaxLen];  // this segment's length field and headers
-  uint32_t payload_len_ = 0, payload_done_ = 0, tail_len_ = 0;
-  bool crc_streaming_ = false;  // the segment's CRC is built as its bytes go by (else checked whole)
-  wire::FpduCrcBuilder crc_;
+  RxPhase phase_ NDWV_GUARDED_BY(rx_mutex_) = RxPhase::Header;
+  uint8_t staging_[4096] NDWV_GUARDED_BY(rx_mutex_);
+  size_t staging_begin_ NDWV_GUARDED_BY(rx_mutex_) = 0;
+  size_t staging_end_ NDWV_GUARDED_BY(rx_mutex_) = 0;
+  uint32_t ulpdu_len_ NDWV_GUARDED_BY(rx_mutex_) = 0;
+  wire::DdpHeader hdr_ NDWV_GUARDED_BY(rx_mutex_);
+  wire::ReadRequest read_req_ NDWV_GUARDED_BY(rx_mutex_);
+  size_t hdr_len_ NDWV_GUARDED_BY(rx_mutex_) = 0;
+  // This segment's length field and headers.
+  uint8_t raw_hdr_[2 + wire::kTerminateMaxLen] NDWV_GUARDED_BY(rx_mutex_);
+  uint32_t payload_len_ NDWV_GUARDED_BY(rx_mutex_) = 0;
+  uint32_t payload_done_ NDWV_GUARDED_BY(rx_mutex_) = 0;
+  uint32_t tail_len_ NDWV_GUARDED_BY(rx_mutex_) = 0;
+  // The segment's CRC is built as its bytes go by (else checked whole).
+  bool crc_streaming_ NDWV_GUARDED_BY(rx_mutex_) = false;
+  wire::FpduCrcBuilder crc_ NDWV_GUARDED_BY(rx_mutex_);
   // The message being received.
-  bool have_recv_ = false;
-  RecvWqe recv_;
-  uint32_t recv_msn_ = 1, read_req_msn_ = 1;
-  uint64_t recv_bytes_ = 0;
-  OutstandingRead rx_read_{};  // the Read whose response is arriving
-  bool peer_closed_ = false;
+  bool have_recv_ NDWV_GUARDED_BY(rx_mutex_) = false;
+  RecvWqe recv_ NDWV_GUARDED_BY(rx_mutex_);
+  uint32_t recv_msn_ NDWV_GUARDED_BY(rx_mutex_) = 1;
+  uint32_t read_req_msn_ NDWV_GUARDED_BY(rx_mutex_) = 1;
+  uint64_t recv_bytes_ NDWV_GUARDED_BY(rx_mutex_) = 0;
+  OutstandingRead rx_read_ NDWV_GUARDED_BY(rx_mutex_) = {};  // the Read whose response is arriving
+  bool peer_closed_ NDWV_GUARDED_BY(rx_mutex_) = false;
 
   // While a poller spins on an empty CQ it drives the socket itself (receive, and transmit when
   // the socket was full), and the engine stops watching it: a wake-up per message on a busy core
   // costs more than the message. A timer gives the socket back to the engine when the polling
   // stops, and so does a Notify.
-  base::Mutex watch_mutex_;
+  base::Mutex watch_mutex_{"iwarp::Stream::watch_mutex_"};
   std::atomic<bool> rx_watched_{true};
   PollerRule poller_rule_;
   // A poller's receive placed a message the peer started (written under rx_mutex_, taken by the
   // poller after the receive: PollerRule's evidence).
   std::atomic<bool> peer_message_by_poller_{false};
   using WatchTimer = OwnedTimer<Stream>;
-  WatchTimer watch_timer_{&Stream::OnWatchTimer, this};
+  WatchTimer watch_timer_ NDWV_GUARDED_BY(watch_mutex_){&Stream::OnWatchTimer, this};
 
-  // Lingering after a Terminate (CloseSocket); under tx_mutex_.
-  bool lingering_ = false;
-  Clock::time_point linger_until_{};
+  // Lingering after a Terminate (CloseSocket).
+  bool lingering_ NDWV_GUARDED_BY(tx_mutex_) = false;
+  Clock::time_point linger_until_ NDWV_GUARDED_BY(tx_mutex_) = {};
   Timer linger_timer_;
-  std::shared_ptr<Stream> linger_self_;  // alive while lingering
+  std::shared_ptr<Stream> linger_self_ NDWV_GUARDED_BY(tx_mutex_);  // alive while lingering
 };
 
 }  // namespace ndwv::dev::iwarp

@@ -33,7 +33,7 @@ namespace {
 
 // The ports this process has open, by local address, so that a listener's port and the shared
 // NDWV_ROCE_PORT are found again rather than bound twice.
-std::mutex g_ports_mutex;
+base::Mutex g_ports_mutex{"roce g_ports_mutex"};
 std::map<std::string, std::weak_ptr<Port>>& Ports() {
   static auto* ports = new std::map<std::string, std::weak_ptr<Port>>;  // outlives static teardown
   return *ports;
@@ -95,7 +95,7 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
   // A port found open and refused may be its last reference by then: it goes after the lock
   // (~Port takes g_ports_mutex).
   std::shared_ptr<Port> found;
-  std::lock_guard<std::mutex> lock(g_ports_mutex);
+  base::MutexLock lock(g_ports_mutex);
   if (PortOf(local) != 0) {
     auto it = Ports().find(Describe(local));
     if (it != Ports().end() && (found = it->second.lock())) {
@@ -125,7 +125,7 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
 }
 
 std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const sockaddr_storage& peer) {
-  std::lock_guard<std::mutex> lock(g_ports_mutex);
+  base::MutexLock lock(g_ports_mutex);
   std::string name = owner->name_ + " > " + Describe(peer);
   auto it = Ports().find(name);
   if (it != Ports().end())
@@ -170,10 +170,9 @@ Port::Port(int fd, const sockaddr_storage& local, std::string name, std::shared_
   deliver_work_.run = [](WorkItem* item) {
     Port* port = static_cast<DeliverWork*>(item)->owner;
     std::shared_ptr<Port> keep;  // released after the lock
-    std::unique_lock<std::mutex> lock(port->cm_mutex_);
+    base::MutexLock lock(port->cm_mutex_);
     keep = std::move(port->deliver_work_.keep);
-    port->DeliverEvents(lock);
-    lock.unlock();
+    port->DeliverEvents();
   };
 }
 
@@ -181,12 +180,13 @@ Port::~Port() {
   {
     // What this port counted stays in the adapter's totals.
     CounterValues counts{};
-    AddCountersLocked(counts);  // nobody else holds the port any more
+    base::MutexLock lock(cm_mutex_);  // uncontended: nobody else holds the port any more
+    AddCountersLocked(counts);
     for (size_t i = 0; i < kCounters; ++i)
       if (counts[i]) AdapterCounters(Transport::Roce).AddShared(Counter(i), counts[i]);
   }
   {
-    std::lock_guard<std::mutex> lock(g_ports_mutex);
+    base::MutexLock lock(g_ports_mutex);
     auto it = Ports().find(name_);
     if (it != Ports().end() && it->second.expired()) Ports().erase(it);
   }
@@ -204,18 +204,19 @@ std::atomic<uint64_t> g_sinks_generation{1};
 }  // namespace
 
 void Port::AddSink(uint32_t qpn, std::weak_ptr<PacketSink> sink, const sockaddr_storage& peer) {
-  std::unique_lock<base::SharedMutex> lock(sinks_mutex_);
+  base::WriterLock lock(sinks_mutex_);
   sinks_[qpn] = {std::move(sink), peer};
   g_sinks_generation.fetch_add(1, std::memory_order_release);
 }
 
 void Port::RemoveSink(uint32_t qpn) {
-  std::unique_lock<base::SharedMutex> lock(sinks_mutex_);
+  base::WriterLock lock(sinks_mutex_);
   sinks_.erase(qpn);
   g_sinks_generation.fetch_add(1, std::memory_order_release);
 }
 
 std::shared_ptr<PacketSink> Port::FindSink(uint32_t qpn, sockaddr_storage* peer) {
+  rx_mutex_.AssertHeld();
   uint64_t generation = g_sinks_generation.load(std::memory_order_acquire);
   if (sink_cache_.qpn == qpn && sink_cache_.generation == generation) {
     if (std::shared_ptr<PacketSink> sink = sink_cache_.sink.lock()) {
@@ -225,7 +226,7 @@ std::shared_ptr<PacketSink> Port::FindSink(uint32_t qpn, sockaddr_storage* peer)
   }
   // A flow's connections, else its owner's (what reached the flow before its connect()).
   for (Port* port = this; port; port = port->owner_.get()) {
-    std::shared_lock<base::SharedMutex> lock(port->sinks_mutex_);
+    base::ReaderLock lock(port->sinks_mutex_);
     auto it = port->sinks_.find(qpn);
     if (it == port->sinks_.end()) continue;
     std::shared_ptr<PacketSink> sink = it->second.sink.lock();
@@ -400,7 +401,7 @@ int Port::SendBatch(const sockaddr_storage& to, OutDatagram* datagrams, int coun
 }
 
 void Port::WaitWritable(std::weak_ptr<PacketSink> sink) {
-  std::lock_guard<std::mutex> lock(watch_mutex_);
+  base::MutexLock lock(watch_mutex_);
   waiting_writable_.push_back(std::move(sink));
   if (!watching_out_) {
     watching_out_ = true;
@@ -409,6 +410,7 @@ void Port::WaitWritable(std::weak_ptr<PacketSink> sink) {
 }
 
 void Port::UpdateWatchLocked() {
+  watch_mutex_.AssertHeld();
   Engine::Get().Modify(fd_, (watching_in_ ? uint32_t(EPOLLIN) : 0u) | (watching_out_ ? uint32_t(EPOLLOUT) : 0u));
 }
 
@@ -417,7 +419,7 @@ void Port::Posted() { poller_rule_.Posted(); }
 void Port::PolledEmpty(bool placed_peer_message, bool lendable) {
   if (!poller_rule_.EmptyPoll(placed_peer_message) || !lendable || !watching_in_.load(std::memory_order_relaxed))
     return;
-  std::lock_guard<std::mutex> lock(watch_mutex_);
+  base::MutexLock lock(watch_mutex_);
   if (!watching_in_) return;
   watching_in_ = false;
   UpdateWatchLocked();
@@ -435,7 +437,7 @@ void Port::NotifyArmed() {
 
 void Port::WatchAgain(bool by_timer) {
   {
-    std::lock_guard<std::mutex> lock(watch_mutex_);
+    base::MutexLock lock(watch_mutex_);
     if (watching_in_) return;
     watching_in_ = true;
     UpdateWatchLocked();
@@ -454,7 +456,7 @@ void Port::OnWatchTimer(Timer* timer) {
   Port* self = PortTimer::OwnerOf(timer);
   std::shared_ptr<Port> keep;
   {
-    std::lock_guard<std::mutex> lock(self->watch_mutex_);
+    base::MutexLock lock(self->watch_mutex_);
     keep = self->watch_timer_.TakeFiring();
     if (!keep) return;
     if (self->poller_rule_.StillActive()) {
@@ -514,7 +516,7 @@ void Port::DriveReceive(bool once) {
   // The receiver in charge reads: the engine until the socket is empty; a poller one buffer, and
   // what it leaves is read by its next poll or by the (level-triggered) engine.
   if (!rx_mutex_.try_lock()) return;
-  std::lock_guard<std::mutex> lock(rx_mutex_, std::adopt_lock);
+  base::MutexLock lock(rx_mutex_, std::adopt_lock);
   if (!t_rx_) t_rx_ = std::make_unique<RxBuffer>();  // one per receiving thread
   RxBuffer& rx = *t_rx_;
   for (int errors = 0;;) {
@@ -544,6 +546,7 @@ void Port::DriveReceive(bool once) {
 }
 
 void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_storage& from, Run& run) {
+  rx_mutex_.AssertHeld();
   const msghdr& h = message.msg_hdr;
   size_t length = message.msg_len;
   if (h.msg_flags & MSG_TRUNC) {
@@ -603,7 +606,7 @@ void Port::ReadErrors() {
   Port& cm = Owner();  // a flow's errors concern its owner's connections
   std::vector<std::shared_ptr<CmUser>> users;
   {
-    std::lock_guard<std::mutex> lock(cm.cm_mutex_);
+    base::MutexLock lock(cm.cm_mutex_);
     for (auto& [id, weak] : cm.users_)
       if (auto user = weak.lock()) users.push_back(std::move(user));
   }
@@ -618,7 +621,7 @@ namespace {
 // The ports open now (held, so that none closes while the caller works on it).
 std::vector<std::shared_ptr<Port>> OpenPorts() {
   std::vector<std::shared_ptr<Port>> ports;
-  std::lock_guard<std::mutex> lock(g_ports_mutex);
+  base::MutexLock lock(g_ports_mutex);
   for (auto& [name, weak] : Ports())
     if (auto port = weak.lock()) ports.push_back(std::move(port));
   return ports;
@@ -627,14 +630,14 @@ std::vector<std::shared_ptr<Port>> OpenPorts() {
 
 void Port::CloseAllAtExit() {
   for (auto& port : OpenPorts()) {
-    std::lock_guard<std::mutex> lock(port->cm_mutex_);
+    base::MutexLock lock(port->cm_mutex_);
     for (auto& [id, user] : port->users_) port->agent_->Destroy(id);
   }
 }
 
 void Port::AddLiveCounters(CounterValues& sum) {
   for (auto& port : OpenPorts()) {
-    std::lock_guard<std::mutex> lock(port->cm_mutex_);
+    base::MutexLock lock(port->cm_mutex_);
     port->AddCountersLocked(sum);
   }
 }
@@ -644,6 +647,7 @@ static_assert(size_t(Counter::CmDrepSent) - size_t(Counter::CmReqSent) + 1 == Cm
               "the CM message counters follow CmAttr order");
 
 void Port::AddCountersLocked(CounterValues& sum) const {
+  cm_mutex_.AssertHeld();
   if (owner_) return;  // a flow: its owner has its counts
   auto add = [&](Counter c, uint64_t n) { sum[size_t(c)] += n; };
   add(Counter::PortDatagramsSent, counters_.sent.load(std::memory_order_relaxed));
@@ -678,6 +682,7 @@ void Port::AddCountersLocked(CounterValues& sum) const {
 }
 
 void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, Run& run) {
+  rx_mutex_.AssertHeld();
   PortCounters& counts = Owner().counters_;
   base::CaptureUdp(from, local_, datagram);
   counts.received.fetch_add(1, std::memory_order_relaxed);
@@ -725,12 +730,12 @@ void Port::Deliver(Run& run) {
 }
 
 void Port::OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad) {
-  std::unique_lock<std::mutex> lock(cm_mutex_);
+  base::MutexLock lock(cm_mutex_);
   agent_->OnMad(from, mad);
   // The engine holds no lock anyone waits for (only this port's, or a flow's, rx_mutex_, which
   // others only try): it delivers now. A poller holds its CQ's sources_mutex_: the work pool
   // delivers.
-  if (Engine::Get().OnEngineThread()) DeliverEvents(lock);
+  if (Engine::Get().OnEngineThread()) DeliverEvents();
   else CollectEvents();
 }
 
@@ -738,7 +743,7 @@ void Port::OnIo(uint32_t events) {
   if (events & EPOLLOUT) {
     std::vector<std::weak_ptr<PacketSink>> waiting;
     {
-      std::lock_guard<std::mutex> lock(watch_mutex_);
+      base::MutexLock lock(watch_mutex_);
       waiting.swap(waiting_writable_);
       watching_out_ = false;
       UpdateWatchLocked();
@@ -752,17 +757,17 @@ void Port::OnIo(uint32_t events) {
 // --------------------------------------------------------------------------------------- CM
 
 void Port::AddUser(uint32_t comm_id, std::weak_ptr<CmUser> user) {
-  std::lock_guard<std::mutex> lock(cm_mutex_);
+  base::MutexLock lock(cm_mutex_);
   users_[comm_id] = std::move(user);
 }
 
 void Port::RemoveUser(uint32_t comm_id) {
-  std::lock_guard<std::mutex> lock(cm_mutex_);
+  base::MutexLock lock(cm_mutex_);
   users_.erase(comm_id);
 }
 
 int32_t Port::AddListener(uint64_t service_id, std::weak_ptr<CmUser> user) {
-  std::lock_guard<std::mutex> lock(cm_mutex_);
+  base::MutexLock lock(cm_mutex_);
   auto it = listeners_.find(service_id);
   if (it != listeners_.end() && !it->second.expired()) return WV_ADDRESS_ALREADY_ASSOCIATED;
   listeners_[service_id] = std::move(user);
@@ -770,7 +775,7 @@ int32_t Port::AddListener(uint64_t service_id, std::weak_ptr<CmUser> user) {
 }
 
 void Port::RemoveListener(uint64_t service_id) {
-  std::lock_guard<std::mutex> lock(cm_mutex_);
+  base::MutexLock lock(cm_mutex_);
   listeners_.erase(service_id);
   agent_->StopListening(service_id);
 }
@@ -780,6 +785,7 @@ uint64_t Port::NowMs() {
 }
 
 void Port::SendMad(const sockaddr_storage& to, const CmMessage& msg) {
+  cm_mutex_.AssertHeld();
   // UD SEND ONLY to QP 1 (BTH + DETH), the 256-byte MAD, then the ICRC.
   uint8_t datagram[kBthLen + kDethLen + kMadLen + kIcrcLen];
   Headers h;
@@ -793,7 +799,7 @@ void Port::SendMad(const sockaddr_storage& to, const CmMessage& msg) {
 }
 
 uint32_t Port::Connect(const sockaddr_storage& to, const ConnectArgs& args, std::weak_ptr<CmUser> user) {
-  std::lock_guard<std::mutex> lock(cm_mutex_);
+  base::MutexLock lock(cm_mutex_);
   uint32_t id = agent_->Connect(to, args);
   if (id) users_[id] = std::move(user);
   CollectEvents();
@@ -801,6 +807,7 @@ uint32_t Port::Connect(const sockaddr_storage& to, const ConnectArgs& args, std:
 }
 
 void Port::CollectEvents() {
+  cm_mutex_.AssertHeld();
   CmEvent event;
   while (agent_->PopEvent(&event)) events_.push_back(event);
   RearmCmTimer();
@@ -810,7 +817,8 @@ void Port::CollectEvents() {
   }
 }
 
-void Port::DeliverEvents(std::unique_lock<std::mutex>& lock) {
+void Port::DeliverEvents() {
+  cm_mutex_.AssertHeld();
   CmEvent event;
   while (agent_->PopEvent(&event)) events_.push_back(event);
   RearmCmTimer();
@@ -832,9 +840,9 @@ void Port::DeliverEvents(std::unique_lock<std::mutex>& lock) {
       if (next.kind == CmEventKind::ReqReceived) agent_->Destroy(next.id);
       continue;
     }
-    lock.unlock();
+    cm_mutex_.unlock();
     user->OnCmEvent(next);
-    lock.lock();
+    cm_mutex_.lock();
     while (agent_->PopEvent(&event)) events_.push_back(event);
   }
   delivering_ = false;
@@ -842,6 +850,7 @@ void Port::DeliverEvents(std::unique_lock<std::mutex>& lock) {
 }
 
 void Port::RearmCmTimer() {
+  cm_mutex_.AssertHeld();
   uint64_t deadline = agent_->NextDeadlineMs();
   if (deadline == UINT64_MAX) return;  // a timer that fires early finds nothing due: harmless
   uint64_t now = NowMs();
@@ -852,13 +861,13 @@ void Port::OnCmTimer(Timer* timer) {
   Port* self = PortTimer::OwnerOf(timer);
   std::shared_ptr<Port> keep;
   {
-    std::lock_guard<std::mutex> lock(self->cm_mutex_);
+    base::MutexLock lock(self->cm_mutex_);
     keep = self->cm_timer_.TakeFiring();
   }
   if (!keep) return;
-  std::unique_lock<std::mutex> lock(keep->cm_mutex_);
+  base::MutexLock lock(keep->cm_mutex_);
   keep->agent_->OnTimer();
-  keep->DeliverEvents(lock);
+  keep->DeliverEvents();
 }
 
 }  // namespace ndwv::dev::roce

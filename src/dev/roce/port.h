@@ -133,7 +133,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // work pool, so a consumer may call this while holding its own lock.
   template <class Call>
   auto Cm(Call&& call) {
-    std::lock_guard<std::mutex> lock(cm_mutex_);
+    base::MutexLock lock(cm_mutex_);
     if constexpr (std::is_void_v<decltype(call(*agent_))>) {
       call(*agent_);
       CollectEvents();
@@ -153,7 +153,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
 
   // CmEnv (called by the agent, under cm_mutex_)
   uint64_t NowMs() override;
-  void SendMad(const sockaddr_storage& to, const wire::ib::CmMessage& msg) override;
+  void SendMad(const sockaddr_storage& to, const wire::ib::CmMessage& msg) override
+      NDWV_REQUIRES(cm_mutex_);
 
   // IoHandler
   void OnIo(uint32_t events) override;
@@ -163,28 +164,32 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   static int OpenSocket(int family);  // a UDP socket with the options every port needs
   // The port that has the CM and the counters: this one, or a flow's owner.
   Port& Owner() { return owner_ ? *owner_ : *this; }
-  void OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad);
+  void OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad) NDWV_EXCLUDES(cm_mutex_);
   // A receiving thread's buffer, and the packets decoded from it for one sink, handed over
   // together (port.cpp).
   struct RxBuffer;
   struct Run;
   static thread_local std::unique_ptr<RxBuffer> t_rx_;
   // One received message (a datagram, or a GRO buffer of them) to the sinks and the CM.
-  void Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_storage& from, Run& run);
-  void Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, Run& run);
+  void Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_storage& from, Run& run)
+      NDWV_REQUIRES(rx_mutex_);
+  void Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, Run& run)
+      NDWV_REQUIRES(rx_mutex_);
   static void Deliver(Run& run);
   // The sink of `qpn` (and the peer it takes packets from), or null.
-  std::shared_ptr<PacketSink> FindSink(uint32_t qpn, sockaddr_storage* peer);
+  std::shared_ptr<PacketSink> FindSink(uint32_t qpn, sockaddr_storage* peer) NDWV_REQUIRES(rx_mutex_);
   void ReadErrors();  // ICMP errors queued by IP_RECVERR
   // At process exit, every connection of every port is closed as Destroy does (a DREQ for an
   // established one), so that peers learn of it without waiting out their retries.
   static void CloseAllAtExit();
   // Adapter counters: the live ports' (LiveCounterSource), and one port's under cm_mutex_.
   static void AddLiveCounters(CounterValues& sum);
-  void AddCountersLocked(CounterValues& sum) const;
-  void CollectEvents();  // under cm_mutex_: queues the agent's events, schedules their delivery
-  void DeliverEvents(std::unique_lock<std::mutex>& lock);
-  void RearmCmTimer();
+  void AddCountersLocked(CounterValues& sum) const NDWV_REQUIRES(cm_mutex_);
+  // Queues the agent's events, schedules their delivery.
+  void CollectEvents() NDWV_REQUIRES(cm_mutex_);
+  // Delivers the queued events, releasing cm_mutex_ around each user's OnCmEvent.
+  void DeliverEvents() NDWV_REQUIRES(cm_mutex_);
+  void RearmCmTimer() NDWV_REQUIRES(cm_mutex_);
   static void OnCmTimer(Timer* timer);
 
   // The destination of a datagram to `to`: none when the socket is connected to it.
@@ -200,11 +205,12 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   PortCounters counters_;  // a flow's are its owner's
 
   base::SharedMutex sinks_mutex_;
+  base::Mutex rx_mutex_{"roce::Port::rx_mutex_"};  // one receiver at a time
   struct SinkEntry {
     std::weak_ptr<PacketSink> sink;
     sockaddr_storage peer;
   };
-  std::unordered_map<uint32_t, SinkEntry> sinks_;
+  std::unordered_map<uint32_t, SinkEntry> sinks_ NDWV_GUARDED_BY(sinks_mutex_);
   // The sink found last, kept across receive calls (rx_mutex_): a connection's packets follow
   // one another, and a lookup costs a shared lock and a hash. Valid while the process's sink
   // tables are unchanged (their generation).
@@ -213,31 +219,30 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
     uint64_t generation = 0;
     std::weak_ptr<PacketSink> sink;
     sockaddr_storage peer;
-  } sink_cache_;
-  std::mutex watch_mutex_;  // the engine's watch: what it waits for
-  std::vector<std::weak_ptr<PacketSink>> waiting_writable_;
-  bool watching_out_ = false;
+  } sink_cache_ NDWV_GUARDED_BY(rx_mutex_);
+  base::Mutex watch_mutex_{"roce::Port::watch_mutex_"};  // the engine's watch: what it waits for
+  std::vector<std::weak_ptr<PacketSink>> waiting_writable_ NDWV_GUARDED_BY(watch_mutex_);
+  bool watching_out_ NDWV_GUARDED_BY(watch_mutex_) = false;
   std::atomic<bool> watching_in_{true};  // written under watch_mutex_
   PollerRule poller_rule_;
   using PortTimer = OwnedTimer<Port>;
-  PortTimer watch_timer_{&Port::OnWatchTimer, this};
-  void UpdateWatchLocked();
+  PortTimer watch_timer_ NDWV_GUARDED_BY(watch_mutex_){&Port::OnWatchTimer, this};
+  void UpdateWatchLocked() NDWV_REQUIRES(watch_mutex_);
   static void OnWatchTimer(Timer* timer);
 
-  std::mutex rx_mutex_;  // one receiver at a time
   std::atomic<bool> gso_{true};  // the kernel takes UDP_SEGMENT sends (checked on first use)
 
-  std::mutex cm_mutex_;
-  std::unique_ptr<CmAgent> agent_;
-  std::unordered_map<uint32_t, std::weak_ptr<CmUser>> users_;
-  std::unordered_map<uint64_t, std::weak_ptr<CmUser>> listeners_;
-  std::deque<CmEvent> events_;
-  bool delivering_ = false;
+  base::Mutex cm_mutex_{"roce::Port::cm_mutex_"};
+  std::unique_ptr<CmAgent> agent_ NDWV_GUARDED_BY(cm_mutex_);
+  std::unordered_map<uint32_t, std::weak_ptr<CmUser>> users_ NDWV_GUARDED_BY(cm_mutex_);
+  std::unordered_map<uint64_t, std::weak_ptr<CmUser>> listeners_ NDWV_GUARDED_BY(cm_mutex_);
+  std::deque<CmEvent> events_ NDWV_GUARDED_BY(cm_mutex_);
+  bool delivering_ NDWV_GUARDED_BY(cm_mutex_) = false;
   struct DeliverWork : WorkItem {
     Port* owner = nullptr;
     std::shared_ptr<Port> keep;  // set while queued
   } deliver_work_;
-  PortTimer cm_timer_{&Port::OnCmTimer, this};
+  PortTimer cm_timer_ NDWV_GUARDED_BY(cm_mutex_){&Port::OnCmTimer, this};
 };
 
 }  // namespace ndwv::dev::roce

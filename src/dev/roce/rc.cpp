@@ -65,7 +65,7 @@ TxBatch& Tx() {
 // under the placement lock (so the region cannot be deregistered mid-copy). False if refused.
 bool ScatterChecked(ProtectionDomain& pd, const Sge* sge, uint32_t num_sge, uint64_t offset,
                     const uint8_t* data, uint64_t length) {
-  std::shared_lock<base::SharedMutex> placement(pd.placement_lock());
+  base::ReaderLock placement(pd.placement_lock());
   uint64_t skip = offset;
   for (uint32_t i = 0; i < num_sge && length; ++i) {
     if (skip >= sge[i].length) {
@@ -252,6 +252,7 @@ void RcLink::OnWritable() {
 
 bool RcLink::Transmit(const Headers& h, const uint8_t* inline_data, const Sge* sge,
                       uint32_t num_sge, uint64_t offset, uint32_t length, bool request) {
+  mutex_.AssertHeld();
   TxBatch& t_tx = Tx();
   if (t_tx.count == TxBatch::kMax && !FlushTx()) return false;
   int slot = t_tx.count;
@@ -295,6 +296,7 @@ bool RcLink::Transmit(const Headers& h, const uint8_t* inline_data, const Sge* s
 }
 
 bool RcLink::FlushTx() {
+  mutex_.AssertHeld();
   TxBatch& t_tx = Tx();
   int last = t_tx.count - 1;
   auto opcode = [&](int i) { return *static_cast<const uint8_t*>(t_tx.datagram[i].pieces[0].iov_base); };
@@ -325,6 +327,7 @@ bool RcLink::FlushTx() {
 }
 
 bool RcLink::SendAck(uint8_t syndrome, uint32_t psn) {
+  mutex_.AssertHeld();
   Headers h;
   h.bth.opcode = Opcode::Acknowledge;
   h.bth.dest_qp = params_.dest_qpn;
@@ -335,11 +338,13 @@ bool RcLink::SendAck(uint8_t syndrome, uint32_t psn) {
 }
 
 void RcLink::Pump(bool send_ack) {
+  mutex_.AssertHeld();
   PumpQueued(send_ack);
   FlushTx();
 }
 
 void RcLink::PumpQueued(bool send_ack) {
+  mutex_.AssertHeld();
   if (shut_ || stalled_ || failed_) return;
   // Read Responses first: an ACK covers every PSN before it, Reads included. Then our requests.
   // The ACK last: a datagram no longer than the one before it joins that one's GSO buffer, so on
@@ -356,6 +361,7 @@ void RcLink::PumpQueued(bool send_ack) {
 }
 
 bool RcLink::SendRequests() {
+  mutex_.AssertHeld();
   while (!rnr_waiting_) {
     while (resend_from_ < flights_.size() && flights_[resend_from_].sent == flights_[resend_from_].packets)
       resend_from_++;
@@ -402,6 +408,7 @@ bool RcLink::SendRequests() {
 }
 
 bool RcLink::SendRequestPacket(Flight& flight) {
+  mutex_.AssertHeld();
   Headers h;
   h.bth.dest_qp = params_.dest_qpn;
   if (flight.position == kKeepalive) {  // a zero-length Write names no memory (IB C9-88)
@@ -463,6 +470,7 @@ bool RcLink::SendRequestPacket(Flight& flight) {
 }
 
 bool RcLink::SendResponsePacket(Response& r) {
+  mutex_.AssertHeld();
   uint32_t k = r.sent;
   uint64_t offset = uint64_t(k) * params_.mtu;
   uint32_t length = uint32_t(std::min<uint64_t>(params_.mtu, r.length - offset));
@@ -478,7 +486,7 @@ bool RcLink::SendResponsePacket(Response& r) {
   Sge source{r.va + offset, length, 0};
   // The source is checked again as its bytes leave, with deregistration held off: memory
   // deregistered since the request was checked is never sent.
-  std::shared_lock<base::SharedMutex> placement(qp_->pd().placement_lock());
+  base::ReaderLock placement(qp_->pd().placement_lock());
   if (length && qp_->pd().CheckRemoteLocked(r.rkey, qpn_, source.addr, length, kRemoteRead) != KeyCheck::Ok) {
     placement.unlock();
     responses_.clear();
@@ -491,6 +499,7 @@ bool RcLink::SendResponsePacket(Response& r) {
 }
 
 void RcLink::CountRequestPacket(uint32_t psn, uint32_t end_psn) {
+  mutex_.AssertHeld();
   if (PsnDiff(psn, sent_end_psn_) < 0) counters_.Add(Counter::Retransmits);  // below the high-water mark
   if (PsnDiff(end_psn, sent_end_psn_) > 0) sent_end_psn_ = end_psn;
 }
@@ -528,6 +537,7 @@ void RcLink::OnPackets(std::span<const Packet> packets) {
 // ---- requester side
 
 void RcLink::Progress() {
+  mutex_.AssertHeld();
   retries_left_ = params_.retry_count;
   rnr_left_ = params_.rnr_retry;
   waiting_since_ = CoarseNow();
@@ -538,16 +548,19 @@ void RcLink::Progress() {
 }
 
 Clock::time_point RcLink::RetransmitAt() const {
+  mutex_.AssertHeld();
   return waiting_since_ + g_ack_wait.For(std::chrono::milliseconds(params_.ack_timeout_ms));
 }
 
 void RcLink::StartTiming(const Flight& flight, Clock::time_point now) {
+  mutex_.AssertHeld();
   timing_ = true;
   timed_psn_ = PsnAdd(flight.first_psn, flight.packets - 1);
   timed_since_ = now;
 }
 
 uint32_t RcLink::ResumePsn(const Flight& flight) const {
+  mutex_.AssertHeld();
   if (flight.opcode == WrOpcode::Read) return PsnAdd(flight.first_psn, flight.received);
   // Packets up to acked_psn_ arrived.
   int32_t acked = PsnDiff(acked_psn_, flight.first_psn) + 1;
@@ -555,6 +568,7 @@ uint32_t RcLink::ResumePsn(const Flight& flight) const {
 }
 
 void RcLink::Retire() {
+  mutex_.AssertHeld();
   while (!flights_.empty()) {
     Flight& f = flights_.front();
     uint32_t last = PsnAdd(f.first_psn, f.packets - 1);
@@ -581,6 +595,7 @@ void RcLink::Retire() {
 }
 
 void RcLink::Rewind(uint32_t psn) {
+  mutex_.AssertHeld();
   for (size_t i = 0; i < flights_.size(); ++i) {
     Flight& f = flights_[i];
     int32_t into = PsnDiff(psn, f.first_psn);
@@ -592,6 +607,7 @@ void RcLink::Rewind(uint32_t psn) {
 }
 
 void RcLink::FailFront(WcStatus status) {
+  mutex_.AssertHeld();
   if (flights_.empty()) return;
   uint64_t position = flights_.front().position;
   NDWV_LOG(Info, "%s: request at psn %u failed (status %d)", counters_.identity(), flights_.front().first_psn,
@@ -608,6 +624,7 @@ void RcLink::FailFront(WcStatus status) {
 }
 
 void RcLink::OnAck(const Packet& packet) {
+  mutex_.AssertHeld();
   const Aeth& aeth = packet.headers.aeth;
   uint32_t psn = packet.headers.bth.psn;
   if (flights_.empty()) return;
@@ -659,6 +676,7 @@ void RcLink::OnAck(const Packet& packet) {
 }
 
 void RcLink::OnReadResponse(const Packet& packet) {
+  mutex_.AssertHeld();
   uint32_t psn = packet.headers.bth.psn;
   // The response belongs to the oldest Read not yet complete; everything before it is
   // implicitly acknowledged by it.
@@ -700,6 +718,7 @@ void RcLink::OnReadResponse(const Packet& packet) {
 // ---- responder side
 
 void RcLink::Nak(NakCode code, uint32_t psn, bool fatal, WcStatus receive_status) {
+  mutex_.AssertHeld();
   NDWV_LOG(Info, "%s: NAK %d for psn %u%s", counters_.identity(), int(code), psn, fatal ? ", QP fails" : "");
   counters_.Add(code == NakCode::PsnSequenceError ? Counter::NaksSentSequence
                 : code == NakCode::RemoteAccessError ? Counter::NaksSentAccess
@@ -717,6 +736,7 @@ void RcLink::Nak(NakCode code, uint32_t psn, bool fatal, WcStatus receive_status
 }
 
 void RcLink::OnRequest(const Packet& packet) {
+  mutex_.AssertHeld();
   const Bth& bth = packet.headers.bth;
   int32_t distance = PsnDiff(bth.psn, epsn_);
   if (distance > 0) {  // a gap: NAK once, drop until the expected PSN comes
@@ -759,6 +779,7 @@ void RcLink::OnRequest(const Packet& packet) {
 }
 
 bool RcLink::ExecuteSend(const Packet& packet) {
+  mutex_.AssertHeld();
   const Bth& bth = packet.headers.bth;
   OpcodeInfo info = InfoFor(bth.opcode);
   // A First while one is open, a Middle/Last without one, or any Send inside a Write.
@@ -804,6 +825,7 @@ bool RcLink::ExecuteSend(const Packet& packet) {
 }
 
 bool RcLink::ExecuteWrite(const Packet& packet) {
+  mutex_.AssertHeld();
   const Headers& h = packet.headers;
   OpcodeInfo info = InfoFor(h.bth.opcode);
   // A First while one is open, a Middle/Last without one, any Write inside a Send.
@@ -832,7 +854,7 @@ bool RcLink::ExecuteWrite(const Packet& packet) {
     return false;
   }
   if (n) {
-    std::shared_lock<base::SharedMutex> placement(pd.placement_lock());
+    base::ReaderLock placement(pd.placement_lock());
     uint64_t target = write_va_ + write_offset_;
     if (pd.CheckRemoteLocked(write_rkey_, qpn_, target, n, kRemoteWrite) != KeyCheck::Ok) {
       placement.unlock();
@@ -857,6 +879,7 @@ bool RcLink::ExecuteWrite(const Packet& packet) {
 }
 
 bool RcLink::ExecuteRead(const Packet& packet, bool duplicate) {
+  mutex_.AssertHeld();
   const Headers& h = packet.headers;
   if (!duplicate && (have_recv_ || in_write_)) {
     Nak(NakCode::InvalidRequest, h.bth.psn, true);
@@ -891,6 +914,7 @@ bool RcLink::ExecuteRead(const Packet& packet, bool duplicate) {
 // ---------------------------------------------------------------------------------- timer
 
 void RcLink::EnsureTimer(Clock::time_point deadline) {
+  mutex_.AssertHeld();
   if (timer_.pending() && timer_deadline_ <= deadline) return;  // fires in time; it re-checks then
   timer_deadline_ = deadline;
   auto delay = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
@@ -910,6 +934,7 @@ void RcLink::OnTimer(Timer* timer) {
 }
 
 void RcLink::HandleTimer() {
+  mutex_.AssertHeld();
   auto now = Clock::now();
   if (ack_due_ && now >= ack_by_) Pump();
   if (rnr_waiting_ && now >= rnr_until_) {

@@ -158,7 +158,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   std::weak_ptr<RcObserver> observer_;
   const uint32_t qpn_;
 
-  base::Mutex mutex_;
+  base::Mutex mutex_{"roce::RcLink::mutex_"};
   bool shut_ NDWV_GUARDED_BY(mutex_) = false;
   bool stalled_ NDWV_GUARDED_BY(mutex_) = false;         // the socket was full
   bool failed_ NDWV_GUARDED_BY(mutex_) = false;          // the QP failed: nothing more goes out

@@ -76,7 +76,7 @@ Adapter::Adapter(Ref<nd::Adapter> base, base::HandleRef file, const WV_SOCKADDR&
 
 Adapter::~Adapter() {
   // The application should have deregistered; if not, the pages do not stay registered.
-  std::lock_guard lock(registrations_.mutex());
+  base::MutexLock lock(registrations_.mutex());
   for (const Registrations::Region& region : registrations_.All())
     base_->pd()->DeregisterMemory(region.lkey, nullptr);
 }
@@ -123,7 +123,7 @@ HRESULT Adapter::RegisterMemory(const void* pBuffer, SIZE_T BufferSize, OVERLAPP
   if (BufferSize > info_.MaxRegistrationSize) return ND_INVALID_PARAMETER_2;
   if (pBuffer == nullptr) return ND_ACCESS_VIOLATION;
 
-  std::lock_guard lock(registrations_.mutex());
+  base::MutexLock lock(registrations_.mutex());
   WV_MEMORY_KEYS keys{};
   // Failures are reported at once and signal nothing (nd1-spi.md §2.3).
   if (HRESULT hr = base_->pd()->RegisterMemory(pBuffer, BufferSize, kRegistrationAccess, nullptr,
@@ -142,7 +142,7 @@ HRESULT Adapter::RegisterMemory(const void* pBuffer, SIZE_T BufferSize, OVERLAPP
 
 HRESULT Adapter::DeregisterMemory(ND_MR_HANDLE hMr, OVERLAPPED* pOverlapped) {
   if (pOverlapped == nullptr) return ND_INVALID_PARAMETER_2;
-  std::lock_guard lock(registrations_.mutex());
+  base::MutexLock lock(registrations_.mutex());
   Registrations::Region region;
   if (!registrations_.Find(hMr, &region)) return ND_INVALID_HANDLE;
   HRESULT hr = base_->pd()->DeregisterMemory(region.lkey, nullptr);

@@ -155,7 +155,7 @@ HRESULT Endpoint::Bind(ND_RESULT* pResult, ND_MR_HANDLE hMr, INDMemoryWindow* pM
   if (HRESULT hr = CheckPost(pResult, Flags, kBindFlags, 6); FAILED(hr)) return hr;
   Registrations::Region region;
   {
-    std::lock_guard lock(adapter_->registrations().mutex());
+    base::MutexLock lock(adapter_->registrations().mutex());
     if (!adapter_->registrations().Find(hMr, &region)) return ND_INVALID_HANDLE;
   }
   MemoryWindow* mw = adapter_->Mine<MemoryWindow>(pMw);

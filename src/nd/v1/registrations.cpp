@@ -26,6 +26,7 @@ const Registrations::Slot* Registrations::SlotOf(ND_MR_HANDLE handle) const {
 }
 
 ND_MR_HANDLE Registrations::Add(const Region& region) {
+  mutex_.AssertHeld();
   uint32_t number;
   if (!free_.empty()) {
     number = free_.back();
@@ -52,6 +53,7 @@ ND_MR_HANDLE Registrations::Add(const Region& region) {
 }
 
 bool Registrations::Find(ND_MR_HANDLE handle, Region* region) const {
+  mutex_.AssertHeld();
   UINT32 lkey;
   if (!Lkey(handle, &lkey)) return false;
   *region = SlotOf(handle)->region;
@@ -59,6 +61,7 @@ bool Registrations::Find(ND_MR_HANDLE handle, Region* region) const {
 }
 
 void Registrations::Remove(ND_MR_HANDLE handle) {
+  mutex_.AssertHeld();
   Slot* slot = SlotOf(handle);
   // The generation stays, so the handle is stale from now on.
   slot->entry.store(uint64_t(Generation(handle)) << 32, std::memory_order_release);
@@ -67,6 +70,7 @@ void Registrations::Remove(ND_MR_HANDLE handle) {
 }
 
 std::vector<Registrations::Region> Registrations::All() const {
+  mutex_.AssertHeld();
   std::vector<Region> all;
   for (size_t number = 1; number <= used_; ++number) {
     const Slot& slot = blocks_[(number - 1) / kBlock].load()[(number - 1) % kBlock];

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
+
 namespace ndwv::nd::v1 {
 
 class Registrations {
@@ -44,15 +46,15 @@ class Registrations {
 
   // The registration changes below run under this lock, together with the device call they
   // record (so that a handle and its registration come and go as one).
-  std::mutex& mutex() { return mutex_; }
-  // A new handle for `region` (under mutex()); nullptr when the table is full.
-  ND_MR_HANDLE Add(const Region& region);
-  // The registration `handle` names (under mutex()), or false.
-  bool Find(ND_MR_HANDLE handle, Region* region) const;
-  // Forgets `handle`, which Find just found (under mutex()).
-  void Remove(ND_MR_HANDLE handle);
-  // Every live registration (under mutex()), e.g. to deregister them when the adapter goes.
-  std::vector<Region> All() const;
+  base::Mutex& mutex() NDWV_RETURN_CAPABILITY(mutex_) { return mutex_; }
+  // A new handle for `region`; nullptr when the table is full.
+  ND_MR_HANDLE Add(const Region& region) NDWV_REQUIRES(mutex_);
+  // The registration `handle` names, or false.
+  bool Find(ND_MR_HANDLE handle, Region* region) const NDWV_REQUIRES(mutex_);
+  // Forgets `handle`, which Find just found.
+  void Remove(ND_MR_HANDLE handle) NDWV_REQUIRES(mutex_);
+  // Every live registration, e.g. to deregister them when the adapter goes.
+  std::vector<Region> All() const NDWV_REQUIRES(mutex_);
 
  private:
   static constexpr size_t kBlock = 1024;
@@ -70,9 +72,9 @@ class Registrations {
   const size_t capacity_;
   const uint32_t firstGeneration_;  // of a slot's first registration, random per table
   std::unique_ptr<std::atomic<Slot*>[]> blocks_;  // capacity_ / kBlock, allocated on demand
-  std::mutex mutex_;
-  size_t used_ = 0;                  // slots ever handed out (under mutex_)
-  std::vector<uint32_t> free_;       // slot numbers free for reuse (under mutex_)
+  mutable base::Mutex mutex_{"nd::v1::Registrations::mutex_"};
+  size_t used_ NDWV_GUARDED_BY(mutex_) = 0;          // slots ever handed out
+  std::vector<uint32_t> free_ NDWV_GUARDED_BY(mutex_);  // slot numbers free for reuse
 };
 
 }  // namespace ndwv::nd::v1
