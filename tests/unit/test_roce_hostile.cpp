@@ -283,11 +283,8 @@ class RawPeer {
     // ordered after its sending, not one received with recvfrom; the checks of placed memory
     // after an ACK rely on that order.
     iovec iov{buf, sizeof buf};
-    msghdr msg{};
-    msg.msg_name = &from;
-    msg.msg_namelen = sizeof from;
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
+    msghdr msg{.msg_name = &from, .msg_namelen = sizeof from, .msg_iov = &iov, .msg_iovlen = 1,
+               .msg_control = nullptr, .msg_controllen = 0, .msg_flags = 0};
     ssize_t n = recvmsg(fd_, &msg, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return Read::Empty;
