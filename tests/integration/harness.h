@@ -392,10 +392,10 @@ void CheckPattern(const uint8_t* data, size_t length, uint64_t seed, const char*
 // Fails unless every byte is `value`.
 void CheckFilled(const uint8_t* data, size_t length, uint8_t value, const char* what);
 // Runs `check`, which reads memory the other process's RDMA Writes placed here, once that process
-// said through the channel that a later request of its own was answered (this device handles a
-// connection's requests in order: it placed the Writes first). That order runs through the other
-// process, which ThreadSanitizer cannot follow: tests/tsan.supp lets through its reports from
-// inside this function, and only from there.
+// said through the channel that those Writes, or a later request of its own, were answered (the
+// device answers a connection's requests in order, after placing them). That order runs through
+// the other process, which ThreadSanitizer cannot follow: tests/tsan.supp lets through its
+// reports from inside this function, and only from there.
 void CheckPlacedByPeer(const std::function<void()>& check);
 
 // A scatter/gather layout of `total` bytes in a larger buffer: `pieces` SGEs of uneven lengths
