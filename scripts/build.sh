@@ -15,7 +15,7 @@ profile=$(cd "$dir" && pwd)/pgo-profile
 # before by another script keeps nothing of that script's choices in its cache.
 configure() {
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNDWV_PGO_DIR="$profile" \
-    -DNDWV_TESTS=ON -DNDWV_SANITIZE=OFF -DNDWV_FUZZ=OFF "$@" >/dev/null
+    -DNDWV_TESTS=ON -DNDWV_SANITIZE=OFF -DNDWV_TSAN=OFF -DNDWV_FUZZ=OFF "$@" >/dev/null
 }
 if [ $pgo = USE ]; then
   configure "$@" -DNDWV_PGO=GENERATE

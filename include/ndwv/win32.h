@@ -325,8 +325,11 @@ NDWV_STATIC_ASSERT(offsetof(OVERLAPPED, Pointer) == 16);
 NDWV_STATIC_ASSERT(offsetof(OVERLAPPED, hEvent) == 24);
 NDWV_STATIC_ASSERT(sizeof(LARGE_INTEGER) == 8);
 
-// Status 0x103 is STATUS_PENDING (= ND_PENDING).
-#define HasOverlappedIoCompleted(lpOverlapped) (((DWORD)(lpOverlapped)->Internal) != 0x00000103u)
+// Status 0x103 is STATUS_PENDING (= ND_PENDING). An atomic load with acquire order (gcc's and
+// clang's builtin, for C and C++ alike): the request completes on another thread, which stores
+// Internal last, and a caller that sees it complete then reads what was written before it.
+#define HasOverlappedIoCompleted(lpOverlapped) \
+  (((DWORD)__atomic_load_n(&(lpOverlapped)->Internal, __ATOMIC_ACQUIRE)) != 0x00000103u)
 
 // ---- Socket addresses ---------------------------------------------------------------------------
 

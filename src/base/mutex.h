@@ -18,6 +18,7 @@
 #endif
 
 #include "base/thread_safety.h"
+#include "base/tsan.h"
 
 namespace ndwv::base {
 
@@ -58,9 +59,10 @@ class LockOwner {
 
 class NDWV_CAPABILITY("mutex") Mutex {
  public:
-  Mutex() = default;
+  Mutex() noexcept { tsan::MutexCreate(this, 0); }
   // name: how AssertHeld's message calls it ("Class::member_").
-  constexpr explicit Mutex(const char* name) noexcept : owner_(name) {}
+  explicit Mutex(const char* name) noexcept : owner_(name) { tsan::MutexCreate(this, 0); }
+  ~Mutex() { tsan::MutexDestroy(this); }
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
@@ -72,18 +74,29 @@ class NDWV_CAPABILITY("mutex") Mutex {
   }
 
   bool try_lock() noexcept NDWV_TRY_ACQUIRE(true) NDWV_NO_THREAD_SAFETY_ANALYSIS {
+    tsan::PreLock(this, tsan::kTryLock);
     uint32_t expected = kFree;
-    bool taken = state_.compare_exchange_strong(expected, kLocked, std::memory_order_acquire,
-                                                std::memory_order_relaxed);
-    if (taken) owner_.Acquired();
-    return taken;
+    bool locked = state_.compare_exchange_strong(expected, kLocked, std::memory_order_acquire,
+                                                 std::memory_order_relaxed);
+    if (locked) owner_.Acquired();
+    tsan::PostLock(this, locked ? tsan::kTryLock : tsan::kTryLock | tsan::kTryLockFailed);
+    return locked;
   }
   void lock() noexcept NDWV_ACQUIRE() NDWV_NO_THREAD_SAFETY_ANALYSIS {
-    if (!try_lock()) LockContended();
+    tsan::PreLock(this, 0);
+    // try_lock's compare-and-swap, not try_lock itself: TSan would see a try-lock inside a lock.
+    uint32_t expected = kFree;
+    if (!state_.compare_exchange_strong(expected, kLocked, std::memory_order_acquire,
+                                        std::memory_order_relaxed))
+      LockContended();
+    owner_.Acquired();
+    tsan::PostLock(this, 0);
   }
   void unlock() noexcept NDWV_RELEASE() NDWV_NO_THREAD_SAFETY_ANALYSIS {
+    tsan::PreUnlock(this, 0);
     owner_.Released();
     if (state_.exchange(kFree, std::memory_order_release) == kSleepers) state_.notify_one();
+    tsan::PostUnlock(this, 0);
   }
 
  private:
@@ -95,7 +108,6 @@ class NDWV_CAPABILITY("mutex") Mutex {
     // unlock must wake it.
     while (state_.exchange(kSleepers, std::memory_order_acquire) != kFree)
       state_.wait(kSleepers, std::memory_order_relaxed);
-    owner_.Acquired();
   }
 
   std::atomic<uint32_t> state_{kFree};
@@ -110,7 +122,8 @@ static_assert(sizeof(Mutex) == sizeof(uint32_t), "a release build's Mutex is its
 // by one that holds the lock: a thread may take it shared again while holding it shared.
 class NDWV_CAPABILITY("shared mutex") SharedMutex {
  public:
-  SharedMutex() = default;
+  SharedMutex() noexcept { tsan::MutexCreate(this, tsan::kReadReentrant); }
+  ~SharedMutex() { tsan::MutexDestroy(this); }
   SharedMutex(const SharedMutex&) = delete;
   SharedMutex& operator=(const SharedMutex&) = delete;
 
@@ -130,26 +143,34 @@ class NDWV_CAPABILITY("shared mutex") SharedMutex {
   }
 
   void lock_shared() noexcept NDWV_ACQUIRE_SHARED() NDWV_NO_THREAD_SAFETY_ANALYSIS {
+    tsan::PreLock(this, tsan::kReadLock);
     while (state_.fetch_add(1, std::memory_order_acquire) & kWriter) {
-      unlock_shared();  // a writer holds it: step back, and sleep until it lets go
+      // A writer holds it: step back, as unlock_shared does (not unlock_shared itself, which
+      // would tell TSan of an unlock), and sleep until the writer lets go.
+      uint32_t before = state_.fetch_sub(1, std::memory_order_release);
+      if ((before & kReaders) == 1 && (before & kWriterWaits)) state_.notify_all();
       for (uint32_t s; (s = state_.load(std::memory_order_relaxed)) & kWriter;)
         state_.wait(s, std::memory_order_relaxed);
     }
+    tsan::PostLock(this, tsan::kReadLock);
   }
   void unlock_shared() noexcept NDWV_RELEASE_SHARED() NDWV_NO_THREAD_SAFETY_ANALYSIS {
+    tsan::PreUnlock(this, tsan::kReadLock);
     uint32_t before = state_.fetch_sub(1, std::memory_order_release);
     // The last reader out wakes a waiting writer.
     if ((before & kReaders) == 1 && (before & kWriterWaits)) state_.notify_all();
+    tsan::PostUnlock(this, tsan::kReadLock);
   }
 
   void lock() noexcept NDWV_ACQUIRE() NDWV_NO_THREAD_SAFETY_ANALYSIS {
     writers_.lock();
+    tsan::PreLock(this, 0);
     for (uint32_t s = state_.load(std::memory_order_relaxed);;) {
       // A failed compare-and-swap reloads s: look again.
       if ((s & kReaders) == 0) {
         if (state_.compare_exchange_weak(s, kWriter, std::memory_order_acquire,
                                          std::memory_order_relaxed))
-          return;
+          break;
         continue;
       }
       if (!(s & kWriterWaits) &&
@@ -158,10 +179,13 @@ class NDWV_CAPABILITY("shared mutex") SharedMutex {
       state_.wait(s | kWriterWaits, std::memory_order_relaxed);  // the last reader out wakes us
       s = state_.load(std::memory_order_relaxed);
     }
+    tsan::PostLock(this, 0);
   }
   void unlock() noexcept NDWV_RELEASE() NDWV_NO_THREAD_SAFETY_ANALYSIS {
+    tsan::PreUnlock(this, 0);
     state_.fetch_and(~kWriter, std::memory_order_release);
     state_.notify_all();  // readers that stepped back
+    tsan::PostUnlock(this, 0);
     writers_.unlock();
   }
 

@@ -790,6 +790,8 @@ void FillPattern(uint8_t* data, size_t length, uint64_t seed) {
   for (size_t i = 0; i < length; ++i) data[i] = PatternByte(seed, i);
 }
 
+void CheckPlacedByPeer(const std::function<void()>& check) { check(); }
+
 void CheckPattern(const uint8_t* data, size_t length, uint64_t seed, const char* what) {
   for (size_t i = 0; i < length; ++i) {
     if (data[i] != PatternByte(seed, i)) {

@@ -391,6 +391,12 @@ bool SendsConfirmed();
 void CheckPattern(const uint8_t* data, size_t length, uint64_t seed, const char* what);
 // Fails unless every byte is `value`.
 void CheckFilled(const uint8_t* data, size_t length, uint8_t value, const char* what);
+// Runs `check`, which reads memory the other process's RDMA Writes placed here, once that process
+// said through the channel that those Writes, or a later request of its own, were answered (the
+// device answers a connection's requests in order, after placing them). That order runs through
+// the other process, which ThreadSanitizer cannot follow: tests/tsan.supp lets through its
+// reports from inside this function, and only from there.
+void CheckPlacedByPeer(const std::function<void()>& check);
 
 // A scatter/gather layout of `total` bytes in a larger buffer: `pieces` SGEs of uneven lengths
 // (fewer when total is tiny), separated by `gap` untouched bytes, starting at `start`.

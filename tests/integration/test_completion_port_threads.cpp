@@ -92,14 +92,19 @@ class Side {
     return false;
   }
 
-  ND2_SGE Sge() { return {buffer, ULONG(kMessage), mr->token()}; }
+  // Each cycle receives into and sends from a slot of its own: the cycles run at once, and
+  // receives of two connections into the same bytes would be a data race (ThreadSanitizer). A
+  // slot comes round again kSlots cycles later; at most kInFlight cycles run at once.
+  uint8_t* TakeSlot() { return buffer + (next_slot_++ % kSlots) * kMessage; }
+  ND2_SGE Sge(uint8_t* slot) { return {slot, ULONG(kMessage), mr->token()}; }
   void Finished() { finished_++; }
   int finished() const { return finished_.load(); }
 
   Adapter adapter;
   Ref<IND2CompletionQueue> sendCq, recvCq;
   std::unique_ptr<Mr> mr;
-  alignas(64) uint8_t buffer[4096] = {};
+  static constexpr size_t kSlots = 64;
+  alignas(64) uint8_t buffer[kSlots * kMessage] = {};
   // The receive/send contexts are the cycles themselves: each type of result calls its handler.
   void (*onReceive)(void* cycle, HRESULT status, ULONG bytes) = nullptr;
   void (*onSend)(void* cycle, HRESULT status) = nullptr;
@@ -138,6 +143,7 @@ class Side {
   HANDLE port_ = nullptr;
   const int target_;
   std::atomic<int> finished_{0};
+  std::atomic<unsigned> next_slot_{0};
   std::mutex error_mutex_;
   std::atomic<const char*> error_{nullptr};  // the first failure (set under error_mutex_)
   std::string detail_;
@@ -150,6 +156,7 @@ class Side {
 
 struct ServerCycle {
   Side* side;
+  uint8_t* slot;
   Ref<IND2Connector> connector;
   Ref<IND2QueuePair> qp;
   Step accept, disconnect, notify;
@@ -182,6 +189,7 @@ class Server {
   void NextRequest() {
     auto cycle = std::make_unique<ServerCycle>();
     cycle->side = &side_;
+    cycle->slot = side_.TakeSlot();
     IT_OK(side_.adapter->CreateConnector(IID_IND2Connector, side_.adapter.file(), cycle->connector.Out()));
     request_.Reset();
     request_.done = &Server::OnRequest;
@@ -203,7 +211,7 @@ class Server {
                         cycle->qp.Out())),
                     "CreateQueuePair", 0))
       return;
-    ND2_SGE sge = side.Sge();
+    ND2_SGE sge = side.Sge(cycle->slot);
     side.Check(cycle->qp->Receive(cycle, &sge, 1) == ND_SUCCESS, "Receive", 0);
     cycle->accept.done = &Server::OnAccept;
     cycle->accept.owner = cycle;
@@ -231,7 +239,7 @@ class Server {
   // worker may end the cycle (and free it) before the call returns.
   static void Answer(ServerCycle* cycle) {
     Side* side = cycle->side;
-    ND2_SGE sge = side->Sge();
+    ND2_SGE sge = side->Sge(cycle->slot);
     HRESULT hr = cycle->qp->Send(cycle, &sge, 1, 0);
     side->Check(hr == ND_SUCCESS, "server Send", hr);
   }
@@ -268,6 +276,7 @@ class Server {
 class Client;
 struct ClientCycle {
   Side* side;
+  uint8_t* slot;
   Client* client;
   Ref<IND2Connector> connector;
   Ref<IND2QueuePair> qp;
@@ -294,6 +303,7 @@ class Client {
     // its low bit set would keep the completion off the port, and the cycle would wait forever).
     auto* cycle = new ClientCycle();
     cycle->side = &side_;
+    cycle->slot = side_.TakeSlot();
     cycle->client = this;
     Adapter& adapter = side_.adapter;
     if (!side_.Check(SUCCEEDED(adapter->CreateConnector(IID_IND2Connector, adapter.file(), cycle->connector.Out())),
@@ -302,7 +312,7 @@ class Client {
                                                         cycle, 1, 1, 1, 1, 0, cycle->qp.Out())),
                      "CreateQueuePair", 0))
       return;
-    ND2_SGE sge = side_.Sge();
+    ND2_SGE sge = side_.Sge(cycle->slot);
     side_.Check(cycle->qp->Receive(cycle, &sge, 1) == ND_SUCCESS, "Receive", 0);
     sockaddr_in any = Loopback(0);
     HRESULT hr = cycle->connector->Bind(reinterpret_cast<const sockaddr*>(&any), sizeof any);
@@ -330,7 +340,7 @@ class Client {
   }
   static void OnCompleted(Client* self, ClientCycle* cycle, HRESULT hr) {
     if (!self->side_.Check(hr == ND_SUCCESS, "CompleteConnect completion", hr)) return;
-    ND2_SGE sge = self->side_.Sge();
+    ND2_SGE sge = self->side_.Sge(cycle->slot);
     hr = cycle->qp->Send(cycle, &sge, 1, 0);
     self->side_.Check(hr == ND_SUCCESS, "client Send", hr);
   }

@@ -1625,11 +1625,11 @@ TEST(ConformanceTools, NdrpingReadsThroughAWindowUpToThePeersReadLimit) {
   RunLocal([] { RunNdrpingPattern(true); });
 }
 
-// A byte another agent (here the adapter) writes: read it fresh, then see what it wrote before.
+// A byte another agent (here the adapter, which stores it last and with release order) writes:
+// read it fresh, then see what it wrote before. An acquire load, not a fence after a volatile
+// read: ThreadSanitizer sees the order of the one, not of the other.
 uint8_t LoadByte(const uint8_t* at) {
-  uint8_t value = *reinterpret_cast<const volatile uint8_t*>(at);
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return value;
+  return std::atomic_ref<uint8_t>(*const_cast<uint8_t*>(at)).load(std::memory_order_acquire);
 }
 
 // nd-tools.md §8 ndrpingpong, §4 IN_ORDER_DMA, §12 ordering: both sides register their buffer

@@ -93,7 +93,7 @@ IT_PEER(counters_server) {
                                        int64_t(kSendSizes[i])},
                      "a receive");
   parent.Expect("exchanged");
-  CheckPattern(target.data(), kWriteBytes, 3, "the Write");
+  CheckPlacedByPeer([&] { CheckPattern(target.data(), kWriteBytes, 3, "the Write"); });
 
   std::string client = parent.Receive("the client's address");
   std::vector<ndwv_counter_row> rows = Snapshot();

@@ -171,7 +171,7 @@ void V2Rdma(Channel& channel, V2Peer& v2) {
   v2.WriteAndReadBack(ReceiveDescriptor(channel));
   SendDescriptor(channel, v2.Descriptor());
   channel.Barrier("rdma done");
-  CheckPattern(v2.target.data(), kWindow, 29, "what the version 1 side wrote");
+  CheckPlacedByPeer([&] { CheckPattern(v2.target.data(), kWindow, 29, "what the version 1 side wrote"); });
 }
 
 IT_PEER(v2_server) {

@@ -228,7 +228,7 @@ IT_PEER(v1_posting_server) {
   SendDescriptor(parent, BindWindow(server, window.get(), in, 1024, 1024,
                                     ND_OP_FLAG_ALLOW_WRITE | ND_OP_FLAG_ALLOW_READ));
   parent.Expect("written");
-  CheckPattern(in.data() + 1024 + 8, 32, 43, "inline write's bytes");
+  CheckPlacedByPeer([&] { CheckPattern(in.data() + 1024 + 8, 32, 43, "inline write's bytes"); });
   V1ServerTeardown(parent, server);
 }
 
@@ -548,10 +548,12 @@ IT_PEER(v1_window_server) {
   std::vector<uint8_t> expected(kWindowLength);
   FillPattern(expected.data(), kWindowLength, 9);
   if (flags & ND_OP_FLAG_ALLOW_WRITE) FillPattern(expected.data() + 100, 200, 31);
-  IT_CHECK(std::memcmp(region.data() + kWindowStart, expected.data(), kWindowLength) == 0);
-  CheckFilled(region.data(), kWindowStart, 0x5A, "before the window");
-  CheckFilled(region.data() + kWindowStart + kWindowLength, kRegion - kWindowStart - kWindowLength,
-              0x5A, "after the window");
+  CheckPlacedByPeer([&] {
+    IT_CHECK(std::memcmp(region.data() + kWindowStart, expected.data(), kWindowLength) == 0);
+    CheckFilled(region.data(), kWindowStart, 0x5A, "before the window");
+    CheckFilled(region.data() + kWindowStart + kWindowLength, kRegion - kWindowStart - kWindowLength,
+                0x5A, "after the window");
+  });
   V1Disconnect(server.connector.get());
 }
 

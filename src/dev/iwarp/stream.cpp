@@ -1120,18 +1120,25 @@ bool Stream::FinishSegment() {
         // Every Read Request takes one of the IRD slots until its response is handed to TCP,
         // zero-length ones too (an ndwv peer's probes count against its ORD). One beyond is
         // refused: a peer that sends Read Requests and reads nothing meets this bound, not
-        // our memory's.
-        base::MutexLock lock(responses_mutex_);
-        if (responses_.size() >= params_.ird) {
+        // our memory's. The Terminate is queued after responses_mutex_ is released: it takes
+        // tx_mutex_, which the transmit path holds while it takes responses_mutex_.
+        size_t owed;
+        {
+          base::MutexLock lock(responses_mutex_);
+          owed = responses_.size();
+          if (owed < params_.ird) {
+            responses_.push_back({read_req_.sink_stag, read_req_.sink_to, read_req_.src_stag,
+                                  read_req_.src_to, read_req_.size, 0});
+            responses_queued_.fetch_add(1, std::memory_order_release);
+          }
+        }
+        if (owed >= params_.ird) {
           counters_.Add(Counter::ReadsBeyondIrd);
           NDWV_LOG(Warn, "%s: Read Request beyond the IRD of %u (%zu answers not yet sent): Terminate",
-                   counters_.identity(), params_.ird, responses_.size());
+                   counters_.identity(), params_.ird, owed);
           Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
           return false;
         }
-        responses_.push_back({read_req_.sink_stag, read_req_.sink_to, read_req_.src_stag, read_req_.src_to,
-                              read_req_.size, 0});
-        responses_queued_.fetch_add(1, std::memory_order_release);
       }
       // A spinning poller owns this socket (the engine does not watch it): the Response goes out
       // with whatever the poller's application posts next, or at its next poll, in one sendmsg.
