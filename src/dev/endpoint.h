@@ -9,17 +9,21 @@
 #pragma once
 #include <sys/socket.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <initializer_list>
 #include <iterator>
 #include <list>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include <ndwv/wvstatus.h>
 
 #include "dev/async.h"
+#include "dev/counters.h"
 #include "dev/engine.h"
 #include "dev/qp.h"
 
@@ -38,6 +42,37 @@ struct ConnectionInfo {
   sockaddr_storage local{}, peer{};
   ConnectParams peer_params;  // what the peer sent, in its own terms (not swapped)
 };
+
+// An endpoint's legal state changes: one row per state, in the enum's order, listing the states
+// it may go to (itself only where the code sets it again). Written as the code behaves; a change
+// not listed is a bug (ReportIllegalTransition). The rows are checked when the table is compiled.
+template <class State, size_t kStates>
+class TransitionTable {
+  static_assert(kStates <= 32, "a row is a 32-bit set");
+
+ public:
+  struct Row {
+    State from;
+    std::initializer_list<State> to;
+  };
+  consteval TransitionTable(std::initializer_list<Row> rows) {
+    if (rows.size() != kStates) throw "one row per state";
+    size_t index = 0;
+    for (const Row& row : rows) {
+      if (size_t(row.from) != index++) throw "rows in the order of the enum";
+      for (State to : row.to) allowed_[size_t(row.from)] |= uint32_t(1) << size_t(to);
+    }
+  }
+  constexpr bool Allows(State from, State to) const { return (allowed_[size_t(from)] >> size_t(to)) & 1; }
+
+ private:
+  uint32_t allowed_[kStates] = {};
+};
+
+// A state change its endpoint's table does not list: aborts a checked build (base/checked.h) with
+// both names; a release build logs it at Warn, counts it (illegal_endpoint_transitions) and lets
+// it happen, as before the tables existed.
+void ReportIllegalTransition(Transport transport, const std::string& identity, const char* from, const char* to);
 
 struct DisconnectRequest : WorkItem {
   std::shared_ptr<QueuePair> qp;

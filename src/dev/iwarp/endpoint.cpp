@@ -62,6 +62,7 @@ void Endpoint::SetState(State s) {
   // State changes are when addresses and the QP become known: the name log lines use.
   identity_ = "iwarp cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) + "]";
   NDWV_LOG(Debug, "%s: %s -> %s", identity_.c_str(), ToString(state_), ToString(s));
+  if (!kTransitions.Allows(state_, s)) ReportIllegalTransition(Transport::Iwarp, identity_, ToString(state_), ToString(s));
   state_ = s;
 }
 

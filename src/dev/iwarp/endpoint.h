@@ -56,15 +56,37 @@ class Endpoint final : public ConnectEndpoint,
   void OnStreamError(bool timed_out) override;
   void OnIo(uint32_t events) override;
 
- private:
+  // The connection manager's states, and where each may go (SetState checks; public for the
+  // tests, and docs/teardown.md shows the table).
   enum class State {
     Idle, Bound, Listening,
     ActiveConnecting, ActiveMpaSent, ActiveReplied,      // active setup
     PassiveHandshake, PassiveRequest, PassiveAccepting,  // passive setup
     Connected, ActiveDisconnect, PassiveDisconnect, Disconnected, Closed
   };
+  static constexpr size_t kStates = size_t(State::Closed) + 1;
   static const char* ToString(State s);
+  // Every state may be closed (the owner released the endpoint). Idle and Bound go to
+  // PassiveRequest as a GetRequest target; Idle to PassiveHandshake as a listener's new child.
+  // A refused or timed-out Connect goes back to Bound, to be retried.
+  static constexpr TransitionTable<State, kStates> kTransitions{{
+      {State::Idle, {State::Bound, State::ActiveConnecting, State::PassiveHandshake, State::PassiveRequest, State::Closed}},
+      {State::Bound, {State::Listening, State::ActiveConnecting, State::PassiveRequest, State::Closed}},
+      {State::Listening, {State::Closed}},
+      {State::ActiveConnecting, {State::ActiveMpaSent, State::Bound, State::Closed}},
+      {State::ActiveMpaSent, {State::ActiveReplied, State::Bound, State::Closed}},
+      {State::ActiveReplied, {State::Connected, State::Closed}},
+      {State::PassiveHandshake, {State::PassiveRequest, State::Closed}},
+      {State::PassiveRequest, {State::PassiveAccepting, State::Disconnected, State::Closed}},
+      {State::PassiveAccepting, {State::Connected, State::Disconnected, State::Closed}},
+      {State::Connected, {State::ActiveDisconnect, State::PassiveDisconnect, State::Disconnected, State::Closed}},
+      {State::ActiveDisconnect, {State::Disconnected, State::Closed}},
+      {State::PassiveDisconnect, {State::Disconnected, State::Closed}},
+      {State::Disconnected, {State::Disconnected, State::Closed}},
+      {State::Closed, {State::Closed}},
+  }};
 
+ private:
   int32_t OpenSocket(int family);  // a socket bound to local_ (port chosen if 0)
   void SetState(State s);
   void ArmTimer(uint32_t ms);

@@ -135,6 +135,7 @@ void Endpoint::SetState(State s) {
   identity_ = "roce cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) +
               (peer_qpn_ ? " qp " + std::to_string(peer_qpn_) : std::string()) + " id " + id + "]";
   NDWV_LOG(Debug, "%s: %s -> %s", identity_.c_str(), ToString(state_), ToString(s));
+  if (!kTransitions.Allows(state_, s)) ReportIllegalTransition(Transport::Roce, identity_, ToString(state_), ToString(s));
   state_ = s;
 }
 
@@ -228,7 +229,7 @@ void Endpoint::OnRequest(const CmEvent& event) {
   }
   child->peer_params_ = PeerParams(req.responder_resources, req.initiator_depth, req.private_data + kIpHeaderLen);
   child->listener_ = weak_from_this();
-  child->state_ = State::Requested;
+  child->SetState(State::Requested);
   port_->AddUser(event.id, child);
   Finisher finish;  // completes under our lock: its owner does not call back into the listener
   requests_.Arrive(std::move(child), finish);
@@ -261,7 +262,7 @@ void Endpoint::Adopt(Endpoint& child) {
   peer_port_ = child.peer_port_;
   peer_params_ = child.peer_params_;
   child.comm_id_ = 0;
-  child.state_ = State::Closed;
+  child.SetState(State::Closed);
   port_->AddUser(comm_id_, weak_from_this());
   SetState(State::Requested);
 }

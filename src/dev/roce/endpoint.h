@@ -54,11 +54,8 @@ class Endpoint final : public ConnectEndpoint,
   void OnFirstPacket() override;
   void OnLinkFailed() override;
 
- private:
-  // The lock for a callback from a port's receive path (the three above): taken if free, else
-  // `again` runs on the work pool and the lock returned is empty (endpoint.cpp says why).
-  template <typename Again>
-  std::unique_lock<std::mutex> LockOrRetry(Again&& again);
+  // The endpoint's states, and where each may go (SetState checks; public for the tests, and
+  // docs/teardown.md shows the table).
   enum class State {
     Idle, Bound, Listening,
     Connecting, Replied,     // active: REQ sent; REP received (Connect completed)
@@ -66,7 +63,33 @@ class Endpoint final : public ConnectEndpoint,
     Connected, LinkFailed,   // LinkFailed: the QP failed (retries, peer gone); CM still up
     Disconnecting, PeerDisconnected, Disconnected, Closed
   };
+  static constexpr size_t kStates = size_t(State::Closed) + 1;
   static const char* ToString(State s);
+  // Every state may be closed (the owner released the endpoint). Idle goes to Requested as a
+  // listener's new request, Idle and Bound as a GetRequest target. A refused or timed-out
+  // Connect goes back to Bound, to be retried. A DREQ that overtakes the RTU finds Accepting.
+  static constexpr TransitionTable<State, kStates> kTransitions{{
+      {State::Idle, {State::Bound, State::Connecting, State::Requested, State::Closed}},
+      {State::Bound, {State::Listening, State::Connecting, State::Requested, State::Closed}},
+      {State::Listening, {State::Closed}},
+      {State::Connecting, {State::Replied, State::Bound, State::Closed}},
+      {State::Replied, {State::Connected, State::Closed}},
+      {State::Requested, {State::Accepting, State::Disconnected, State::Closed}},
+      {State::Accepting, {State::Connected, State::LinkFailed, State::Disconnecting, State::PeerDisconnected,
+                          State::Disconnected, State::Closed}},
+      {State::Connected, {State::LinkFailed, State::Disconnecting, State::PeerDisconnected, State::Closed}},
+      {State::LinkFailed, {State::Disconnecting, State::PeerDisconnected, State::Closed}},
+      {State::Disconnecting, {State::Disconnected, State::Closed}},
+      {State::PeerDisconnected, {State::Disconnected, State::Closed}},
+      {State::Disconnected, {State::Disconnected, State::Closed}},
+      {State::Closed, {State::Closed}},
+  }};
+
+ private:
+  // The lock for a callback from a port's receive path (the three above): taken if free, else
+  // `again` runs on the work pool and the lock returned is empty (endpoint.cpp says why).
+  template <typename Again>
+  std::unique_lock<std::mutex> LockOrRetry(Again&& again);
   void SetState(State s);
 
   void OnRequest(const CmEvent& event);  // listener: a REQ for our service
