@@ -127,6 +127,7 @@ constexpr CounterInfo kInfo[kCounters] = {
     {"cm_clamped_rnr_retries", kRoce},
     {"cm_peer_address_mismatches", kRoce},
     {"late_engine_takeovers", kBoth},
+    {"illegal_endpoint_transitions", kBoth},
 };
 
 const char* TransportName(Transport t) { return t == Transport::Roce ? "RoCEv2" : "iWARP"; }

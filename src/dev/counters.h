@@ -67,6 +67,9 @@ enum class Counter : uint16_t {
   // and found the peer's data waiting for it (dev/cq.h, PollerRule): the application waited
   // without polling, and its wait lasted up to one look of the idle timer longer.
   LateEngineTakeovers,
+  // Both transports, per adapter: a connection endpoint changed state in a way its transition
+  // table does not list (a release build logs it and goes on; checked builds abort).
+  IllegalEndpointTransitions,
   Count
 };
 inline constexpr size_t kCounters = size_t(Counter::Count);

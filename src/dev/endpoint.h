@@ -9,17 +9,22 @@
 #pragma once
 #include <sys/socket.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <initializer_list>
 #include <iterator>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include <ndwv/wvstatus.h>
 
 #include "dev/async.h"
+#include "dev/counters.h"
 #include "dev/engine.h"
 #include "dev/qp.h"
 
@@ -38,6 +43,37 @@ struct ConnectionInfo {
   sockaddr_storage local{}, peer{};
   ConnectParams peer_params;  // what the peer sent, in its own terms (not swapped)
 };
+
+// An endpoint's legal state changes: one row per state, in the enum's order, listing the states
+// it may go to (itself only where the code sets it again). Written as the code behaves; a change
+// not listed is a bug (ReportIllegalTransition). The rows are checked when the table is compiled.
+template <class State, size_t kStates>
+class TransitionTable {
+  static_assert(kStates <= 32, "a row is a 32-bit set");
+
+ public:
+  struct Row {
+    State from;
+    std::initializer_list<State> to;
+  };
+  consteval TransitionTable(std::initializer_list<Row> rows) {
+    if (rows.size() != kStates) throw "one row per state";
+    size_t index = 0;
+    for (const Row& row : rows) {
+      if (size_t(row.from) != index++) throw "rows in the order of the enum";
+      for (State to : row.to) allowed_[size_t(row.from)] |= uint32_t(1) << size_t(to);
+    }
+  }
+  constexpr bool Allows(State from, State to) const { return (allowed_[size_t(from)] >> size_t(to)) & 1; }
+
+ private:
+  uint32_t allowed_[kStates] = {};
+};
+
+// A state change its endpoint's table does not list: aborts a checked build (base/checked.h) with
+// both names; a release build logs it at Warn, counts it (illegal_endpoint_transitions) and lets
+// it happen, as before the tables existed.
+void ReportIllegalTransition(Transport transport, const std::string& identity, const char* from, const char* to);
 
 struct DisconnectRequest : WorkItem {
   std::shared_ptr<QueuePair> qp;
@@ -145,6 +181,169 @@ class ConnectEndpoint {
   // The owner released the endpoint: cancel what is parked and drop the connection (abortive if
   // it was never disconnected).
   virtual void Close() = 0;
+};
+
+// Where a connection is, as the teardown contract sees it (docs/teardown.md): each transport's
+// endpoint maps its states onto these, and the shared NotifyDisconnect and Disconnect act on them.
+enum class ConnectionPhase {
+  NotConnected,  // setting up, listening, or closed: nothing to notify or disconnect
+  Connected,     // NotifyDisconnect waits; Disconnect closes
+  Failed,        // the QP failed, the CM is still up: NotifyDisconnect done; Disconnect closes
+  PeerClosed,    // the peer closed: NotifyDisconnect done; Disconnect only flushes
+  Closing,       // our Disconnect is closing it
+  Disconnected,  // over: Disconnect only flushes
+};
+
+// What both transports' endpoints have in common: the requests parked on them, the addresses and
+// peer parameters Query reports, the listen queue, and the transport-independent part of
+// GetRequest, Query, NotifyDisconnect, Disconnect, CancelRequests and Close. `Endpoint`, the
+// transport's class deriving from this (a friend of it), supplies:
+//   State, with Listening, Disconnected and Closed; state_ and SetState (under mutex_);
+//   static ConnectionPhase PhaseOf(State);
+//   StartCloseLocked(lock): the transport's part of a Disconnect of a connected endpoint, its
+//     last step (it may release the lock, and nothing of ours is touched after it);
+//   FailConnect(finish, status): the parked Connect ends with `status`;
+//   FinishDisconnect(status), where the transport does more than this class's;
+//   DropConnectionLocked(children): Close's part under the lock; it returns a Connection whose
+//     End() runs after the lock (the transport's link reports to us).
+template <class Endpoint>
+class EndpointBase : public ConnectEndpoint {
+ public:
+  int32_t GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) final {
+    auto endpoint = std::dynamic_pointer_cast<Endpoint>(target);
+    if (!endpoint) return WV_INVALID_PARAMETER;
+    Finisher finish;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (self().state_ != Endpoint::State::Listening) return WV_INVALID_DEVICE_STATE;
+    requests_.Take(std::move(endpoint), op, finish);
+    return WV_PENDING;
+  }
+
+  int32_t Query(ConnectionInfo* info) final {
+    std::lock_guard<std::mutex> lock(mutex_);
+    info->local = local_;
+    info->peer = peer_;
+    info->peer_params = peer_params_;
+    return WV_SUCCESS;
+  }
+
+  int32_t NotifyDisconnect(AsyncOp* op) final {
+    Finisher finish;
+    std::lock_guard<std::mutex> lock(mutex_);
+    switch (Endpoint::PhaseOf(self().state_)) {
+      case ConnectionPhase::Connected:
+        op->next = notify_ops_;
+        notify_ops_ = op;
+        return WV_PENDING;
+      case ConnectionPhase::Failed:
+      case ConnectionPhase::PeerClosed:
+        finish.Add(op, WV_SUCCESS);
+        return WV_PENDING;
+      case ConnectionPhase::Closing:
+      case ConnectionPhase::Disconnected:
+        return WV_CONNECTION_DISCONNECTED;
+      default:
+        return WV_CONNECTION_INVALID;
+    }
+  }
+
+  int32_t Disconnect(DisconnectRequest* request) final {
+    Finisher finish;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (disconnect_called_) return WV_CONNECTION_INVALID;  // a connector disconnects once
+    switch (Endpoint::PhaseOf(self().state_)) {
+      case ConnectionPhase::Connected:
+      case ConnectionPhase::Failed:
+        disconnect_ = request;
+        disconnect_called_ = true;
+        finish.AddList(notify_ops_, WV_CONNECTION_DISCONNECTED);
+        self().StartCloseLocked(lock);  // last: the close may complete the request at once
+        return WV_PENDING;
+      case ConnectionPhase::PeerClosed:
+      case ConnectionPhase::Disconnected:
+        // The peer closed already (or the connection failed): only the flush is left.
+        self().SetState(Endpoint::State::Disconnected);
+        request->EndCmPhase(WV_SUCCESS);
+        disconnect_called_ = true;
+        return WV_PENDING;
+      default:
+        return WV_CONNECTION_INVALID;
+    }
+  }
+
+  void CancelRequests() final {
+    Finisher finish;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (connect_op_) self().FailConnect(finish, WV_CANCELLED);
+    finish.AddList(notify_ops_, WV_CANCELLED);
+    requests_.CancelWaiting(finish);
+  }
+
+  void Close() final {
+    CancelRequests();
+    Finisher finish;
+    typename Endpoint::Connection connection;  // ended after the lock: it reports to us
+    std::deque<std::shared_ptr<Endpoint>> children;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finish.Add(std::exchange(accept_op_, nullptr), WV_CANCELLED);
+      children = requests_.TakeQueued();
+      connection = self().DropConnectionLocked(children);
+      if (disconnect_) self().FinishDisconnect(WV_CANCELLED);  // released mid-close: the request still ends
+      self().SetState(Endpoint::State::Closed);
+    }
+    connection.End();
+    for (auto& child : children) child->Close();
+  }
+
+ protected:
+  EndpointBase() { established_work_.run = &Established; }
+
+  // The CM phase is over (mutex_ held): the QP phase runs on the work pool. A transport that
+  // does more at that point hides this with its own, which calls it.
+  void FinishDisconnect(int32_t status) {
+    self().SetState(Endpoint::State::Disconnected);
+    if (DisconnectRequest* request = std::exchange(disconnect_, nullptr)) request->EndCmPhase(status);
+  }
+
+  std::mutex mutex_;
+  sockaddr_storage local_{}, peer_{};  // ours as bound; the peer's ND address
+  ConnectParams peer_params_;          // what the peer sent (Query)
+
+  // The requests parked until an event ends them.
+  AsyncOp* connect_op_ = nullptr;
+  AsyncOp* accept_op_ = nullptr;
+  AsyncOp* notify_ops_ = nullptr;
+  DisconnectRequest* disconnect_ = nullptr;
+  bool disconnect_called_ = false;  // a second Disconnect is ND_CONNECTION_INVALID
+
+  ListenQueue<Endpoint> requests_;  // listening: requests not yet taken, and GetRequests
+
+  // Passive: the connection is established (iWARP: the RTR arrived; RoCE: the RTU, the first
+  // packet or a DREQ): the QP to RTS, then Accept completes. Pre-allocated; run on the work
+  // pool, not on the thread that saw the event.
+  struct EstablishedWork : WorkItem {
+    std::shared_ptr<Endpoint> endpoint;
+    std::shared_ptr<QueuePair> qp;
+  } established_work_;
+
+ private:
+  Endpoint& self() { return static_cast<Endpoint&>(*this); }
+
+  static void Established(WorkItem* item) {
+    auto* work = static_cast<EstablishedWork*>(item);
+    auto endpoint = std::move(work->endpoint);
+    auto qp = std::move(work->qp);
+    // If the peer already closed the connection (the QP went to Error first), Accept still
+    // succeeded, and the close is reported after it.
+    qp->Modify(QpState::Rts);
+    AsyncOp* op;
+    {
+      std::lock_guard<std::mutex> lock(endpoint->mutex_);
+      op = std::exchange(endpoint->accept_op_, nullptr);
+    }
+    if (op) op->Complete(WV_SUCCESS);
+  }
 };
 
 }  // namespace ndwv::dev

@@ -28,23 +28,7 @@ using base::Config;
 
 std::shared_ptr<ConnectEndpoint> CreateEndpoint() { return std::make_shared<Endpoint>(); }
 
-Endpoint::Endpoint() {
-  accept_work_.run = [](WorkItem* item) {
-    auto* work = static_cast<AcceptWork*>(item);
-    auto endpoint = std::move(work->endpoint);
-    auto qp = std::move(work->qp);
-    // The RTR arrived: the QP may send now. Done here, not on the engine that saw the RTR.
-    // The connection is established: if the peer already closed it (the QP went to Error
-    // first), Accept still succeeded, and the close is reported after it.
-    qp->Modify(QpState::Rts);
-    AsyncOp* op;
-    {
-      std::lock_guard<std::mutex> lock(endpoint->mutex_);
-      op = std::exchange(endpoint->accept_op_, nullptr);
-    }
-    if (op) op->Complete(WV_SUCCESS);
-  };
-}
+Endpoint::Endpoint() = default;
 
 Endpoint::~Endpoint() { CloseSocket(); }
 
@@ -60,6 +44,7 @@ void Endpoint::SetState(State s) {
   // State changes are when addresses and the QP become known: the name log lines use.
   identity_ = "iwarp cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) + "]";
   NDWV_LOG(Debug, "%s: %s -> %s", identity_.c_str(), ToString(state_), ToString(s));
+  if (!kTransitions.Allows(state_, s)) ReportIllegalTransition(Transport::Iwarp, identity_, ToString(state_), ToString(s));
   state_ = s;
 }
 
@@ -180,14 +165,6 @@ int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {
   if (status != WV_SUCCESS) return status;
   bound_ = true;
   SetState(State::Bound);
-  return WV_SUCCESS;
-}
-
-int32_t Endpoint::Query(ConnectionInfo* info) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  info->local = local_;
-  info->peer = peer_;
-  info->peer_params = peer_params_;
   return WV_SUCCESS;
 }
 
@@ -321,16 +298,6 @@ void Endpoint::RefusePending() {
   Engine::Get().Modify(fd_, 0);
   accept_paused_ = true;
   accept_resume_ = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
-}
-
-int32_t Endpoint::GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) {
-  auto endpoint = std::dynamic_pointer_cast<Endpoint>(target);
-  if (!endpoint) return WV_INVALID_PARAMETER;
-  Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (state_ != State::Listening) return WV_INVALID_DEVICE_STATE;
-  requests_.Take(std::move(endpoint), op, finish);
-  return WV_PENDING;
 }
 
 void Endpoint::HandshakeOver(const std::shared_ptr<Endpoint>& child, bool request) {
@@ -588,7 +555,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   SetState(State::PassiveAccepting);
   stream_ = std::make_shared<Stream>(std::exchange(fd_, -1), qp, MakeStreamParams(true), weak_from_this(),
                                      std::move(capture_));
-  accept_work_.qp = std::move(qp);
+  established_work_.qp = std::move(qp);
   // A peer that never completes the connection must not hold the Accept forever.
   ArmTimer(6 * Config().cm_timeout_ms);
   std::shared_ptr<Stream> stream = stream_;
@@ -696,8 +663,8 @@ void Endpoint::OnRtr() {
   if (state_ != State::PassiveAccepting) return;
   DisarmTimer();
   SetState(State::Connected);
-  accept_work_.endpoint = shared_from_this();
-  Engine::Get().Defer(&accept_work_);
+  established_work_.endpoint = shared_from_this();
+  Engine::Get().Defer(&established_work_);
 }
 
 void Endpoint::OnPeerClosed() {
@@ -747,93 +714,33 @@ void Endpoint::OnStreamError(bool timed_out) {
 
 // ---------------------------------------------------------------------------- teardown
 
-int32_t Endpoint::Disconnect(DisconnectRequest* request) {
-  Finisher finish;
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (disconnect_called_) return WV_CONNECTION_INVALID;  // a connector disconnects once
-  switch (state_) {
-    case State::Connected: {
-      SetState(State::ActiveDisconnect);
-      disconnect_ = request;
-      disconnect_called_ = true;
-      finish.AddList(notify_ops_, WV_CONNECTION_DISCONNECTED);
-      ArmTimer(Config().disconnect_timeout_ms);
-      std::shared_ptr<Stream> stream = stream_;
-      lock.unlock();
-      // Nothing of ours is touched from here on: the close may complete the Disconnect at once,
-      // and the application release the connector on another thread before we return.
-      stream->CloseSend();
-      return WV_PENDING;
-    }
-    case State::PassiveDisconnect:
-    case State::Disconnected:
-      // The peer closed already (or the connection died): only the flush is left.
-      SetState(State::Disconnected);
-      request->EndCmPhase(WV_SUCCESS);
-      disconnect_called_ = true;
-      return WV_PENDING;
-    default:
-      return WV_CONNECTION_INVALID;
-  }
+void Endpoint::StartCloseLocked(std::unique_lock<std::mutex>& lock) {
+  SetState(State::ActiveDisconnect);
+  ArmTimer(Config().disconnect_timeout_ms);
+  std::shared_ptr<Stream> stream = stream_;
+  lock.unlock();
+  // Nothing of ours is touched from here on: the close may complete the Disconnect at once,
+  // and the application release the connector on another thread before we return.
+  stream->CloseSend();
 }
 
 void Endpoint::FinishDisconnect(int32_t status) {
   DisarmTimer();
-  SetState(State::Disconnected);
-  if (DisconnectRequest* request = std::exchange(disconnect_, nullptr)) {
-    request->EndCmPhase(status);
-  }
+  EndpointBase::FinishDisconnect(status);
 }
 
-int32_t Endpoint::NotifyDisconnect(AsyncOp* op) {
-  Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
-  switch (state_) {
-    case State::Connected:
-      op->next = notify_ops_;
-      notify_ops_ = op;
-      return WV_PENDING;
-    case State::PassiveDisconnect:
-      finish.Add(op, WV_SUCCESS);
-      return WV_PENDING;
-    case State::ActiveDisconnect:
-    case State::Disconnected:
-      return WV_CONNECTION_DISCONNECTED;
-    default:
-      return WV_CONNECTION_INVALID;
-  }
-}
-
-void Endpoint::CancelRequests() {
-  Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (connect_op_) FailConnect(finish, WV_CANCELLED);
-  finish.AddList(notify_ops_, WV_CANCELLED);
-  requests_.CancelWaiting(finish);
-}
-
-void Endpoint::Close() {
-  CancelRequests();
-  Finisher finish;
-  std::shared_ptr<Stream> stream, released;  // dropped after the lock: the stream reports to us
-  std::deque<std::shared_ptr<Endpoint>> children;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    finish.Add(std::exchange(accept_op_, nullptr), WV_CANCELLED);
-    DisarmTimer();
-    CloseSocket();
-    if (state_ != State::Disconnected && state_ != State::ActiveDisconnect) stream = stream_;
-    released = std::move(stream_);
-    qp_.reset();
-    children.assign(handshaking_.begin(), handshaking_.end());
-    handshaking_.clear();
-    for (auto& c : requests_.TakeQueued()) children.push_back(std::move(c));
-    for (auto& c : children) c->listed_in_ = ListedIn::Nothing;
-    if (disconnect_) FinishDisconnect(WV_CANCELLED);  // released mid-close: the request still ends
-    SetState(State::Closed);
-  }
-  if (stream) stream->Abort();  // released while connected: abortive close, the QP is flushed
-  for (auto& child : children) child->Close();
+Endpoint::Connection Endpoint::DropConnectionLocked(std::deque<std::shared_ptr<Endpoint>>& children) {
+  Connection connection;
+  DisarmTimer();
+  CloseSocket();
+  // Released while connected: abortive close, the QP is flushed.
+  if (state_ != State::Disconnected && state_ != State::ActiveDisconnect) connection.abort = stream_;
+  connection.released = std::move(stream_);
+  qp_.reset();
+  children.insert(children.begin(), handshaking_.begin(), handshaking_.end());
+  handshaking_.clear();
+  for (auto& c : children) c->listed_in_ = ListedIn::Nothing;
+  return connection;
 }
 
 }  // namespace ndwv::dev::iwarp

@@ -30,7 +30,7 @@ namespace ndwv::dev::iwarp {
 
 std::shared_ptr<ConnectEndpoint> CreateEndpoint();
 
-class Endpoint final : public ConnectEndpoint,
+class Endpoint final : public EndpointBase<Endpoint>,
                        public StreamObserver,
                        public IoHandler,
                        public std::enable_shared_from_this<Endpoint> {
@@ -40,30 +40,68 @@ class Endpoint final : public ConnectEndpoint,
 
   int32_t Bind(const sockaddr* address, socklen_t length) override;
   int32_t Listen(int backlog) override;
-  int32_t GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) override;
   int32_t Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
                   const ConnectParams& params, AsyncOp* op) override;
   int32_t Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& params, AsyncOp* op) override;
   int32_t Reject(const void* data, size_t length) override;
-  int32_t Disconnect(DisconnectRequest* request) override;
-  int32_t NotifyDisconnect(AsyncOp* op) override;
-  int32_t Query(ConnectionInfo* info) override;
-  void CancelRequests() override;
-  void Close() override;
 
   void OnRtr() override;
   void OnPeerClosed() override;
   void OnStreamError(bool timed_out) override;
   void OnIo(uint32_t events) override;
 
- private:
+  // The connection manager's states, and where each may go (SetState checks; public for the
+  // tests, and docs/teardown.md shows the table).
   enum class State {
     Idle, Bound, Listening,
     ActiveConnecting, ActiveMpaSent, ActiveReplied,      // active setup
     PassiveHandshake, PassiveRequest, PassiveAccepting,  // passive setup
     Connected, ActiveDisconnect, PassiveDisconnect, Disconnected, Closed
   };
+  static constexpr size_t kStates = size_t(State::Closed) + 1;
   static const char* ToString(State s);
+  // Every state may be closed (the owner released the endpoint). Idle and Bound go to
+  // PassiveRequest as a GetRequest target; Idle to PassiveHandshake as a listener's new child.
+  // A refused or timed-out Connect goes back to Bound, to be retried.
+  static constexpr TransitionTable<State, kStates> kTransitions{{
+      {State::Idle, {State::Bound, State::ActiveConnecting, State::PassiveHandshake, State::PassiveRequest, State::Closed}},
+      {State::Bound, {State::Listening, State::ActiveConnecting, State::PassiveRequest, State::Closed}},
+      {State::Listening, {State::Closed}},
+      {State::ActiveConnecting, {State::ActiveMpaSent, State::Bound, State::Closed}},
+      {State::ActiveMpaSent, {State::ActiveReplied, State::Bound, State::Closed}},
+      {State::ActiveReplied, {State::Connected, State::Closed}},
+      {State::PassiveHandshake, {State::PassiveRequest, State::Closed}},
+      {State::PassiveRequest, {State::PassiveAccepting, State::Disconnected, State::Closed}},
+      {State::PassiveAccepting, {State::Connected, State::Disconnected, State::Closed}},
+      {State::Connected, {State::ActiveDisconnect, State::PassiveDisconnect, State::Disconnected, State::Closed}},
+      {State::ActiveDisconnect, {State::Disconnected, State::Closed}},
+      {State::PassiveDisconnect, {State::Disconnected, State::Closed}},
+      {State::Disconnected, {State::Disconnected, State::Closed}},
+      {State::Closed, {State::Closed}},
+  }};
+
+ private:
+  friend class EndpointBase<Endpoint>;
+  static constexpr ConnectionPhase PhaseOf(State s) {
+    switch (s) {
+      case State::Connected: return ConnectionPhase::Connected;
+      case State::PassiveDisconnect: return ConnectionPhase::PeerClosed;
+      case State::ActiveDisconnect: return ConnectionPhase::Closing;
+      case State::Disconnected: return ConnectionPhase::Disconnected;
+      default: return ConnectionPhase::NotConnected;
+    }
+  }
+  // Our Disconnect: the FIN after the queued data; the peer's FIN (or the timeout) ends it.
+  void StartCloseLocked(std::unique_lock<std::mutex>& lock);
+  // Close, under mutex_: the socket and timer go, queued and handshaking children are handed
+  // out; a connection not yet disconnected is aborted once the lock is released (End).
+  struct Connection {
+    std::shared_ptr<Stream> abort, released;  // released: dropped after the lock
+    void End() {
+      if (abort) abort->Abort();
+    }
+  };
+  Connection DropConnectionLocked(std::deque<std::shared_ptr<Endpoint>>& children);
 
   int32_t OpenSocket(int family);  // a socket bound to local_ (port chosen if 0)
   void SetState(State s);
@@ -94,33 +132,25 @@ class Endpoint final : public ConnectEndpoint,
   void RefuseRequest(const void* data, size_t length);
   // Under mutex_: the pending Connect ends with `status` (completed by `finish`, after the lock).
   void FailConnect(Finisher& finish, int32_t status);
-  void FinishDisconnect(int32_t status);  // CM phase over: QP phase on the work pool
+  void FinishDisconnect(int32_t status);  // the base's, with the timer disarmed first
   void CloseSocket();
   bool SendMpaFrame(const wire::MpaFrame& frame);
   StreamParams MakeStreamParams(bool passive) const;
 
-  std::mutex mutex_;
   State state_ = State::Idle;
   int fd_ = -1;
   std::unique_ptr<base::TcpCapture> capture_;  // with fd_ once connected, when capturing
   bool watching_ = false;
-  sockaddr_storage local_{}, peer_{};
-  socklen_t local_len_ = 0, peer_len_ = 0;
+  socklen_t local_len_ = 0, peer_len_ = 0;  // of local_ and peer_
   uint32_t qpn_ = 0;        // the QP being connected, once Connect or Accept named it
   std::string identity_;    // "iwarp cm qp 5 [local -> peer]", for log lines (set by SetState)
   bool bound_ = false;
   bool ephemeral_ = false;  // the port is the kernel's to choose (bound to 0, or not bound)
   PortClaim port_claim_;    // an explicit port, held from Bind for the endpoint's life
-  ConnectParams local_params_, peer_params_;
+  ConnectParams local_params_;
   bool peer_crc_ = false;
   std::shared_ptr<QueuePair> qp_;      // between Connect/Accept and the stream taking it
   std::shared_ptr<Stream> stream_;
-
-  AsyncOp* connect_op_ = nullptr;
-  AsyncOp* accept_op_ = nullptr;
-  AsyncOp* notify_ops_ = nullptr;
-  DisconnectRequest* disconnect_ = nullptr;
-  bool disconnect_called_ = false;  // a second Disconnect is ND_CONNECTION_INVALID
 
   // Listening. Every connection accepted takes a backlog slot until the application takes its
   // request; it may spend NDWV_CM_TIMEOUT_MS reading its MPA Request, and as long again waiting
@@ -128,8 +158,7 @@ class Endpoint final : public ConnectEndpoint,
   using Children = std::list<std::shared_ptr<Endpoint>>;
   int backlog_ = 0;
   std::weak_ptr<Endpoint> listener_;  // child: who accepted us
-  Children handshaking_;              // reading their MPA Request
-  ListenQueue<Endpoint> requests_;    // handshakes done, and GetRequests
+  Children handshaking_;              // reading their MPA Request (then in requests_)
   friend class ListenQueue<Endpoint>;
   bool accept_paused_ = false;        // out of descriptors (RefusePending)
   Clock::time_point accept_resume_{};
@@ -142,11 +171,6 @@ class Endpoint final : public ConnectEndpoint,
 
   using EndpointTimer = OwnedTimer<Endpoint>;
   EndpointTimer timer_{&Endpoint::OnTimer, this};
-
-  struct AcceptWork : WorkItem {
-    std::shared_ptr<Endpoint> endpoint;
-    std::shared_ptr<QueuePair> qp;
-  } accept_work_;
 };
 
 }  // namespace ndwv::dev::iwarp

@@ -103,21 +103,7 @@ ConnectParams PeerParams(uint8_t ird, uint8_t ord, const uint8_t* data) {
 
 std::shared_ptr<ConnectEndpoint> CreateEndpoint() { return std::make_shared<Endpoint>(); }
 
-Endpoint::Endpoint() {
-  established_work_.run = [](WorkItem* item) {
-    // Established (RTU, or the first packet): the passive QP may send now; then Accept completes.
-    auto* work = static_cast<EstablishedWork*>(item);
-    auto endpoint = std::move(work->endpoint);
-    auto qp = std::move(work->qp);
-    qp->Modify(QpState::Rts);
-    AsyncOp* op;
-    {
-      std::lock_guard<std::mutex> lock(endpoint->mutex_);
-      op = std::exchange(endpoint->accept_op_, nullptr);
-    }
-    if (op) op->Complete(WV_SUCCESS);
-  };
-}
+Endpoint::Endpoint() = default;
 
 Endpoint::~Endpoint() = default;
 
@@ -135,6 +121,7 @@ void Endpoint::SetState(State s) {
   identity_ = "roce cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) +
               (peer_qpn_ ? " qp " + std::to_string(peer_qpn_) : std::string()) + " id " + id + "]";
   NDWV_LOG(Debug, "%s: %s -> %s", identity_.c_str(), ToString(state_), ToString(s));
+  if (!kTransitions.Allows(state_, s)) ReportIllegalTransition(Transport::Roce, identity_, ToString(state_), ToString(s));
   state_ = s;
 }
 
@@ -160,14 +147,6 @@ int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {
   return WV_SUCCESS;
 }
 
-int32_t Endpoint::Query(ConnectionInfo* info) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  info->local = local_;
-  info->peer = peer_;
-  info->peer_params = peer_params_;
-  return WV_SUCCESS;
-}
-
 // ------------------------------------------------------------------------------- listening
 
 void Endpoint::SetProtocol(uint8_t protocol) {
@@ -185,16 +164,6 @@ int32_t Endpoint::Listen(int backlog) {
   if (status != WV_SUCCESS) return status;
   SetState(State::Listening);
   return WV_SUCCESS;
-}
-
-int32_t Endpoint::GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) {
-  auto endpoint = std::dynamic_pointer_cast<Endpoint>(target);
-  if (!endpoint) return WV_INVALID_PARAMETER;
-  Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (state_ != State::Listening) return WV_INVALID_DEVICE_STATE;
-  requests_.Take(std::move(endpoint), op, finish);
-  return WV_PENDING;
 }
 
 void Endpoint::OnRequest(const CmEvent& event) {
@@ -228,7 +197,7 @@ void Endpoint::OnRequest(const CmEvent& event) {
   }
   child->peer_params_ = PeerParams(req.responder_resources, req.initiator_depth, req.private_data + kIpHeaderLen);
   child->listener_ = weak_from_this();
-  child->state_ = State::Requested;
+  child->SetState(State::Requested);
   port_->AddUser(event.id, child);
   Finisher finish;  // completes under our lock: its owner does not call back into the listener
   requests_.Arrive(std::move(child), finish);
@@ -261,7 +230,7 @@ void Endpoint::Adopt(Endpoint& child) {
   peer_port_ = child.peer_port_;
   peer_params_ = child.peer_params_;
   child.comm_id_ = 0;
-  child.state_ = State::Closed;
+  child.SetState(State::Closed);
   port_->AddUser(comm_id_, weak_from_this());
   SetState(State::Requested);
 }
@@ -551,14 +520,9 @@ void Endpoint::OnUnreachable(const sockaddr_storage& to, int error) {
     if (error != ECONNREFUSED && state_ != State::Connecting) return;
     switch (state_) {
       case State::Connecting:  // our REQ was refused, or cannot reach the host
-        port_->Cm([&](CmAgent& agent) { agent.Destroy(comm_id_); });
-        port_->RemoveUser(comm_id_);
-        comm_id_ = 0;
-        qp_.reset();
-        SetState(State::Bound);
-        finish.Add(std::exchange(connect_op_, nullptr),
-                   error == ECONNREFUSED ? WV_CONNECTION_REFUSED
-                   : error == ENETUNREACH ? WV_NETWORK_UNREACHABLE : WV_HOST_UNREACHABLE);
+        FailConnect(finish, error == ECONNREFUSED   ? WV_CONNECTION_REFUSED
+                            : error == ENETUNREACH ? WV_NETWORK_UNREACHABLE
+                                                   : WV_HOST_UNREACHABLE);
         return;
       case State::Disconnecting:  // nobody will answer our DREQ: the connection is over
         FinishDisconnect(WV_SUCCESS);
@@ -621,101 +585,35 @@ void Endpoint::PeerDisconnected(Finisher& finish) {
   if (link_) link_->Fail();
 }
 
-int32_t Endpoint::Disconnect(DisconnectRequest* request) {
-  Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (disconnect_called_) return WV_CONNECTION_INVALID;  // a connector disconnects once
-  switch (state_) {
-    case State::Connected:
-    case State::Accepting:
-    case State::LinkFailed:
-      SetState(State::Disconnecting);
-      disconnect_ = request;
-      if (link_) link_->FlushAcks();
-      finish.AddList(notify_ops_, WV_CONNECTION_DISCONNECTED);
-      if (port_->Cm([&](CmAgent& agent) { return agent.Disconnect(comm_id_); }) != WV_SUCCESS)
-        FinishDisconnect(WV_SUCCESS);  // the agent has nothing to close (already closing)
-      disconnect_called_ = true;
-      return WV_PENDING;
-    case State::PeerDisconnected:
-    case State::Disconnected:
-      // The peer closed already (or the connection failed): only the flush is left.
-      SetState(State::Disconnected);
-      request->EndCmPhase(WV_SUCCESS);
-      disconnect_called_ = true;
-      return WV_PENDING;
-    default:
-      return WV_CONNECTION_INVALID;
-  }
+void Endpoint::StartCloseLocked(std::unique_lock<std::mutex>& /*lock*/) {
+  SetState(State::Disconnecting);
+  if (link_) link_->FlushAcks();
+  if (port_->Cm([&](CmAgent& agent) { return agent.Disconnect(comm_id_); }) != WV_SUCCESS)
+    FinishDisconnect(WV_SUCCESS);  // the agent has nothing to close (already closing)
 }
 
-void Endpoint::FinishDisconnect(int32_t status) {
-  SetState(State::Disconnected);
-  if (DisconnectRequest* request = std::exchange(disconnect_, nullptr)) {
-    request->EndCmPhase(status);
-  }
+void Endpoint::FailConnect(Finisher& finish, int32_t status) {
+  port_->Cm([&](CmAgent& agent) { agent.Destroy(comm_id_); });
+  port_->RemoveUser(comm_id_);
+  comm_id_ = 0;
+  qp_.reset();
+  SetState(State::Bound);  // a refused or unreachable Connect may be retried
+  finish.Add(std::exchange(connect_op_, nullptr), status);
 }
 
-int32_t Endpoint::NotifyDisconnect(AsyncOp* op) {
-  Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
-  switch (state_) {
-    case State::Connected:
-    case State::Accepting:
-      op->next = notify_ops_;
-      notify_ops_ = op;
-      return WV_PENDING;
-    case State::PeerDisconnected:
-    case State::LinkFailed:
-      finish.Add(op, WV_SUCCESS);
-      return WV_PENDING;
-    case State::Disconnecting:
-    case State::Disconnected:
-      return WV_CONNECTION_DISCONNECTED;
-    default:
-      return WV_CONNECTION_INVALID;
-  }
-}
-
-void Endpoint::CancelRequests() {
-  Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (connect_op_) {
+Endpoint::Connection Endpoint::DropConnectionLocked(std::deque<std::shared_ptr<Endpoint>>& /*children*/) {
+  Connection connection;
+  if (state_ == State::Listening) port_->RemoveListener(service_id_);
+  if (comm_id_) {
+    // The agent closes what is open (DREQ, or REJ) and keeps the time-wait record.
     port_->Cm([&](CmAgent& agent) { agent.Destroy(comm_id_); });
     port_->RemoveUser(comm_id_);
-    comm_id_ = 0;
-    qp_.reset();
-    SetState(State::Bound);
-    finish.Add(std::exchange(connect_op_, nullptr), WV_CANCELLED);
   }
-  finish.AddList(notify_ops_, WV_CANCELLED);
-  requests_.CancelWaiting(finish);
-}
-
-void Endpoint::Close() {
-  CancelRequests();
-  Finisher finish;
-  std::shared_ptr<RcLink> link;
-  std::deque<std::shared_ptr<Endpoint>> children;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    finish.Add(std::exchange(accept_op_, nullptr), WV_CANCELLED);
-    if (state_ == State::Listening) port_->RemoveListener(service_id_);
-    if (comm_id_) {
-      // The agent closes what is open (DREQ, or REJ) and keeps the time-wait record.
-      port_->Cm([&](CmAgent& agent) { agent.Destroy(comm_id_); });
-      port_->RemoveUser(comm_id_);
-    }
-    // Released while connected: the QP fails and is flushed (its link stops now).
-    if (state_ == State::Connected || state_ == State::Accepting || state_ == State::LinkFailed) link = link_;
-    link_.reset();
-    qp_.reset();
-    children = requests_.TakeQueued();
-    if (disconnect_) FinishDisconnect(WV_CANCELLED);  // released mid-close: the request still ends
-    SetState(State::Closed);
-  }
-  if (link) link->Fail();
-  for (auto& child : children) child->Close();
+  // Released while connected: the QP fails and is flushed (its link stops now).
+  if (state_ == State::Connected || state_ == State::Accepting || state_ == State::LinkFailed) connection.link = link_;
+  link_.reset();
+  qp_.reset();
+  return connection;
 }
 
 }  // namespace ndwv::dev::roce

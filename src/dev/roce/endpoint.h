@@ -27,7 +27,7 @@ namespace ndwv::dev::roce {
 
 std::shared_ptr<ConnectEndpoint> CreateEndpoint();
 
-class Endpoint final : public ConnectEndpoint,
+class Endpoint final : public EndpointBase<Endpoint>,
                        public CmUser,
                        public RcObserver,
                        public std::enable_shared_from_this<Endpoint> {
@@ -38,27 +38,18 @@ class Endpoint final : public ConnectEndpoint,
   int32_t Bind(const sockaddr* address, socklen_t length) override;
   void SetProtocol(uint8_t protocol) override;
   int32_t Listen(int backlog) override;
-  int32_t GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) override;
   int32_t Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
                   const ConnectParams& params, AsyncOp* op) override;
   int32_t Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& params, AsyncOp* op) override;
   int32_t Reject(const void* data, size_t length) override;
-  int32_t Disconnect(DisconnectRequest* request) override;
-  int32_t NotifyDisconnect(AsyncOp* op) override;
-  int32_t Query(ConnectionInfo* info) override;
-  void CancelRequests() override;
-  void Close() override;
 
   void OnCmEvent(const CmEvent& event) override;
   void OnUnreachable(const sockaddr_storage& to, int error) override;
   void OnFirstPacket() override;
   void OnLinkFailed() override;
 
- private:
-  // The lock for a callback from a port's receive path (the three above): taken if free, else
-  // `again` runs on the work pool and the lock returned is empty (endpoint.cpp says why).
-  template <typename Again>
-  std::unique_lock<std::mutex> LockOrRetry(Again&& again);
+  // The endpoint's states, and where each may go (SetState checks; public for the tests, and
+  // docs/teardown.md shows the table).
   enum class State {
     Idle, Bound, Listening,
     Connecting, Replied,     // active: REQ sent; REP received (Connect completed)
@@ -66,7 +57,60 @@ class Endpoint final : public ConnectEndpoint,
     Connected, LinkFailed,   // LinkFailed: the QP failed (retries, peer gone); CM still up
     Disconnecting, PeerDisconnected, Disconnected, Closed
   };
+  static constexpr size_t kStates = size_t(State::Closed) + 1;
   static const char* ToString(State s);
+  // Every state may be closed (the owner released the endpoint). Idle goes to Requested as a
+  // listener's new request, Idle and Bound as a GetRequest target. A refused or timed-out
+  // Connect goes back to Bound, to be retried. A DREQ that overtakes the RTU finds Accepting.
+  static constexpr TransitionTable<State, kStates> kTransitions{{
+      {State::Idle, {State::Bound, State::Connecting, State::Requested, State::Closed}},
+      {State::Bound, {State::Listening, State::Connecting, State::Requested, State::Closed}},
+      {State::Listening, {State::Closed}},
+      {State::Connecting, {State::Replied, State::Bound, State::Closed}},
+      {State::Replied, {State::Connected, State::Closed}},
+      {State::Requested, {State::Accepting, State::Disconnected, State::Closed}},
+      {State::Accepting, {State::Connected, State::LinkFailed, State::Disconnecting, State::PeerDisconnected,
+                          State::Disconnected, State::Closed}},
+      {State::Connected, {State::LinkFailed, State::Disconnecting, State::PeerDisconnected, State::Closed}},
+      {State::LinkFailed, {State::Disconnecting, State::PeerDisconnected, State::Closed}},
+      {State::Disconnecting, {State::Disconnected, State::Closed}},
+      {State::PeerDisconnected, {State::Disconnected, State::Closed}},
+      {State::Disconnected, {State::Disconnected, State::Closed}},
+      {State::Closed, {State::Closed}},
+  }};
+
+ private:
+  friend class EndpointBase<Endpoint>;
+  static constexpr ConnectionPhase PhaseOf(State s) {
+    switch (s) {
+      case State::Connected:
+      case State::Accepting: return ConnectionPhase::Connected;
+      case State::LinkFailed: return ConnectionPhase::Failed;
+      case State::PeerDisconnected: return ConnectionPhase::PeerClosed;
+      case State::Disconnecting: return ConnectionPhase::Closing;
+      case State::Disconnected: return ConnectionPhase::Disconnected;
+      default: return ConnectionPhase::NotConnected;
+    }
+  }
+  // Our Disconnect: the coalesced ACKs, then the DREQ; the DREP (or the DREQ's timeout) ends it.
+  void StartCloseLocked(std::unique_lock<std::mutex>& lock);
+  // Under mutex_: the pending Connect ends with `status` (its CEP destroyed); the endpoint is
+  // Bound again, to be retried.
+  void FailConnect(Finisher& finish, int32_t status);
+  // Close, under mutex_: the listener, the CEP and the link go; a connected link fails once the
+  // lock is released (End).
+  struct Connection {
+    std::shared_ptr<RcLink> link;
+    void End() {
+      if (link) link->Fail();
+    }
+  };
+  Connection DropConnectionLocked(std::deque<std::shared_ptr<Endpoint>>& children);
+
+  // The lock for a callback from a port's receive path (the three above): taken if free, else
+  // `again` runs on the work pool and the lock returned is empty (endpoint.cpp says why).
+  template <typename Again>
+  std::unique_lock<std::mutex> LockOrRetry(Again&& again);
   void SetState(State s);
 
   void OnRequest(const CmEvent& event);  // listener: a REQ for our service
@@ -78,14 +122,11 @@ class Endpoint final : public ConnectEndpoint,
   // The link sends and receives through `data_port` (null: port_).
   // False if the QP failed meanwhile (the link is not started).
   [[nodiscard]] bool StartLink(const RcParams& params, std::shared_ptr<Port> data_port = nullptr);
-  void FinishDisconnect(int32_t status);
   void PeerDisconnected(Finisher& finish);  // the close exchange is over: flush and tell
   RcParams BaseLinkParams() const;
 
-  std::mutex mutex_;
   State state_ = State::Idle;
-  sockaddr_storage local_{};        // as bound (the ND address)
-  sockaddr_storage peer_{};         // the peer's ND address (Connect's, or where the REQ came from)
+  // local_: as bound (the ND address); peer_: Connect's, or where the REQ came from.
   sockaddr_storage peer_port_{};    // the peer's UDP port: where CM answers and data go
   std::shared_ptr<Port> port_;
   bool exclusive_port_ = false;     // port_ serves this endpoint alone (bound by it, not shared)
@@ -94,31 +135,18 @@ class Endpoint final : public ConnectEndpoint,
   std::string identity_;             // "roce cm qp 5 [local -> peer qp 7 id ...]": log lines (SetState)
   uint32_t mtu_ = 1024;             // payload bytes per packet on this path
   uint32_t rq_psn_ = 0;             // the PSN we expect first
-  ConnectParams local_params_, peer_params_;
+  ConnectParams local_params_;
   wire::ib::CmReq req_;             // passive: the request
   wire::ib::CmRep rep_;             // active: the reply
   std::shared_ptr<QueuePair> qp_;   // from Connect/Accept until the link takes it
   std::shared_ptr<RcLink> link_;
 
-  AsyncOp* connect_op_ = nullptr;
-  AsyncOp* accept_op_ = nullptr;
-  AsyncOp* notify_ops_ = nullptr;
-  DisconnectRequest* disconnect_ = nullptr;
-  bool disconnect_called_ = false;  // a second Disconnect is ND_CONNECTION_INVALID
-
   // Listening.
   int backlog_ = 0;
   uint64_t service_id_ = 0;
   uint8_t protocol_ = 6;  // of the service (the service ID's port space): TCP unless ND v1 says
-  ListenQueue<Endpoint> requests_;
   friend class ListenQueue<Endpoint>;
   std::weak_ptr<Endpoint> listener_;  // a request not yet taken: the listener that queued it
-
-  // Pre-allocated: the passive QP to RTS once established, on the work pool.
-  struct EstablishedWork : WorkItem {
-    std::shared_ptr<Endpoint> endpoint;
-    std::shared_ptr<QueuePair> qp;
-  } established_work_;
 };
 
 }  // namespace ndwv::dev::roce
