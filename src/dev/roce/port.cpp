@@ -175,7 +175,7 @@ Port::Port(int fd, const sockaddr_storage& local, std::string name, std::shared_
       local_(local),
       name_(std::move(name)),
       owner_(std::move(owner)) {
-  if (!owner_) agent_ = std::make_unique<CmAgent>(*this, AgentConfig());
+  if (!owner_) agent_ = base::MakePooled<CmAgent>(*this, AgentConfig());
   watch_timer_.fire = &Port::OnWatchTimer;
   watch_timer_.owner = this;
   deliver_work_.owner = this;
