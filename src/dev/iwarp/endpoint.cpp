@@ -430,6 +430,8 @@ StreamParams Endpoint::MakeStreamParams(bool passive) const {
   params.ord = std::min(local_params_.ord, peer_params_.ird);
   params.max_ulpdu = Config().mpa_max_ulpdu;
   params.expect_rtr = passive;
+  params.local = local_;
+  params.peer = peer_;
   return params;
 }
 

@@ -81,11 +81,12 @@ Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params
   params_.max_ulpdu = std::min<uint32_t>(params_.max_ulpdu, kFpduMaxUlpdu);
   params_.ird = std::max<uint32_t>(params_.ird, 1);
   params_.ord = std::max<uint32_t>(params_.ord, 1);
-  sockaddr_storage local{}, peer{};
+  sockaddr_storage& local = params_.local;
+  sockaddr_storage& peer = params_.peer;
   socklen_t length = sizeof local;
-  getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &length);
+  if (local.ss_family == 0) getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &length);
   length = sizeof peer;
-  getpeername(fd_, reinterpret_cast<sockaddr*>(&peer), &length);
+  if (peer.ss_family == 0) getpeername(fd_, reinterpret_cast<sockaddr*>(&peer), &length);
   counters_.Register(Transport::Iwarp, qpn_, 0, local, peer);
   linger_timer_.fire = &Stream::OnLingerTimer;
   linger_timer_.owner = this;

@@ -36,6 +36,9 @@ struct StreamParams {
   bool expect_rtr = false;   // passive side: the first FPDU must be the zero-length Write RTR
   // Writes (and Sends) complete when a zero-length Read (a probe) confirms they were placed.
   bool confirm_writes = true, confirm_sends = false;
+  // The connection's addresses, for its counters row; family 0: asked of the socket. The endpoint
+  // knows them already, and each question is a system call on every connection's setup.
+  sockaddr_storage local{}, peer{};
 };
 
 // Where the receive path reads its bytes: the socket, or bytes a unit test or a fuzzer hands over
