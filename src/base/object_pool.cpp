@@ -18,10 +18,14 @@
 
 namespace ndwv::base {
 
+namespace {
+constexpr std::align_val_t kAlignment{64};  // what a pooled block has (object_pool.h)
+}  // namespace
+
 #ifdef NDWV_POOL_PASSTHROUGH
 
-void* PoolAllocate(std::size_t bytes) { return ::operator new(bytes); }
-void PoolFree(void* block, std::size_t bytes) noexcept { ::operator delete(block, bytes); }
+void* PoolAllocate(std::size_t bytes) { return ::operator new(bytes, kAlignment); }
+void PoolFree(void* block, std::size_t bytes) noexcept { ::operator delete(block, bytes, kAlignment); }
 
 #else
 
@@ -101,12 +105,12 @@ Pool& ThePool() {
 }  // namespace
 
 void* PoolAllocate(std::size_t bytes) {
-  if (bytes > kMaxPooled) return ::operator new(bytes);
+  if (bytes > kMaxPooled) return ::operator new(bytes, kAlignment);
   return ThePool().Allocate(bytes);
 }
 
 void PoolFree(void* block, std::size_t bytes) noexcept {
-  if (bytes > kMaxPooled) return ::operator delete(block, bytes);
+  if (bytes > kMaxPooled) return ::operator delete(block, bytes, kAlignment);
   ThePool().Free(block, bytes);
 }
 

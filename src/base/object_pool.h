@@ -9,9 +9,10 @@
 // cost one fault.
 //
 // The first 256 KiB of a process are ordinary pages, so that a process with a few connections
-// does not hold 2 MiB of resident memory for them. A freed block is kept for the next
-// object of its size class (64-byte steps), never returned to the system: the pool's size is the
-// process's peak of live objects. Blocks over 16 KiB come from operator new.
+// does not hold 2 MiB of resident memory for them. A freed block is kept for the next object of
+// its size class (64-byte steps; every block is aligned to 64), never returned to the system:
+// the pool's size is the process's peak of live objects. Blocks over 16 KiB come from operator
+// new.
 //
 // Under AddressSanitizer every block comes from operator new, so that a use after free is caught.
 #pragma once
