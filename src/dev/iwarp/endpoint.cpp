@@ -430,8 +430,6 @@ StreamParams Endpoint::MakeStreamParams(bool passive) const {
   params.ord = std::min(local_params_.ord, peer_params_.ird);
   params.max_ulpdu = Config().mpa_max_ulpdu;
   params.expect_rtr = passive;
-  params.local = local_;
-  params.peer = peer_;
   return params;
 }
 
@@ -562,7 +560,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     if (status == WV_SUCCESS) status = active->Modify(QpState::Rts);
     if (status != WV_SUCCESS) return WV_CONNECTION_INVALID;
     stream_ = base::MakePooled<Stream>(std::exchange(fd_, -1), active, MakeStreamParams(false),
-                                       weak_from_this(), std::move(capture_));
+                                       weak_from_this(), std::move(capture_), &local_, &peer_);
     SetState(State::Connected);
     std::shared_ptr<Stream> stream = stream_;
     lock.unlock();  // the stream reports to us: it must not find our lock held by its starter
@@ -594,7 +592,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   accept_op_ = op;
   SetState(State::PassiveAccepting);
   stream_ = base::MakePooled<Stream>(std::exchange(fd_, -1), qp, MakeStreamParams(true), weak_from_this(),
-                                     std::move(capture_));
+                                     std::move(capture_), &local_, &peer_);
   accept_work_.qp = std::move(qp);
   // A peer that never completes the connection must not hold the Accept forever.
   ArmTimer(6 * Config().cm_timeout_ms);
