@@ -67,14 +67,16 @@ void SetReuseAddress(int fd, int on) { setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, 
 
 bool OutOfResources(int error) { return error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM; }
 
+int32_t BindError(int error, bool ephemeral) {
+  if (error == EADDRINUSE) return ephemeral ? WV_TOO_MANY_ADDRESSES : WV_SHARING_VIOLATION;
+  return OutOfResources(error) ? WV_INSUFFICIENT_RESOURCES : WV_INVALID_ADDRESS;
+}
+
 // bind() and, for port 0, the port the kernel chose read back into `local`.
 int32_t BindAndReadBack(int fd, sockaddr_storage& local) {
   bool ephemeral = PortOf(local) == 0;
-  if (bind(fd, reinterpret_cast<const sockaddr*>(&local), AddressLength(local)) != 0) {
-    int error = errno;
-    if (error == EADDRINUSE) return ephemeral ? WV_TOO_MANY_ADDRESSES : WV_SHARING_VIOLATION;
-    return OutOfResources(error) ? WV_INSUFFICIENT_RESOURCES : WV_INVALID_ADDRESS;
-  }
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&local), AddressLength(local)) != 0)
+    return BindError(errno, ephemeral);
   if (ephemeral) {
     socklen_t length = sizeof local;
     getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length);
@@ -112,8 +114,10 @@ void PortClaim::Drop() {
 int32_t BindTcpPort(int fd, sockaddr_storage& local, PortClaim& claim) {
   if (PortOf(local) == 0) {
     int on = 1;
-    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
-    return BindAndReadBack(fd, local);
+    if (setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on) != 0) return BindAndReadBack(fd, local);
+    // The port is chosen at connect() or listen(): a read-back now would find it still 0.
+    return bind(fd, reinterpret_cast<const sockaddr*>(&local), AddressLength(local)) == 0 ? WV_SUCCESS
+                                                                                          : BindError(errno, true);
   }
   // A retry of a failed Connect binds a new socket to the port its endpoint still holds.
   if (!claim.held())

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/object_pool.h"
+
 namespace ndwv::dev {
 
 // Entries addressed by a position that only grows (head and tail are positions, so full and empty
@@ -49,7 +51,9 @@ class Ring {
 
  private:
   size_t capacity_;
-  std::vector<Entry> entries_;
+  // A QP's rings are per connection: from the pool (base/object_pool.h); a deep CQ's, past its
+  // largest block, from operator new.
+  std::vector<Entry, base::PoolAllocator<Entry>> entries_;
   uint64_t mask_;
 };
 

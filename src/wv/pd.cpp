@@ -1,6 +1,7 @@
 // IWVProtectionDomain, with what lives in it: memory registrations, windows and SRQs.
 #include <arpa/inet.h>
 
+#include "base/object_pool.h"
 #include "wv/objects.h"
 
 namespace ndwv::wv {
@@ -64,8 +65,8 @@ HRESULT ProtectionDomain::CreateConnectQueuePair(WV_QP_CREATE* create, IWVConnec
   if (create->MaxInlineSend > a.max_inline) return WV_INVALID_PARAMETER;
   dev::QpCaps caps{uint32_t(create->SendDepth), uint32_t(create->ReceiveDepth), uint32_t(create->SendSge),
                    uint32_t(create->ReceiveSge), uint32_t(create->MaxInlineSend)};
-  auto device_qp = std::make_shared<dev::QueuePair>(pd_, send_cq->cq(), recv_cq->cq(),
-                                                    srq ? srq->srq() : nullptr, create->Context, caps);
+  auto device_qp = base::MakePooled<dev::QueuePair>(pd_, send_cq->cq(), recv_cq->cq(),
+                                                   srq ? srq->srq() : nullptr, create->Context, caps);
   *qp = new ConnectQueuePair(this, *create, std::move(device_qp));
   return WV_SUCCESS;
 }

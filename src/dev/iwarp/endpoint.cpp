@@ -17,6 +17,7 @@
 
 #include "base/fork.h"
 #include "base/log.h"
+#include "base/object_pool.h"
 #include "base/settings.h"
 #include "dev/address.h"
 
@@ -26,7 +27,7 @@ using namespace ndwv::wire;
 
 using base::Config;
 
-std::shared_ptr<ConnectEndpoint> CreateEndpoint() { return std::make_shared<Endpoint>(); }
+std::shared_ptr<ConnectEndpoint> CreateEndpoint() { return base::MakePooled<Endpoint>(); }
 
 Endpoint::Endpoint() = default;
 
@@ -217,7 +218,7 @@ void Endpoint::OnListenReady() {
     // A reserve lost to another thread while out of descriptors (RefusePending) is taken again.
     if (int& spare = SpareDescriptor(); spare < 0) spare = OpenSpare();
     TuneConnectionSocket(fd);
-    auto child = std::make_shared<Endpoint>();
+    auto child = base::MakePooled<Endpoint>();
     std::lock_guard<std::mutex> lock(child->mutex_);
     child->fd_ = fd;
     child->capture_ = base::TcpCapture::Start(fd);
@@ -521,8 +522,8 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     if (status == WV_SUCCESS) status = active->Modify(QpState::Rtr);
     if (status == WV_SUCCESS) status = active->Modify(QpState::Rts);
     if (status != WV_SUCCESS) return WV_CONNECTION_INVALID;
-    stream_ = std::make_shared<Stream>(std::exchange(fd_, -1), active, MakeStreamParams(false),
-                                       weak_from_this(), std::move(capture_));
+    stream_ = base::MakePooled<Stream>(std::exchange(fd_, -1), active, MakeStreamParams(false),
+                                       weak_from_this(), std::move(capture_), &local_, &peer_);
     SetState(State::Connected);
     std::shared_ptr<Stream> stream = stream_;
     lock.unlock();  // the stream reports to us: it must not find our lock held by its starter
@@ -553,8 +554,8 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRepliesSent);
   accept_op_ = op;
   SetState(State::PassiveAccepting);
-  stream_ = std::make_shared<Stream>(std::exchange(fd_, -1), qp, MakeStreamParams(true), weak_from_this(),
-                                     std::move(capture_));
+  stream_ = base::MakePooled<Stream>(std::exchange(fd_, -1), qp, MakeStreamParams(true), weak_from_this(),
+                                     std::move(capture_), &local_, &peer_);
   established_work_.qp = std::move(qp);
   // A peer that never completes the connection must not hold the Accept forever.
   ArmTimer(6 * Config().cm_timeout_ms);

@@ -76,17 +76,18 @@ WcStatus StatusForTerminate(TermCode code) {
 }  // namespace
 
 Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params,
-               std::weak_ptr<StreamObserver> observer, std::unique_ptr<base::TcpCapture> capture)
+               std::weak_ptr<StreamObserver> observer, std::unique_ptr<base::TcpCapture> capture,
+               const sockaddr_storage* local, const sockaddr_storage* peer)
     : fd_(fd), capture_(std::move(capture)), qp_(std::move(qp)), params_(params), observer_(std::move(observer)), qpn_(qp_->qpn()) {
   params_.max_ulpdu = std::min<uint32_t>(params_.max_ulpdu, kFpduMaxUlpdu);
   params_.ird = std::max<uint32_t>(params_.ird, 1);
   params_.ord = std::max<uint32_t>(params_.ord, 1);
-  sockaddr_storage local{}, peer{};
-  socklen_t length = sizeof local;
-  getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &length);
-  length = sizeof peer;
-  getpeername(fd_, reinterpret_cast<sockaddr*>(&peer), &length);
-  counters_.Register(Transport::Iwarp, qpn_, 0, local, peer);
+  sockaddr_storage asked_local{}, asked_peer{};
+  socklen_t length = sizeof asked_local;
+  if (!local) getsockname(fd_, reinterpret_cast<sockaddr*>(&asked_local), &length);
+  length = sizeof asked_peer;
+  if (!peer) getpeername(fd_, reinterpret_cast<sockaddr*>(&asked_peer), &length);
+  counters_.Register(Transport::Iwarp, qpn_, 0, local ? *local : asked_local, peer ? *peer : asked_peer);
   linger_timer_.fire = &Stream::OnLingerTimer;
   linger_timer_.owner = this;
 }

@@ -63,9 +63,12 @@ class StreamObserver {
 class Stream final : public Link, public IoHandler, public std::enable_shared_from_this<Stream> {
  public:
   // `capture`: the connection's packet capture (NDWV_CAPTURE), if any, which the stream continues.
+  // `local` and `peer`: the connection's addresses, for its counters row; null: asked of the
+  // socket (the endpoint knows them already, and each question is a system call per connection).
   Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params,
          std::weak_ptr<StreamObserver> observer,
-         std::unique_ptr<base::TcpCapture> capture = nullptr);
+         std::unique_ptr<base::TcpCapture> capture = nullptr, const sockaddr_storage* local = nullptr,
+         const sockaddr_storage* peer = nullptr);
   ~Stream() override;
 
   void Start();       // attaches to the QP and starts watching the socket

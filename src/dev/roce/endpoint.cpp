@@ -13,6 +13,7 @@
 
 #include "base/fork.h"
 #include "base/log.h"
+#include "base/object_pool.h"
 #include "base/settings.h"
 #include "dev/address.h"
 #include "dev/counters.h"
@@ -101,7 +102,7 @@ ConnectParams PeerParams(uint8_t ird, uint8_t ord, const uint8_t* data) {
 
 }  // namespace
 
-std::shared_ptr<ConnectEndpoint> CreateEndpoint() { return std::make_shared<Endpoint>(); }
+std::shared_ptr<ConnectEndpoint> CreateEndpoint() { return base::MakePooled<Endpoint>(); }
 
 Endpoint::Endpoint() = default;
 
@@ -177,7 +178,7 @@ void Endpoint::OnRequest(const CmEvent& event) {
   // The request becomes an endpoint of its own until a GetRequest target adopts it; its CM
   // events go to whoever holds it.
   const CmReq& req = event.msg.req;
-  auto child = std::make_shared<Endpoint>();
+  auto child = base::MakePooled<Endpoint>();
   child->port_ = port_;
   child->local_ = local_;
   child->comm_id_ = event.id;
@@ -249,7 +250,7 @@ RcParams Endpoint::BaseLinkParams() const {
 }
 
 bool Endpoint::StartLink(const RcParams& params, std::shared_ptr<Port> data_port) {
-  link_ = std::make_shared<RcLink>(data_port ? std::move(data_port) : port_, qp_, params, weak_from_this());
+  link_ = base::MakePooled<RcLink>(data_port ? std::move(data_port) : port_, qp_, params, weak_from_this());
   if (link_->Start()) return true;
   link_.reset();  // the QP failed (Flush) while its connection was being set up
   return false;

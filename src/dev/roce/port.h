@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "base/mutex.h"
+#include "base/object_pool.h"
 #include "dev/counters.h"
 #include "dev/cq.h"
 #include "dev/engine.h"
@@ -79,6 +80,9 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // connection then uses the owner's socket).
   static std::shared_ptr<Port> OpenFlow(const std::shared_ptr<Port>& owner, const sockaddr_storage& peer);
   ~Port();
+  // An active connector opens a port per connection: from the pool (base/object_pool.h).
+  static void* operator new(size_t bytes) { return base::PoolAllocate(bytes); }
+  static void operator delete(void* port, size_t bytes) { base::PoolFree(port, bytes); }
 
   const sockaddr_storage& local() const { return local_; }
   // The port serves one connection only (an active connector's own port): the socket is
@@ -233,7 +237,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   std::atomic<bool> gso_{true};  // the kernel takes UDP_SEGMENT sends (checked on first use)
 
   base::Mutex cm_mutex_{"roce::Port::cm_mutex_"};
-  std::unique_ptr<CmAgent> agent_ NDWV_GUARDED_BY(cm_mutex_);
+  // From the pool (base/object_pool.h); held by the port alone.
+  std::shared_ptr<CmAgent> agent_ NDWV_GUARDED_BY(cm_mutex_);
   std::unordered_map<uint32_t, std::weak_ptr<CmUser>> users_ NDWV_GUARDED_BY(cm_mutex_);
   std::unordered_map<uint64_t, std::weak_ptr<CmUser>> listeners_ NDWV_GUARDED_BY(cm_mutex_);
   std::deque<CmEvent> events_ NDWV_GUARDED_BY(cm_mutex_);

@@ -1,0 +1,50 @@
+// Memory for the objects a process holds one of per connection (an iWARP stream, a RoCE link
+// and port, a connection endpoint, a QP), taken from huge pages.
+//
+// Why: an application with thousands of connections allocates thousands of each, and every page
+// of them is new memory the kernel maps on first touch. On a VM that fault costs several
+// microseconds (bench/README.md, "What a connection costs to set up"), and an iWARP stream spans
+// four pages. From a 2 MiB transparent huge page (madvise(MADV_HUGEPAGE), honoured where
+// /sys/kernel/mm/transparent_hugepage/enabled says "madvise" or "always"), a few hundred objects
+// cost one fault.
+//
+// The first 256 KiB of a process are ordinary pages, so that a process with a few connections
+// does not hold 2 MiB of resident memory for them. A freed block is kept for the next object of
+// its size class (64-byte steps; every block is aligned to 64), never returned to the system:
+// the pool's size is the process's peak of live objects. Blocks over 16 KiB come from operator
+// new.
+//
+// Under AddressSanitizer every block comes from operator new, so that a use after free is caught.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <utility>
+
+namespace ndwv::base {
+
+void* PoolAllocate(std::size_t bytes);  // throws std::bad_alloc, as operator new does
+void PoolFree(void* block, std::size_t bytes) noexcept;
+
+// For std::allocate_shared: the object and its reference counts in one block of the pool.
+template <class T>
+struct PoolAllocator {
+  using value_type = T;
+  PoolAllocator() = default;
+  template <class U>
+  PoolAllocator(const PoolAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    static_assert(alignof(T) <= 64, "pool blocks are aligned to 64 bytes");
+    return static_cast<T*>(PoolAllocate(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept { PoolFree(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const PoolAllocator<U>&) const noexcept { return true; }
+};
+
+// std::make_shared, from the pool.
+template <class T, class... Args>
+std::shared_ptr<T> MakePooled(Args&&... args) {
+  return std::allocate_shared<T>(PoolAllocator<T>(), std::forward<Args>(args)...);
+}
+
+}  // namespace ndwv::base
