@@ -25,7 +25,7 @@ constexpr std::align_val_t kAlignment{64};  // what a pooled block has (object_p
 #ifdef NDWV_POOL_PASSTHROUGH
 
 void* PoolAllocate(std::size_t bytes) { return ::operator new(bytes, kAlignment); }
-void PoolFree(void* block, std::size_t bytes) noexcept { ::operator delete(block, bytes, kAlignment); }
+void PoolFree(void* block, std::size_t bytes) noexcept { ::operator delete(block, kAlignment); }
 
 #else
 
@@ -110,7 +110,7 @@ void* PoolAllocate(std::size_t bytes) {
 }
 
 void PoolFree(void* block, std::size_t bytes) noexcept {
-  if (bytes > kMaxPooled) return ::operator delete(block, bytes, kAlignment);
+  if (bytes > kMaxPooled) return ::operator delete(block, kAlignment);
   ThePool().Free(block, bytes);
 }
 

@@ -27,13 +27,14 @@ int32_t CompletionQueue::Resize(size_t entries) {
 void CompletionQueue::TellSources(const Completion* reaped, size_t n) {
   static const bool lend_thread = base::LoadSettings() ? base::LoadSettings()->poll_progress : true;
   if (!lend_thread) return;
-  // A received message is the peer's: the application polled for it. Anything else it reaps is
-  // the end of one of its own requests.
-  bool peer_message = std::any_of(reaped, reaped + n, [](const Completion& c) { return c.opcode == WrOpcode::Receive; });
-  if (sources_mutex_.try_lock()) {
+  if (!sources_mutex_.try_lock()) return;
+  if (!lenders_.empty()) {
+    // A received message is the peer's: the application polled for it. Anything else it reaps
+    // is the end of one of its own requests.
+    bool peer_message = std::any_of(reaped, reaped + n, [](const Completion& c) { return c.opcode == WrOpcode::Receive; });
     for (ProgressSource* source : lenders_) n ? source->Reaped(peer_message) : source->PollProgress();
-    sources_mutex_.unlock();
   }
+  sources_mutex_.unlock();
 }
 
 size_t CompletionQueue::Poll(Completion* out, size_t max) {
