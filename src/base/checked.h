@@ -4,7 +4,7 @@
 
 namespace ndwv::base {
 
-#if !defined(NDEBUG) || defined(NDWV_CHECKED_BUILD)
+#if defined(NDWV_CHECKED_BUILD)  // CMakeLists.txt: Debug, sanitizer or -DNDWV_CHECKED=ON
 inline constexpr bool kCheckedBuild = true;
 #else
 inline constexpr bool kCheckedBuild = false;

@@ -6,14 +6,14 @@
 // the unlocker makes a system call only when someone may be asleep. SharedMutex's readers are
 // one atomic add each way, where pthread's rwlock takes ~80 instructions a pair.
 //
-// Debug and sanitizer builds define NDWV_LOCK_ASSERTS (CMakeLists.txt): a Mutex then records the
+// Debug and sanitizer builds define NDWV_CHECKED_BUILD (CMakeLists.txt): a Mutex then records the
 // thread that holds it, and AssertHeld aborts, naming the lock and the caller, when the calling
 // thread does not. Release builds record nothing and check nothing.
 #pragma once
 #include <atomic>
 #include <cstdint>
 #include <mutex>  // std::defer_lock_t, std::adopt_lock_t
-#if defined(NDWV_LOCK_ASSERTS)
+#if defined(NDWV_CHECKED_BUILD)
 #include <thread>
 #endif
 
@@ -28,7 +28,7 @@ namespace detail {
 [[noreturn]] void LockNotHeld(const char* name, const void* lock, const char* function,
                               const char* file, int line) noexcept;
 
-#if defined(NDWV_LOCK_ASSERTS)
+#if defined(NDWV_CHECKED_BUILD)
 class LockOwner {
  public:
   constexpr explicit LockOwner(const char* name) noexcept : name_(name) {}
@@ -113,7 +113,7 @@ class NDWV_CAPABILITY("mutex") Mutex {
   std::atomic<uint32_t> state_{kFree};
   [[no_unique_address]] detail::LockOwner owner_{"a base::Mutex"};  // empty in release builds
 };
-#if !defined(NDWV_LOCK_ASSERTS)
+#if !defined(NDWV_CHECKED_BUILD)
 static_assert(sizeof(Mutex) == sizeof(uint32_t), "a release build's Mutex is its state alone");
 #endif
 
@@ -133,7 +133,7 @@ class NDWV_CAPABILITY("shared mutex") SharedMutex {
   void AssertReaderHeld(const char* function = __builtin_FUNCTION(),
                         const char* file = __builtin_FILE(), int line = __builtin_LINE()) const
       noexcept NDWV_ASSERT_SHARED_CAPABILITY(this) {
-#if defined(NDWV_LOCK_ASSERTS)
+#if defined(NDWV_CHECKED_BUILD)
     uint32_t s = state_.load(std::memory_order_relaxed);
     if ((s & kReaders) == 0 || (s & kWriter))
       detail::LockNotHeld("a base::SharedMutex, shared,", this, function, file, line);

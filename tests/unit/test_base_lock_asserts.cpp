@@ -1,6 +1,6 @@
-// Lock-held assertions (NDWV_LOCK_ASSERTS, base/mutex.h): AssertHeld passes for the holder,
+// Lock-held assertions (NDWV_CHECKED_BUILD, base/mutex.h): AssertHeld passes for the holder,
 // however it took the lock, and aborts, naming the lock and the caller, for anyone else.
-// Compiled only in trees that define NDWV_LOCK_ASSERTS (tests/CMakeLists.txt).
+// Compiled only in trees that define NDWV_CHECKED_BUILD (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <atomic>
