@@ -10,8 +10,17 @@ export NDWV_BENCH_ITERS=20000  # per size; large sizes take fewer (the tools' ow
 port=$((20000 + RANDOM % 12000))  # below the ephemeral range (32768-60999): no outgoing connection holds it
 export TOOL_PAIR_TIMEOUT=60
 
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 run_pair() {  # sizes tool options...
-  NDWV_BENCH_SIZES=$1 "$(dirname "$0")/tool-pair.sh" "$dir" "$port" "${@:2}" >/dev/null
+  # A pair that fails says which it was and what the client printed (exit status 124: timed out).
+  local status=0
+  NDWV_BENCH_SIZES=$1 "$(dirname "$0")/tool-pair.sh" "$dir" "$port" "${@:2}" >"$log" 2>&1 || status=$?
+  if [ "$status" != 0 ]; then
+    echo "pgo-train: $NDWV_TRANSPORTS ${*:2} (sizes $1, port $port) failed, exit status $status" >&2
+    cat "$log" >&2
+    return "$status"
+  fi
   port=$((port + 1))
 }
 

@@ -70,8 +70,13 @@ class ProgressSource {
 //  * it comes back when a wait (empty polls) ends in a poll that reaps, if neither a peer's
 //    message was placed during the wait nor a received message reaped at its end: what the
 //    application waited for was its own request, and it may wait for the peer's next message
-//    without polling. Also when a Notify is armed, after which the pollers take the socket again
-//    only once they end a wait themselves;
+//    without polling. If it polls again instead (an empty poll next) and has ever ended a wait
+//    by reaping a received message, it waits by polling after all, for the peer's answer most
+//    likely, and the pollers take the socket back at once: left
+//    with the engine, that answer would be read by a thread that needs a core the pollers spin
+//    on (a 64 KiB RoCE ping-pong, whose Send completes before the answer comes, took 2-8 times
+//    longer). Also when a Notify is armed, after which the pollers take the socket again only
+//    once they end a wait themselves;
 //  * and by timer, when polls and posts have stopped: the first look kFirstIdleLook after the
 //    engine left, then each look twice as late, up to kPollIdle, while the pollers go on. A
 //    memory waiter the evidence missed so waits kFirstIdleLook more, not kPollIdle.
@@ -84,15 +89,17 @@ inline constexpr std::chrono::milliseconds kPollIdle{10};
 class PollerRule {
  public:
   // An empty poll that drove the receive path; `placed_peer_message`: it placed one. True if the
-  // pollers should now take the socket from the engine: it did, and the application has not
-  // armed a Notify since the pollers last ended a wait themselves (one that waits for its own
-  // requests by events, and for the peer on memory, would find nobody reading the socket).
+  // pollers should now take the socket from the engine: it did, or it is the first empty poll
+  // since a reaping poll gave the engine the socket; and the application has not armed a Notify
+  // since the pollers last ended a wait themselves (one that waits for its own requests by
+  // events, and for the peer on memory, would find nobody reading the socket).
   bool EmptyPoll(bool placed_peer_message) {
     Bump(active_);
     if (!waiting_.load(std::memory_order_relaxed)) waiting_.store(true, std::memory_order_relaxed);
-    if (!placed_peer_message) return false;
-    peer_in_wait_.store(true, std::memory_order_relaxed);
-    return !notified_.load(std::memory_order_relaxed);
+    bool polls_again = left_on_reap_.load(std::memory_order_relaxed);
+    if (polls_again) left_on_reap_.store(false, std::memory_order_relaxed);
+    if (placed_peer_message) peer_in_wait_.store(true, std::memory_order_relaxed);
+    return (placed_peer_message || polls_again) && !notified_.load(std::memory_order_relaxed);
   }
   // A poll that reaped completions (`peer_message`: a received message among them): true if it
   // ends a wait that was for the application's own request.
@@ -103,7 +110,14 @@ class PollerRule {
     if (notified_.load(std::memory_order_relaxed)) notified_.store(false, std::memory_order_relaxed);
     bool peer = peer_in_wait_.load(std::memory_order_relaxed);
     if (peer) peer_in_wait_.store(false, std::memory_order_relaxed);
-    return !peer && !peer_message;
+    if (peer_message && !receives_polled_.load(std::memory_order_relaxed))
+      receives_polled_.store(true, std::memory_order_relaxed);
+    bool own = !peer && !peer_message;
+    // An application that polls for its receives polls for the answer next, most likely; one
+    // that never did waits on memory, and taking the socket back from the engine at each of its
+    // waits would cost a wake-up of the engine each time (the pollers' idle timer).
+    if (own && receives_polled_.load(std::memory_order_relaxed)) left_on_reap_.store(true, std::memory_order_relaxed);
+    return own;
   }
   void Posted() { Bump(active_); }
   // A Notify was armed: the wait ends by an event, and the engine watches.
@@ -112,6 +126,7 @@ class PollerRule {
     peer_in_wait_.store(false, std::memory_order_relaxed);
     active_.store(0, std::memory_order_relaxed);
     notified_.store(true, std::memory_order_relaxed);
+    left_on_reap_.store(false, std::memory_order_relaxed);
   }
   // The owner's idle timer, under the owner's lock: when to look first after the engine left,
   // and, at each look, whether polls or posts went on since the last (a new count) and when to
@@ -131,6 +146,8 @@ class PollerRule {
   std::atomic<bool> waiting_{false};       // empty polls since the last reaping poll
   std::atomic<bool> peer_in_wait_{false};  // ... of which one placed a peer's message
   std::atomic<bool> notified_{false};      // a Notify armed since the pollers last ended a wait
+  std::atomic<bool> left_on_reap_{false};  // the last reaping poll gave the engine the socket
+  std::atomic<bool> receives_polled_{false};  // a wait ended by reaping a received message
   std::atomic<uint32_t> active_{0};        // polls and posts since the timer last looked
   std::chrono::milliseconds look_{kFirstIdleLook};
 };

@@ -407,6 +407,29 @@ TEST(PollerRule, PollersTakeTheSocketOnlyFromAnApplicationThatPollsItsWaits) {
   EXPECT_TRUE(rule.EmptyPoll(true));  // ...gives them the socket again
 }
 
+// A wait for the application's own request gives the engine the socket, for the application may
+// wait for the peer on memory next; if it polls again instead, and polls for its receives (it
+// has ended a wait by reaping one), it waits by polling after all, and the pollers take the
+// socket back at once, without waiting to place a peer's message themselves (which the engine,
+// watching, would mostly read first).
+TEST(PollerRule, PollingAgainAfterAWaitForItsOwnRequestTakesTheSocketBack) {
+  PollerRule rule;
+  rule.EmptyPoll(false);
+  EXPECT_TRUE(rule.Reaped(false));      // waited for its own request: the engine watches
+  EXPECT_FALSE(rule.EmptyPoll(false));  // never polled for a receive: it waits on memory
+  EXPECT_FALSE(rule.Reaped(true));      // ...until a wait ends with a received message
+  rule.EmptyPoll(false);
+  EXPECT_TRUE(rule.Reaped(false));
+  EXPECT_TRUE(rule.EmptyPoll(false));   // polls again: the pollers take the socket
+  EXPECT_FALSE(rule.EmptyPoll(false));  // once; from then on only by the evidence
+  EXPECT_FALSE(rule.Reaped(true));      // a wait for the peer keeps it with the pollers
+  rule.EmptyPoll(false);
+  EXPECT_FALSE(rule.EmptyPoll(false));
+  EXPECT_TRUE(rule.Reaped(false));
+  rule.Notified();                      // waits by events now: the pollers keep away
+  EXPECT_FALSE(rule.EmptyPoll(false));
+}
+
 // While the pollers go on, the idle timer looks less and less often; when it finds them stopped
 // the engine takes over. The first look after each departure is soon again.
 TEST(PollerRule, IdleLooksBackOffWhileThePollersGoOn) {

@@ -436,8 +436,10 @@ void Port::PolledEmpty(bool placed_peer_message, bool lendable) {
   watch_timer_.Arm(shared_from_this(), poller_rule_.FirstLook());
 }
 
-void Port::Reaped(bool peer_message) {
-  if (poller_rule_.Reaped(peer_message) && !watching_in_.load(std::memory_order_relaxed)) WatchAgain();
+bool Port::Reaped(bool peer_message) {
+  if (!poller_rule_.Reaped(peer_message) || watching_in_.load(std::memory_order_relaxed)) return false;
+  WatchAgain();
+  return true;
 }
 
 void Port::NotifyArmed() {

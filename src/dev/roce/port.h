@@ -126,7 +126,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // the peer started. Then, if its CQ lends its pollers (`lendable`), the engine stops watching
   // the socket: on a busy machine a wake-up per datagram costs more than the datagram.
   void PolledEmpty(bool placed_peer_message, bool lendable);
-  void Reaped(bool peer_message);  // a poll that found completions: may end the pollers' hold
+  // A poll that found completions: may end the pollers' hold (true if it did).
+  bool Reaped(bool peer_message);
   void Posted();  // the application posted
   void NotifyArmed();  // someone will wait for an event (CQ Notify): the engine must watch
   // The engine watches again (`by_timer`: the pollers stopped).

@@ -206,7 +206,13 @@ void RcLink::PollProgress() {
   port_->PolledEmpty(std::exchange(t_placed_peer_message, false), Lendable());
 }
 
-void RcLink::Reaped(bool peer_message) { port_->Reaped(peer_message); }
+void RcLink::Reaped(bool peer_message) {
+  if (!port_->Reaped(peer_message) || !ack_due_.load(std::memory_order_relaxed)) return;
+  // The application may wait on memory now, without a poll to send the ACKs its polls made due:
+  // they go now, as for a Notify (the peer's request would otherwise wait for our next one).
+  base::MutexLock lock(mutex_);
+  if (ack_due_) Pump();
+}
 
 void RcLink::StillPolled() { port_->Posted(); }
 
