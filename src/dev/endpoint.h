@@ -212,9 +212,18 @@ class EndpointBase : public ConnectEndpoint {
   int32_t GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) final {
     auto endpoint = std::dynamic_pointer_cast<Endpoint>(target);
     if (!endpoint) return WV_INVALID_PARAMETER;
+    if (endpoint.get() == &self()) return WV_INVALID_PARAMETER;
     Finisher finish;
     std::lock_guard<std::mutex> lock(mutex_);
     if (self().state_ != Endpoint::State::Listening) return WV_INVALID_DEVICE_STATE;
+    {
+      // A fresh endpoint, or one only bound (it gives its own address up for the request's): one
+      // that connects, listens or was closed cannot take a request. The listener's lock, then
+      // the target's, as in Adopt.
+      std::lock_guard<std::mutex> target_lock(endpoint->mutex_);
+      auto state = endpoint->state_;
+      if (state != Endpoint::State::Idle && state != Endpoint::State::Bound) return WV_INVALID_DEVICE_STATE;
+    }
     requests_.Take(std::move(endpoint), op, finish);
     return WV_PENDING;
   }

@@ -437,6 +437,49 @@ TEST(IntegrationConnect, ConnectWaitsForASlowAccept) {
               });
 }
 
+// A connector bound to an address of its own may still take a request from a listener: the
+// connection is the listener's port's, and the connector's own port is given up (iWARP used to
+// keep its socket open and the port claimed for the life of the process).
+TEST(IntegrationConnect, ABoundConnectorTakingARequestGivesItsOwnPortUp) {
+  RunWithPeer("impatient_client", [](Channel& peer) {
+    Adapter adapter;
+    Endpoint server(adapter, Ctx(0x5E));
+    uint16_t listening = StartListening(server.adapter, server.listener);
+    // A port of its own: one a probe listener was given, free again once the probe is gone (on
+    // RoCE once the engine closed the probe's socket, a moment later).
+    auto bind_within_deadline = [](IND2Connector* connector, sockaddr_in& address) {
+      Deadline deadline;
+      unsigned spins = 0;
+      HRESULT hr;
+      while ((hr = connector->Bind(reinterpret_cast<sockaddr*>(&address), sizeof address)) == ND_SHARING_VIOLATION &&
+             !deadline.Expired())
+        Pause(spins);
+      return hr;
+    };
+    sockaddr_in own = Loopback(PortOf([&] {
+      Ref<IND2Listener> probe;
+      uint16_t port = StartListening(adapter, probe);
+      return Loopback(port);
+    }()));
+    server.connector = adapter.CreateConnector();
+    IT_OK(bind_within_deadline(server.connector.get(), own));
+    peer.SendValue("port", listening);
+    Ov ov;
+    HRESULT hr = server.listener->GetConnectionRequest(server.connector.get(), ov.Prepare(server.listener.get()));
+    IT_OK(ov.Finish(hr, "IND2Listener::GetConnectionRequest"));
+    IT_OK(Accept(server.connector.get(), server.qp.get(), 4, 4));
+    peer.Send("accepted");
+    sockaddr_in local{};
+    ULONG size = sizeof local;
+    IT_OK(server.connector->GetLocalAddress(reinterpret_cast<sockaddr*>(&local), &size));
+    IT_CHECK_EQ(listening, PortOf(local));
+    // The port it was bound to is free while the connection lives.
+    Ref<IND2Connector> again = adapter.CreateConnector();
+    IT_OK(bind_within_deadline(again.get(), own));
+    ServerTeardown(peer, server);
+  });
+}
+
 // Two endpoints of one adapter, each with a receive posted for one RemoteBuffer.
 struct TwoEndpoints {
   TwoEndpoints(Adapter& adapter, uintptr_t context)

@@ -333,6 +333,8 @@ void Endpoint::Adopt(Endpoint& child) {
   std::scoped_lock lock(mutex_, child.mutex_);
   if (child.watching_) Engine::Get().Unwatch(child.fd_);  // queued, it was watched for its peer leaving
   child.listed_in_ = ListedIn::Nothing;  // the caller holds the listener's lock
+  CloseSocket();  // a target that was bound gives its own socket and port up
+  port_claim_.Drop();
   fd_ = std::exchange(child.fd_, -1);
   capture_ = std::move(child.capture_);
   watching_ = false;

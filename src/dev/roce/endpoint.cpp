@@ -222,7 +222,8 @@ void Endpoint::Withdraw(const Endpoint* request) {
 
 void Endpoint::Adopt(Endpoint& child) {
   std::scoped_lock lock(mutex_, child.mutex_);  // the child may be handling a CM event meanwhile
-  port_ = child.port_;
+  port_ = child.port_;  // a target that was bound gives its own port up
+  exclusive_port_ = false;
   local_ = child.local_;
   comm_id_ = child.comm_id_;
   req_ = child.req_;
