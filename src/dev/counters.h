@@ -64,7 +64,7 @@ enum class Counter : uint16_t {
   CmClampedRetries, CmClampedMraTimeouts, CmMrasIgnored, CmClampedReadLimits, CmClampedRnrRetries,
   CmPeerAddressMismatches,
   // Both transports, per adapter: the engine took a socket back from pollers that had stopped,
-  // and found the peer's data waiting for it (dev/cq.h, PollerRule): the application waited
+  // and found the peer's data waiting for it (dev/poller_handoff.h, PollerRule): the application waited
   // without polling, and its wait lasted up to one look of the idle timer longer.
   LateEngineTakeovers,
   // Both transports, per adapter: a connection endpoint changed state in a way its transition

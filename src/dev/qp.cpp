@@ -249,7 +249,7 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
   if (link) {
     // The poster's thread is active: an engine that pollers sent away stays away (a burst of
     // posts would otherwise have it transmit alongside the poster, on a busy machine). A post
-    // alone never sends it away (PollerRule, dev/cq.h).
+    // alone never sends it away (PollerRule, dev/poller_handoff.h).
     link->StillPolled();
     link->Posted(request);
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dev/cq.h"
+#include "dev/poller_handoff.h"
 #include "dev/qp.h"
 #include "dev/srq.h"
 #include "wait.h"

@@ -111,61 +111,37 @@ void Stream::PollProgress() {
   // Loaded first: mostly no peer message was placed, and then no read-modify-write is needed.
   bool peer = peer_message_by_poller_.load(std::memory_order_relaxed) &&
               peer_message_by_poller_.exchange(false, std::memory_order_relaxed);
-  if (poller_rule_.EmptyPoll(peer) && rx_watched_relaxed() && Lendable()) WatchReceive(false);
+  handoff_.EmptyPoll(*this, peer, Lendable());
 }
 
 void Stream::PlacedPeerMessage() {
   if (rx_by_poller_) peer_message_by_poller_.store(true, std::memory_order_relaxed);
 }
 
-void Stream::Reaped(bool peer_message) {
-  if (poller_rule_.Reaped(peer_message) && !rx_watched_relaxed()) WatchReceive(true);
-}
+void Stream::Reaped(bool peer_message) { handoff_.Reaped(*this, peer_message); }
 
-void Stream::StillPolled() { poller_rule_.Posted(); }
+void Stream::StillPolled() { handoff_.Posted(); }
 
 void Stream::OnNotifyArmed() {
-  poller_rule_.Notified();
-  WatchReceive(true);
+  handoff_.NotifyArmed(*this);
   if (TakeWaitingTransmit()) Kick();
 }
 
-void Stream::WatchReceive(bool on, bool by_timer) {
-  {
-    base::MutexLock lock(watch_mutex_);
-    if (shut_ || rx_watched_ == on) return;
-    rx_watched_ = on;
-    Engine::Get().Modify(fd_, on ? kWatched : 0);  // the poller drives both directions
-    if (!on) {
-      watch_timer_.Arm(shared_from_this(), poller_rule_.FirstLook());
-    } else {
-      watch_timer_.Disarm();
-    }
-  }
-  if (on) {
-    if (TakeWaitingTransmit()) Kick();
-    uint64_t before = counters_.Get(Counter::RxPackets);
-    DriveReceive();  // what arrived while nobody watched
-    // The pollers stopped while the peer's data came: the application waited without polling
-    // (on memory) and paid up to a look's delay for it (PollerRule).
-    if (by_timer && counters_.Get(Counter::RxPackets) != before)
-      AdapterCounters(Transport::Iwarp).AddShared(Counter::LateEngineTakeovers);
-  }
+void Stream::ApplyWatchLocked() {
+  handoff_.mutex().AssertHeld();
+  // A stream that shut down keeps the interest its lingering set (Shutdown).
+  if (!shut_) Engine::Get().Modify(fd_, handoff_.engine_reads() ? kWatched : 0);  // the poller drives both directions
 }
 
-void Stream::OnWatchTimer(Timer* timer) {
-  Stream* self = WatchTimer::OwnerOf(timer);
-  std::shared_ptr<Stream> keep;
-  {
-    base::MutexLock lock(self->watch_mutex_);
-    keep = self->watch_timer_.TakeFiring();
-    if (!keep || self->shut_) return;
-    if (self->poller_rule_.StillActive()) {
-      self->watch_timer_.Arm(keep, self->poller_rule_.NextLook());  // still polling: look later
-      return;
-    }
-  }
-  keep->WatchReceive(true, true);
+void Stream::EngineReturned(bool by_timer) {
+  if (shut_) return;
+  if (TakeWaitingTransmit()) Kick();
+  uint64_t before = counters_.Get(Counter::RxPackets);
+  DriveReceive();  // what arrived while nobody watched
+  // The pollers stopped while the peer's data came: the application waited without polling
+  // (on memory) and paid up to a look's delay for it (PollerRule).
+  if (by_timer && counters_.Get(Counter::RxPackets) != before)
+    AdapterCounters(Transport::Iwarp).AddShared(Counter::LateEngineTakeovers);
 }
 
 void Stream::Start() {
@@ -238,10 +214,7 @@ void Stream::Shutdown() {
       qp_.reset();
     }
   }
-  {
-    base::MutexLock lock(watch_mutex_);
-    watch_timer_.Disarm();
-  }
+  handoff_.Close();
   if (!linger) CloseSocket();
 }
 
@@ -293,28 +266,16 @@ void Stream::Linger() {
 // ---------------------------------------------------------------------------------- transmit
 
 void Stream::Kick() {
-  // As DriveReceive: only a caller that finds the lock taken leaves a kick for the holder, who
-  // looks for one after unlocking and goes round again.
-  bool kicked = false;
-  for (;;) {
-    if (!tx_mutex_.try_lock()) {
-      if (kicked) return;
-      tx_kicks_.fetch_add(1, std::memory_order_acq_rel);
-      kicked = true;
-      continue;  // the holder may have unlocked before it saw our kick: try once more
-    }
-    uint64_t seen = tx_kicks_.load(std::memory_order_acquire);
+  bool broken = false;
+  tx_runner_.Run(tx_mutex_, [&] {
+    tx_mutex_.AssertHeld();
     if (!shut_) ProcessTx();
-    bool broken = broken_.load() && !shut_;
-    tx_mutex_.unlock();
-    if (broken) {
-      // The receive side reports it (Broken runs under its lock). Not by taking that lock here:
-      // the receive path itself kicks us (a Read slot freed), and would wait for itself.
-      DriveReceive();
-      return;
-    }
-    if (tx_kicks_.load(std::memory_order_acquire) == seen) return;
-  }
+    broken = broken_.load() && !shut_;
+    return !broken;
+  });
+  // The receive side reports it (Broken runs under its lock). Not by taking that lock in the
+  // runner: the receive path itself kicks us (a Read slot freed), and would wait for itself.
+  if (broken) DriveReceive();
 }
 
 void Stream::Posted(const SendWqe& request) {
@@ -717,25 +678,15 @@ void Stream::QueueTerminate(TermCode code) {
 // ----------------------------------------------------------------------------------- receive
 
 void Stream::DriveReceive(bool poller) {
-  // Only a caller that finds the lock taken must leave a kick for the holder (who looks for one
-  // after unlocking); the common uncontended call costs no atomic read-modify-write.
-  bool kicked = false;
-  for (;;) {
-    if (!rx_mutex_.try_lock()) {
-      if (kicked) return;
-      rx_kicks_.fetch_add(1, std::memory_order_acq_rel);
-      kicked = true;
-      continue;  // the holder may have unlocked before it saw our kick: try once more
-    }
-    uint64_t seen = rx_kicks_.load(std::memory_order_acquire);
+  rx_runner_.Run(rx_mutex_, [&] {
+    rx_mutex_.AssertHeld();
     rx_by_poller_ = poller;
     if (!shut_) {
       ProcessRx();
       if (broken_.load()) Broken();  // the transmit side found the socket gone
     }
-    rx_mutex_.unlock();
-    if (rx_kicks_.load(std::memory_order_acquire) == seen) return;
-  }
+    return true;
+  });
 }
 
 void Stream::ProcessRx() {
@@ -753,7 +704,7 @@ void Stream::ProcessRx() {
         // for (a Read Request read meanwhile is answered with its next post or poll). The
         // engine, woken by edges, must read until the socket is empty.
         if (progress && rx_by_poller_ && hdr_.last && staging_begin_ == staging_end_ &&
-            !rx_watched_relaxed())
+            !handoff_.engine_reads())
           return;
         break;
       case RxPhase::Dead: return;
@@ -1143,7 +1094,7 @@ bool Stream::FinishSegment() {
       }
       // A spinning poller owns this socket (the engine does not watch it): the Response goes out
       // with whatever the poller's application posts next, or at its next poll, in one sendmsg.
-      if (rx_by_poller_ && !rx_watched_relaxed()) response_owed_.store(true);
+      if (rx_by_poller_ && !handoff_.engine_reads()) response_owed_.store(true);
       else Kick();
       return true;
     }

@@ -18,9 +18,11 @@
 #include <utility>
 
 #include "base/capture.h"
+#include "base/kicked_runner.h"
 #include "base/mutex.h"
 #include "dev/cq.h"
 #include "dev/engine.h"
+#include "dev/poller_handoff.h"
 #include "dev/qp.h"
 #include "wire/ddp.h"
 
@@ -156,16 +158,17 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
 
   void DriveReceive(bool poller = false) NDWV_EXCLUDES(rx_mutex_);
   ssize_t Receive(void* buffer, size_t length);  // from the socket or the ByteSource
-  // A hint read on every message (written under watch_mutex_): a stale answer costs at most
-  // one more read of the socket, or a Read Response left for the poller's next poll.
-  bool rx_watched_relaxed() const { return rx_watched_.load(std::memory_order_relaxed); }
   void ProcessRx() NDWV_REQUIRES(rx_mutex_);
-  void WatchReceive(bool on, bool by_timer = false) NDWV_EXCLUDES(watch_mutex_, rx_mutex_);
+  // PollerHandoff's calls: the socket's epoll interest, and the engine's return.
+  friend class PollerHandoff<Stream>;
+  // Under handoff_.mutex(), asserted (at the hand-off's call the analysis cannot tell that its
+  // lock is this handoff_'s).
+  void ApplyWatchLocked();
+  void EngineReturned(bool by_timer) NDWV_EXCLUDES(rx_mutex_);
   // The receive path ended a message the peer started.
   void PlacedPeerMessage() NDWV_REQUIRES(rx_mutex_);
   // Whether requests left queued or a Read Response owed wait for a kick (the flag is taken).
   bool TakeWaitingTransmit();
-  static void OnWatchTimer(Timer* timer);
   // staging holds `need` unread bytes; false on EAGAIN (or dead)
   bool Fill(size_t need) NDWV_REQUIRES(rx_mutex_);
   bool StartSegment() NDWV_REQUIRES(rx_mutex_);
@@ -190,7 +193,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
 
   // ---- transmit (tx_mutex_) ----
   base::Mutex tx_mutex_{"iwarp::Stream::tx_mutex_"};
-  std::atomic<uint64_t> tx_kicks_{0};
+  base::KickedRunner tx_runner_;  // Kick: one sender at a time
   TxBatch batch_ NDWV_GUARDED_BY(tx_mutex_);
   uint64_t next_tx_ NDWV_GUARDED_BY(tx_mutex_) = 0;  // next send queue position to start
   uint32_t send_msn_ NDWV_GUARDED_BY(tx_mutex_) = 1;
@@ -246,7 +249,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
 
   // ---- receive (rx_mutex_) ----
   base::Mutex rx_mutex_{"iwarp::Stream::rx_mutex_"};
-  std::atomic<uint64_t> rx_kicks_{0};
+  base::KickedRunner rx_runner_;  // DriveReceive: one receiver at a time
   RxPhase phase_ NDWV_GUARDED_BY(rx_mutex_) = RxPhase::Header;
   uint8_t staging_[4096] NDWV_GUARDED_BY(rx_mutex_);
   size_t staging_begin_ NDWV_GUARDED_BY(rx_mutex_) = 0;
@@ -274,16 +277,13 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
 
   // While a poller spins on an empty CQ it drives the socket itself (receive, and transmit when
   // the socket was full), and the engine stops watching it: a wake-up per message on a busy core
-  // costs more than the message. A timer gives the socket back to the engine when the polling
-  // stops, and so does a Notify.
-  base::Mutex watch_mutex_{"iwarp::Stream::watch_mutex_"};
-  std::atomic<bool> rx_watched_{true};
-  PollerRule poller_rule_;
+  // costs more than the message (PollerHandoff, dev/poller_handoff.h). engine_reads() is read on
+  // every message: a stale answer costs at most one more read of the socket, or a Read Response
+  // left for the poller's next poll.
+  PollerHandoff<Stream> handoff_{this};
   // A poller's receive placed a message the peer started (written under rx_mutex_, taken by the
   // poller after the receive: PollerRule's evidence).
   std::atomic<bool> peer_message_by_poller_{false};
-  using WatchTimer = OwnedTimer<Stream>;
-  WatchTimer watch_timer_ NDWV_GUARDED_BY(watch_mutex_){&Stream::OnWatchTimer, this};
 
   // Lingering after a Terminate (CloseSocket).
   bool lingering_ NDWV_GUARDED_BY(tx_mutex_) = false;

@@ -411,50 +411,30 @@ int Port::SendBatch(const sockaddr_storage& to, OutDatagram* datagrams, int coun
 }
 
 void Port::WaitWritable(std::weak_ptr<PacketSink> sink) {
-  base::MutexLock lock(watch_mutex_);
+  base::MutexLock lock(handoff_.mutex());
   waiting_writable_.push_back(std::move(sink));
   if (!watching_out_) {
     watching_out_ = true;
-    UpdateWatchLocked();
+    ApplyWatchLocked();
   }
 }
 
-void Port::UpdateWatchLocked() {
-  watch_mutex_.AssertHeld();
-  Engine::Get().Modify(fd_, (watching_in_ ? uint32_t(EPOLLIN) : 0u) | (watching_out_ ? uint32_t(EPOLLOUT) : 0u));
-}
-
-void Port::Posted() { poller_rule_.Posted(); }
+void Port::Posted() { handoff_.Posted(); }
 
 void Port::PolledEmpty(bool placed_peer_message, bool lendable) {
-  if (!poller_rule_.EmptyPoll(placed_peer_message) || !lendable || !watching_in_.load(std::memory_order_relaxed))
-    return;
-  base::MutexLock lock(watch_mutex_);
-  if (!watching_in_) return;
-  watching_in_ = false;
-  UpdateWatchLocked();
-  watch_timer_.Arm(shared_from_this(), poller_rule_.FirstLook());
+  handoff_.EmptyPoll(*this, placed_peer_message, lendable);
 }
 
-bool Port::Reaped(bool peer_message) {
-  if (!poller_rule_.Reaped(peer_message) || watching_in_.load(std::memory_order_relaxed)) return false;
-  WatchAgain();
-  return true;
+bool Port::Reaped(bool peer_message) { return handoff_.Reaped(*this, peer_message); }
+
+void Port::NotifyArmed() { handoff_.NotifyArmed(*this); }
+
+void Port::ApplyWatchLocked() {
+  handoff_.mutex().AssertHeld();
+  Engine::Get().Modify(fd_, (handoff_.engine_reads() ? uint32_t(EPOLLIN) : 0u) | (watching_out_ ? uint32_t(EPOLLOUT) : 0u));
 }
 
-void Port::NotifyArmed() {
-  poller_rule_.Notified();
-  WatchAgain();
-}
-
-void Port::WatchAgain(bool by_timer) {
-  {
-    base::MutexLock lock(watch_mutex_);
-    if (watching_in_) return;
-    watching_in_ = true;
-    UpdateWatchLocked();
-    watch_timer_.Disarm();
-  }
+void Port::EngineReturned(bool by_timer) {
   const std::atomic<uint64_t>& received = Owner().counters_.received;
   uint64_t before = received.load(std::memory_order_relaxed);
   DriveReceive();  // what arrived while nobody watched
@@ -462,21 +442,6 @@ void Port::WatchAgain(bool by_timer) {
   // memory) and paid up to a look's delay for it (PollerRule).
   if (by_timer && received.load(std::memory_order_relaxed) != before)
     AdapterCounters(Transport::Roce).AddShared(Counter::LateEngineTakeovers);
-}
-
-void Port::OnWatchTimer(Timer* timer) {
-  Port* self = PortTimer::OwnerOf(timer);
-  std::shared_ptr<Port> keep;
-  {
-    base::MutexLock lock(self->watch_mutex_);
-    keep = self->watch_timer_.TakeFiring();
-    if (!keep) return;
-    if (self->poller_rule_.StillActive()) {
-      self->watch_timer_.Arm(keep, self->poller_rule_.NextLook());  // still polling: look later
-      return;
-    }
-  }
-  keep->WatchAgain(true);
 }
 
 struct Port::Run {
@@ -755,10 +720,10 @@ void Port::OnIo(uint32_t events) {
   if (events & EPOLLOUT) {
     std::vector<std::weak_ptr<PacketSink>> waiting;
     {
-      base::MutexLock lock(watch_mutex_);
+      base::MutexLock lock(handoff_.mutex());
       waiting.swap(waiting_writable_);
       watching_out_ = false;
-      UpdateWatchLocked();
+      ApplyWatchLocked();
     }
     for (auto& w : waiting)
       if (auto sink = w.lock()) sink->OnWritable();

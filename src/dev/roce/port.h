@@ -36,6 +36,7 @@
 #include "dev/counters.h"
 #include "dev/cq.h"
 #include "dev/engine.h"
+#include "dev/poller_handoff.h"
 #include "dev/roce/cm.h"
 #include "wire/ib.h"
 
@@ -121,7 +122,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // hold many datagrams) and returns to its completions: the empty read that would follow costs
   // a system call on every message's path, and the next poll reads again anyway.
   void DriveReceive(bool once = false);
-  // Who reads the socket, the engine or the pollers (the rule: PollerRule, dev/cq.h). A poller
+  // Who reads the socket, the engine or the pollers (the rule: PollerRule, dev/poller_handoff.h). A poller
   // found its CQ empty and drove this port; `placed_peer_message`: its receive ended a message
   // the peer started. Then, if its CQ lends its pollers (`lendable`), the engine stops watching
   // the socket: on a busy machine a wake-up per datagram costs more than the datagram.
@@ -130,8 +131,6 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   bool Reaped(bool peer_message);
   void Posted();  // the application posted
   void NotifyArmed();  // someone will wait for an event (CQ Notify): the engine must watch
-  // The engine watches again (`by_timer`: the pollers stopped).
-  void WatchAgain(bool by_timer = false);
 
   // ---- CM (not on a flow: its owner has the agent) ----
   // Runs `call` on the agent under its lock. The events it causes are delivered later, on the
@@ -225,15 +224,16 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
     std::weak_ptr<PacketSink> sink;
     sockaddr_storage peer;
   } sink_cache_ NDWV_GUARDED_BY(rx_mutex_);
-  base::Mutex watch_mutex_{"roce::Port::watch_mutex_"};  // the engine's watch: what it waits for
-  std::vector<std::weak_ptr<PacketSink>> waiting_writable_ NDWV_GUARDED_BY(watch_mutex_);
-  bool watching_out_ NDWV_GUARDED_BY(watch_mutex_) = false;
-  std::atomic<bool> watching_in_{true};  // written under watch_mutex_
-  PollerRule poller_rule_;
-  using PortTimer = OwnedTimer<Port>;
-  PortTimer watch_timer_ NDWV_GUARDED_BY(watch_mutex_){&Port::OnWatchTimer, this};
-  void UpdateWatchLocked() NDWV_REQUIRES(watch_mutex_);
-  static void OnWatchTimer(Timer* timer);
+  // The engine's watch: who reads (PollerHandoff, dev/poller_handoff.h) and whether it waits
+  // for room to send, under the hand-off's lock.
+  PollerHandoff<Port> handoff_{this};
+  std::vector<std::weak_ptr<PacketSink>> waiting_writable_ NDWV_GUARDED_BY(handoff_.mutex());
+  bool watching_out_ NDWV_GUARDED_BY(handoff_.mutex()) = false;
+  friend class PollerHandoff<Port>;
+  // Under handoff_.mutex(), asserted (at the hand-off's call the analysis cannot tell that its
+  // lock is this handoff_'s).
+  void ApplyWatchLocked();
+  void EngineReturned(bool by_timer);
 
   std::atomic<bool> gso_{true};  // the kernel takes UDP_SEGMENT sends (checked on first use)
 
@@ -248,6 +248,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
     Port* owner = nullptr;
     std::shared_ptr<Port> keep;  // set while queued
   } deliver_work_;
+  using PortTimer = OwnedTimer<Port>;
   PortTimer cm_timer_ NDWV_GUARDED_BY(cm_mutex_){&Port::OnCmTimer, this};
 };
 

@@ -22,7 +22,7 @@ constexpr std::chrono::milliseconds kAckDelay{20};  // longest a coalesced ACK w
 // transmission), so the poller returns with its completion without paying for them first.
 thread_local bool t_polling = false;
 // Set when that poller's receive ended a message the peer started (a Send, an RDMA Write with
-// data, a Read Request for data): the evidence of PollerRule (dev/cq.h).
+// data, a Read Request for data): the evidence of PollerRule (dev/poller_handoff.h).
 thread_local bool t_placed_peer_message = false;
 void PlacedPeerMessage() {
   if (t_polling) t_placed_peer_message = true;
