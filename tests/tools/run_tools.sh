@@ -153,9 +153,10 @@ for t in iwarp roce; do
   echo "ndconn on $t: ok ($(grep -E '^ +100 ' "$out.client" | tr -s ' '))"
 
   # -m: both sides wait for the peer's RDMA Write on memory alone, polling only to reap their own
-  # Write. The engine must not leave the socket to pollers that then stop (PollerRule, dev/cq.h):
-  # each takeover by its timer that finds data waiting is a wait of up to 10 ms. A few may happen
-  # (a preempted process); one per round trip is the stall this guards against.
+  # Write. The engine must not leave the socket to pollers that then stop (PollerRule,
+  # dev/poller_handoff.h): each takeover by its timer that finds data waiting is a wait of up to
+  # 10 ms. A few may happen (a preempted process; NDWV_TOOLS_LATE_TAKEOVERS, default 30, allows
+  # more under ThreadSanitizer); one per round trip is the stall this guards against.
   for m in ndrpingpong nd1rpingpong; do
     run_tools "$m" "$m" "$t" -m -- -m
     expect_rows "$m" "$t" 200
@@ -163,7 +164,7 @@ for t in iwarp roce; do
     for side in client server; do
       takeovers=$(grep -Eo 'late_engine_takeovers=[0-9]+' "$tmp/$m-$t.$side" | head -1 | cut -d= -f2)
       [ -n "$takeovers" ] || show_fail "$tmp/$m-$t.$side" -- "$m -m ($t, $side): no late_engine_takeovers counter"
-      [ "$takeovers" -le 30 ] || show_fail "$tmp/$m-$t.$side" -- "$m -m ($t, $side): $takeovers late engine takeovers in 600 round trips"
+      [ "$takeovers" -le "${NDWV_TOOLS_LATE_TAKEOVERS:-30}" ] || show_fail "$tmp/$m-$t.$side" -- "$m -m ($t, $side): $takeovers late engine takeovers in 600 round trips"
       seen="$seen $side $takeovers"
     done
     echo "$m -m on $t: ok ($(grep -E "$(row 65536 200)" "$tmp/$m-$t.client" | tr -s ' '); late engine takeovers:$seen)"
