@@ -16,13 +16,13 @@
 #include <iterator>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include <ndwv/wvstatus.h>
 
+#include "base/mutex.h"
 #include "dev/async.h"
 #include "dev/counters.h"
 #include "dev/engine.h"
@@ -200,27 +200,34 @@ enum class ConnectionPhase {
 // transport's class deriving from this (a friend of it), supplies:
 //   State, with Listening, Disconnected and Closed; state_ and SetState (under mutex_);
 //   static ConnectionPhase PhaseOf(State);
-//   StartCloseLocked(lock): the transport's part of a Disconnect of a connected endpoint, its
-//     last step (it may release the lock, and nothing of ours is touched after it);
+//   StartCloseLocked(): the transport's part of a Disconnect of a connected endpoint, under the
+//     lock; it returns a Closing whose Start() runs after the lock, as the Disconnect's last step
+//     (the close may complete the request at once: nothing of ours is touched after it);
 //   FailConnect(finish, status): the parked Connect ends with `status`;
 //   FinishDisconnect(status), where the transport does more than this class's;
 //   DropConnectionLocked(children): Close's part under the lock; it returns a Connection whose
 //     End() runs after the lock (the transport's link reports to us).
+// The transport's members under mutex_ name it (NDWV_GUARDED_BY, NDWV_REQUIRES). This class
+// reaches them through a cast of this, which the thread-safety analysis sees through (through a
+// function returning the reference, it could not tell that the lock is this object's).
+//
+// Two endpoints' locks: a listener's before its requests' and before a GetRequest target's; a
+// target's before the request it adopts (Adopt, called under the listener's lock).
 template <class Endpoint>
 class EndpointBase : public ConnectEndpoint {
  public:
   int32_t GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) final {
     auto endpoint = std::dynamic_pointer_cast<Endpoint>(target);
     if (!endpoint) return WV_INVALID_PARAMETER;
-    if (endpoint.get() == &self()) return WV_INVALID_PARAMETER;
+    if (endpoint.get() == static_cast<Endpoint*>(this)) return WV_INVALID_PARAMETER;
     Finisher finish;
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (self().state_ != Endpoint::State::Listening) return WV_INVALID_DEVICE_STATE;
+    base::MutexLock lock(mutex_);
+    if (static_cast<Endpoint&>(*this).state_ != Endpoint::State::Listening) return WV_INVALID_DEVICE_STATE;
     {
       // A fresh endpoint, or one only bound (it gives its own address up for the request's): one
       // that connects, listens or was closed cannot take a request. The listener's lock, then
       // the target's, as in Adopt.
-      std::lock_guard<std::mutex> target_lock(endpoint->mutex_);
+      base::MutexLock target_lock(endpoint->mutex_);
       auto state = endpoint->state_;
       if (state != Endpoint::State::Idle && state != Endpoint::State::Bound) return WV_INVALID_DEVICE_STATE;
     }
@@ -229,7 +236,7 @@ class EndpointBase : public ConnectEndpoint {
   }
 
   int32_t Query(ConnectionInfo* info) final {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     info->local = local_;
     info->peer = peer_;
     info->peer_params = peer_params_;
@@ -238,8 +245,8 @@ class EndpointBase : public ConnectEndpoint {
 
   int32_t NotifyDisconnect(AsyncOp* op) final {
     Finisher finish;
-    std::lock_guard<std::mutex> lock(mutex_);
-    switch (Endpoint::PhaseOf(self().state_)) {
+    base::MutexLock lock(mutex_);
+    switch (Endpoint::PhaseOf(static_cast<Endpoint&>(*this).state_)) {
       case ConnectionPhase::Connected:
         op->next = notify_ops_;
         notify_ops_ = op;
@@ -258,20 +265,23 @@ class EndpointBase : public ConnectEndpoint {
 
   int32_t Disconnect(DisconnectRequest* request) final {
     Finisher finish;
-    std::unique_lock<std::mutex> lock(mutex_);
+    base::UniqueLock lock(mutex_);
     if (disconnect_called_) return WV_CONNECTION_INVALID;  // a connector disconnects once
-    switch (Endpoint::PhaseOf(self().state_)) {
+    switch (Endpoint::PhaseOf(static_cast<Endpoint&>(*this).state_)) {
       case ConnectionPhase::Connected:
-      case ConnectionPhase::Failed:
+      case ConnectionPhase::Failed: {
         disconnect_ = request;
         disconnect_called_ = true;
         finish.AddList(notify_ops_, WV_CONNECTION_DISCONNECTED);
-        self().StartCloseLocked(lock);  // last: the close may complete the request at once
+        typename Endpoint::Closing closing = static_cast<Endpoint&>(*this).StartCloseLocked();
+        lock.unlock();
+        closing.Start();  // last: the close may complete the request at once
         return WV_PENDING;
+      }
       case ConnectionPhase::PeerClosed:
       case ConnectionPhase::Disconnected:
         // The peer closed already (or the connection failed): only the flush is left.
-        self().SetState(Endpoint::State::Disconnected);
+        static_cast<Endpoint&>(*this).SetState(Endpoint::State::Disconnected);
         request->EndCmPhase(WV_SUCCESS);
         disconnect_called_ = true;
         return WV_PENDING;
@@ -282,8 +292,8 @@ class EndpointBase : public ConnectEndpoint {
 
   void CancelRequests() final {
     Finisher finish;
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (connect_op_) self().FailConnect(finish, WV_CANCELLED);
+    base::MutexLock lock(mutex_);
+    if (connect_op_) static_cast<Endpoint&>(*this).FailConnect(finish, WV_CANCELLED);
     finish.AddList(notify_ops_, WV_CANCELLED);
     requests_.CancelWaiting(finish);
   }
@@ -294,12 +304,12 @@ class EndpointBase : public ConnectEndpoint {
     typename Endpoint::Connection connection;  // ended after the lock: it reports to us
     std::deque<std::shared_ptr<Endpoint>> children;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      base::MutexLock lock(mutex_);
       finish.Add(std::exchange(accept_op_, nullptr), WV_CANCELLED);
       children = requests_.TakeQueued();
-      connection = self().DropConnectionLocked(children);
-      if (disconnect_) self().FinishDisconnect(WV_CANCELLED);  // released mid-close: the request still ends
-      self().SetState(Endpoint::State::Closed);
+      connection = static_cast<Endpoint&>(*this).DropConnectionLocked(children);
+      if (disconnect_) static_cast<Endpoint&>(*this).FinishDisconnect(WV_CANCELLED);  // released mid-close: the request still ends
+      static_cast<Endpoint&>(*this).SetState(Endpoint::State::Closed);
     }
     connection.End();
     for (auto& child : children) child->Close();
@@ -310,34 +320,38 @@ class EndpointBase : public ConnectEndpoint {
 
   // The CM phase is over (mutex_ held): the QP phase runs on the work pool. A transport that
   // does more at that point hides this with its own, which calls it.
-  void FinishDisconnect(int32_t status) {
-    self().SetState(Endpoint::State::Disconnected);
+  void FinishDisconnect(int32_t status) NDWV_REQUIRES(mutex_) {
+    mutex_.AssertHeld();
+    static_cast<Endpoint&>(*this).SetState(Endpoint::State::Disconnected);
     if (DisconnectRequest* request = std::exchange(disconnect_, nullptr)) request->EndCmPhase(status);
   }
 
-  std::mutex mutex_;
-  sockaddr_storage local_{}, peer_{};  // ours as bound; the peer's ND address
-  ConnectParams peer_params_;          // what the peer sent (Query)
+  base::Mutex mutex_{"EndpointBase::mutex_"};
+  sockaddr_storage local_ NDWV_GUARDED_BY(mutex_){};  // ours as bound
+  sockaddr_storage peer_ NDWV_GUARDED_BY(mutex_){};   // the peer's ND address
+  ConnectParams peer_params_ NDWV_GUARDED_BY(mutex_);  // what the peer sent (Query)
 
   // The requests parked until an event ends them.
-  AsyncOp* connect_op_ = nullptr;
-  AsyncOp* accept_op_ = nullptr;
-  AsyncOp* notify_ops_ = nullptr;
-  DisconnectRequest* disconnect_ = nullptr;
-  bool disconnect_called_ = false;  // a second Disconnect is ND_CONNECTION_INVALID
+  AsyncOp* connect_op_ NDWV_GUARDED_BY(mutex_) = nullptr;
+  AsyncOp* accept_op_ NDWV_GUARDED_BY(mutex_) = nullptr;
+  AsyncOp* notify_ops_ NDWV_GUARDED_BY(mutex_) = nullptr;
+  DisconnectRequest* disconnect_ NDWV_GUARDED_BY(mutex_) = nullptr;
+  bool disconnect_called_ NDWV_GUARDED_BY(mutex_) = false;  // a second Disconnect is ND_CONNECTION_INVALID
 
-  ListenQueue<Endpoint> requests_;  // listening: requests not yet taken, and GetRequests
+  // Listening: requests not yet taken, and GetRequests.
+  ListenQueue<Endpoint> requests_ NDWV_GUARDED_BY(mutex_);
 
   // Passive: the connection is established (iWARP: the RTR arrived; RoCE: the RTU, the first
   // packet or a DREQ): the QP to RTS, then Accept completes. Pre-allocated; run on the work
-  // pool, not on the thread that saw the event.
+  // pool, not on the thread that saw the event. Not guarded: filled under mutex_, then read by
+  // Established without it (Engine::Defer orders the two).
   struct EstablishedWork : WorkItem {
     std::shared_ptr<Endpoint> endpoint;
     std::shared_ptr<QueuePair> qp;
   } established_work_;
 
  private:
-  Endpoint& self() { return static_cast<Endpoint&>(*this); }
+
 
   static void Established(WorkItem* item) {
     auto* work = static_cast<EstablishedWork*>(item);
@@ -348,7 +362,7 @@ class EndpointBase : public ConnectEndpoint {
     qp->Modify(QpState::Rts);
     AsyncOp* op;
     {
-      std::lock_guard<std::mutex> lock(endpoint->mutex_);
+      base::MutexLock lock(endpoint->mutex_);
       op = std::exchange(endpoint->accept_op_, nullptr);
     }
     if (op) op->Complete(WV_SUCCESS);

@@ -42,6 +42,7 @@ const char* Endpoint::ToString(State s) {
 }
 
 void Endpoint::SetState(State s) {
+  mutex_.AssertHeld();
   // State changes are when addresses and the QP become known: the name log lines use.
   identity_ = "iwarp cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) + "]";
   NDWV_LOG(Debug, "%s: %s -> %s", identity_.c_str(), ToString(state_), ToString(s));
@@ -75,14 +76,15 @@ void Endpoint::OnTimer(Timer* timer) {
   Finisher finish;
   std::shared_ptr<Stream> abort;
   {
-    std::lock_guard<std::mutex> lock(self->mutex_);
+    base::MutexLock lock(self->mutex_);
     keep = self->timer_.TakeFiring();
-    if (keep) abort = keep->HandleTimeoutLocked(finish);
+    if (keep) abort = self->HandleTimeoutLocked(finish);  // keep is self: the lock names self
   }
   if (abort) abort->Abort();
 }
 
 std::shared_ptr<Stream> Endpoint::HandleTimeoutLocked(Finisher& finish) {
+  mutex_.AssertHeld();
   switch (state_) {
     case State::ActiveConnecting:
     case State::ActiveMpaSent:
@@ -145,6 +147,7 @@ void TuneConnectionSocket(int fd) {
 }  // namespace
 
 int32_t Endpoint::OpenSocket(int family) {
+  mutex_.AssertHeld();
   fd_ = base::OpenSocket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd_ < 0) return WV_INSUFFICIENT_RESOURCES;
   TuneConnectionSocket(fd_);
@@ -154,7 +157,7 @@ int32_t Endpoint::OpenSocket(int family) {
 }
 
 int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (bound_ || state_ != State::Idle) return WV_ADDRESS_ALREADY_ASSOCIATED;
   if (!address || (address->sa_family != AF_INET && address->sa_family != AF_INET6)) return WV_INVALID_ADDRESS;
   socklen_t need = address->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
@@ -172,7 +175,7 @@ int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {
 // ---------------------------------------------------------------------------- listening
 
 int32_t Endpoint::Listen(int backlog) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (state_ == State::Listening) return WV_INVALID_DEVICE_STATE;
   if (state_ != State::Bound) return WV_INVALID_DEVICE_STATE;
   backlog_ = backlog > 0 ? backlog : SOMAXCONN;
@@ -196,11 +199,13 @@ int32_t Endpoint::Listen(int backlog) {
 }
 
 void Endpoint::OnListenReady() {
+  mutex_.AssertHeld();
+  const int listen_fd = fd_;  // for the lambda: the analysis does not see our lock inside it
   for (;;) {
     sockaddr_storage peer{};
     socklen_t len = sizeof peer;
     int fd = base::OpenDescriptor([&] {
-      return accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      return accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     });
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;  // the latter: that peer gave up
@@ -219,7 +224,7 @@ void Endpoint::OnListenReady() {
     if (int& spare = SpareDescriptor(); spare < 0) spare = OpenSpare();
     TuneConnectionSocket(fd);
     auto child = base::MakePooled<Endpoint>();
-    std::lock_guard<std::mutex> lock(child->mutex_);
+    base::MutexLock lock(child->mutex_);
     child->fd_ = fd;
     child->capture_ = base::TcpCapture::Start(fd);
     child->peer_ = peer;
@@ -240,12 +245,13 @@ void Endpoint::OnListenReady() {
 }
 
 void Endpoint::ExpireLocked() {
+  mutex_.AssertHeld();
   const auto now = Clock::now();
   const auto lifetime = std::chrono::milliseconds(Config().cm_timeout_ms);
   while (!handshaking_.empty() && handshaking_.front()->listed_since_ + lifetime <= now) {
     std::shared_ptr<Endpoint> child = std::move(handshaking_.front());
     handshaking_.pop_front();
-    std::lock_guard<std::mutex> lock(child->mutex_);
+    base::MutexLock lock(child->mutex_);
     child->listed_in_ = ListedIn::Nothing;
     AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestTimeouts);
     NDWV_LOG(Warn, "%s: no MPA Request within %u ms: connection closed", child->identity_.c_str(),
@@ -256,7 +262,7 @@ void Endpoint::ExpireLocked() {
   for (const std::shared_ptr<Endpoint>* oldest; (oldest = requests_.Oldest()) && (*oldest)->listed_since_ + lifetime <= now;) {
     std::shared_ptr<Endpoint> child = *oldest;
     requests_.Remove(child->listed_at_);
-    std::lock_guard<std::mutex> lock(child->mutex_);
+    base::MutexLock lock(child->mutex_);
     child->listed_in_ = ListedIn::Nothing;
     AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsExpired);
     NDWV_LOG(Warn, "%s: connection request not taken (GetConnectionRequest) within %u ms: rejected",
@@ -266,6 +272,7 @@ void Endpoint::ExpireLocked() {
 }
 
 void Endpoint::ArmListenTimerLocked() {
+  mutex_.AssertHeld();
   const auto lifetime = std::chrono::milliseconds(Config().cm_timeout_ms);
   auto next = Clock::time_point::max();
   if (!handshaking_.empty()) next = handshaking_.front()->listed_since_ + lifetime;
@@ -277,13 +284,15 @@ void Endpoint::ArmListenTimerLocked() {
 }
 
 void Endpoint::RefusePending() {
+  mutex_.AssertHeld();
   // The queue's head would keep the socket readable: the engine would spin on it, and the peer
   // would wait for its timeout. Refused, the peer's Connect fails at once.
   int& spare = SpareDescriptor();
   int fd = -1, error = EMFILE;
   if (spare >= 0) {
     base::CloseDescriptor(spare);
-    fd = base::OpenDescriptor([this] { return accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC); });
+    const int listen_fd = fd_;  // for the lambda: the analysis does not see our lock inside it
+    fd = base::OpenDescriptor([listen_fd] { return accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC); });
     error = errno;
     base::CloseDescriptor(fd);
     spare = OpenSpare();
@@ -303,7 +312,7 @@ void Endpoint::RefusePending() {
 
 void Endpoint::HandshakeOver(const std::shared_ptr<Endpoint>& child, bool request) {
   Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (child->listed_in_ == ListedIn::Handshakes) handshaking_.erase(child->listed_at_);
   child->listed_in_ = ListedIn::Nothing;
   if (request && state_ == State::Listening) {  // else Close has it, and closes it
@@ -317,12 +326,12 @@ void Endpoint::HandshakeOver(const std::shared_ptr<Endpoint>& child, bool reques
 }
 
 void Endpoint::RequestGone(const std::shared_ptr<Endpoint>& child) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (child->listed_in_ != ListedIn::Requests) return;  // taken by a GetRequest, or expired, meanwhile
   requests_.Remove(child->listed_at_);
   child->listed_in_ = ListedIn::Nothing;
   ArmListenTimerLocked();
-  std::lock_guard<std::mutex> child_lock(child->mutex_);
+  base::MutexLock child_lock(child->mutex_);
   AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsAbandoned);
   NDWV_LOG(Warn, "%s: peer left before its connection request was taken: closed", child->identity_.c_str());
   child->CloseSocket();
@@ -330,7 +339,9 @@ void Endpoint::RequestGone(const std::shared_ptr<Endpoint>& child) {
 }
 
 void Endpoint::Adopt(Endpoint& child) {
-  std::scoped_lock lock(mutex_, child.mutex_);
+  // The target's lock, then the child's (the listener's is held: endpoint.h).
+  base::MutexLock lock(mutex_);
+  base::MutexLock child_lock(child.mutex_);
   if (child.watching_) Engine::Get().Unwatch(child.fd_);  // queued, it was watched for its peer leaving
   child.listed_in_ = ListedIn::Nothing;  // the caller holds the listener's lock
   CloseSocket();  // a target that was bound gives its own socket and port up
@@ -353,17 +364,22 @@ void Endpoint::Adopt(Endpoint& child) {
 // ---------------------------------------------------------------------------- MPA frames
 
 bool Endpoint::SendMpaFrame(const MpaFrame& frame) {
+  mutex_.AssertHeld();
   uint8_t buffer[kMpaHeaderLen + kMpaMaxPrivateData];
   size_t length = EncodeMpaFrame(frame, buffer);
   // A fresh socket's buffer always has room for one small frame.
   if (!length) return false;
-  auto send_call = [&] { return send(fd_, buffer, length, MSG_NOSIGNAL | MSG_DONTWAIT); };
-  ssize_t n = capture_ ? capture_->SendAndRecord(send_call, [&](ssize_t sent) { capture_->Sent(buffer, sent); })
-                       : send_call();
+  // Copied for the lambdas: the analysis does not see our lock inside them.
+  const int fd = fd_;
+  base::TcpCapture* const capture = capture_.get();
+  auto send_call = [&] { return send(fd, buffer, length, MSG_NOSIGNAL | MSG_DONTWAIT); };
+  ssize_t n = capture ? capture->SendAndRecord(send_call, [&](ssize_t sent) { capture->Sent(buffer, sent); })
+                      : send_call();
   return n == ssize_t(length);
 }
 
 bool Endpoint::ReadMpaFrame(MpaKind kind) {
+  mutex_.AssertHeld();
   for (;;) {
     std::span<uint8_t> space = mpa_.Space();
     ssize_t n = recv(fd_, space.data(), space.size(), MSG_DONTWAIT);
@@ -387,6 +403,7 @@ bool Endpoint::ReadMpaFrame(MpaKind kind) {
 }
 
 StreamParams Endpoint::MakeStreamParams(bool passive) const {
+  mutex_.AssertHeld();
   StreamParams params;
   params.crc = Config().mpa_crc || peer_crc_;
   params.confirm_writes = Config().confirm != base::Settings::Confirm::None;
@@ -402,7 +419,7 @@ StreamParams Endpoint::MakeStreamParams(bool passive) const {
 
 int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
                           const ConnectParams& params, AsyncOp* op) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (state_ != State::Idle && state_ != State::Bound) return WV_CONNECTION_ACTIVE;
   if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
   if (!peer || (peer->sa_family != AF_INET && peer->sa_family != AF_INET6)) return WV_INVALID_ADDRESS;
@@ -449,6 +466,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
 }
 
 void Endpoint::FailConnect(Finisher& finish, int32_t status) {
+  mutex_.AssertHeld();
   finish.Add(std::exchange(connect_op_, nullptr), status);
   CloseSocket();
   DisarmTimer();
@@ -457,6 +475,7 @@ void Endpoint::FailConnect(Finisher& finish, int32_t status) {
 }
 
 void Endpoint::OnConnectReady(Finisher& finish) {
+  mutex_.AssertHeld();
   int error = 0;
   socklen_t len = sizeof error;
   getsockopt(fd_, SOL_SOCKET, SO_ERROR, &error, &len);
@@ -492,6 +511,7 @@ void Endpoint::OnConnectReady(Finisher& finish) {
 }
 
 void Endpoint::OnMpaReply(Finisher& finish) {
+  mutex_.AssertHeld();
   if (!ReadMpaFrame(MpaKind::Reply)) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return;
     // Reset before any reply: nobody took the request; or the peer stopped answering.
@@ -516,7 +536,7 @@ void Endpoint::OnMpaReply(Finisher& finish) {
 
 int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& params, AsyncOp* op) {
   Finisher finish;
-  std::unique_lock<std::mutex> lock(mutex_);
+  base::UniqueLock lock(mutex_);
   if (!qp) {  // active side: CompleteConnect
     if (state_ != State::ActiveReplied) return WV_CONNECTION_INVALID;
     std::shared_ptr<QueuePair> active = std::move(qp_);
@@ -568,7 +588,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
 }
 
 int32_t Endpoint::Reject(const void* data, size_t length) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (length > kMaxPrivateData) return WV_INVALID_BUFFER_SIZE;
   if (state_ == State::PassiveRequest) {
     RefuseRequest(data, length);
@@ -589,6 +609,7 @@ int32_t Endpoint::Reject(const void* data, size_t length) {
 // ---------------------------------------------------------------------------- passive setup
 
 void Endpoint::RefuseRequest(const void* data, size_t length) {
+  mutex_.AssertHeld();
   MpaFrame reply;
   reply.reply = true;
   reply.reject = true;
@@ -603,6 +624,7 @@ void Endpoint::RefuseRequest(const void* data, size_t length) {
 }
 
 void Endpoint::OnMpaRequest() {
+  mutex_.AssertHeld();
   bool request = ReadMpaFrame(MpaKind::Request);
   if (!request && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
   if (!request) {
@@ -633,6 +655,7 @@ void Endpoint::OnMpaRequest() {
 }
 
 void Endpoint::OnQueuedEvent(uint32_t events) {
+  mutex_.AssertHeld();
   if (!(events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return;
   auto listener = listener_.lock();
   if (!listener) {
@@ -649,7 +672,7 @@ void Endpoint::OnQueuedEvent(uint32_t events) {
 
 void Endpoint::OnIo(uint32_t events) {
   Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (fd_ < 0 || !watching_) return;  // a late event for a socket we no longer watch
   switch (state_) {
     case State::Listening: OnListenReady(); break;
@@ -662,7 +685,7 @@ void Endpoint::OnIo(uint32_t events) {
 }
 
 void Endpoint::OnRtr() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (state_ != State::PassiveAccepting) return;
   DisarmTimer();
   SetState(State::Connected);
@@ -672,7 +695,7 @@ void Endpoint::OnRtr() {
 
 void Endpoint::OnPeerClosed() {
   Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   switch (state_) {
     case State::Connected:
       SetState(State::PassiveDisconnect);
@@ -693,7 +716,7 @@ void Endpoint::OnPeerClosed() {
 
 void Endpoint::OnStreamError(bool timed_out) {
   Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   switch (state_) {
     case State::Connected:
       SetState(State::Disconnected);
@@ -717,22 +740,23 @@ void Endpoint::OnStreamError(bool timed_out) {
 
 // ---------------------------------------------------------------------------- teardown
 
-void Endpoint::StartCloseLocked(std::unique_lock<std::mutex>& lock) {
+Endpoint::Closing Endpoint::StartCloseLocked() {
+  mutex_.AssertHeld();
   SetState(State::ActiveDisconnect);
   ArmTimer(Config().disconnect_timeout_ms);
-  std::shared_ptr<Stream> stream = stream_;
-  lock.unlock();
-  // Nothing of ours is touched from here on: the close may complete the Disconnect at once,
-  // and the application release the connector on another thread before we return.
-  stream->CloseSend();
+  // The FIN goes after the lock, and nothing of ours is touched then: the close may complete
+  // the Disconnect at once, and the application release the connector on another thread.
+  return Closing{stream_};
 }
 
 void Endpoint::FinishDisconnect(int32_t status) {
+  mutex_.AssertHeld();
   DisarmTimer();
   EndpointBase::FinishDisconnect(status);
 }
 
 Endpoint::Connection Endpoint::DropConnectionLocked(std::deque<std::shared_ptr<Endpoint>>& children) {
+  mutex_.AssertHeld();
   Connection connection;
   DisarmTimer();
   CloseSocket();

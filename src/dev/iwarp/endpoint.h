@@ -15,7 +15,6 @@
 #include <deque>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "base/capture.h"
@@ -91,8 +90,13 @@ class Endpoint final : public EndpointBase<Endpoint>,
       default: return ConnectionPhase::NotConnected;
     }
   }
-  // Our Disconnect: the FIN after the queued data; the peer's FIN (or the timeout) ends it.
-  void StartCloseLocked(std::unique_lock<std::mutex>& lock);
+  // Our Disconnect: the FIN after the queued data; the peer's FIN (or the timeout) ends it. The
+  // FIN is sent after the lock (Closing::Start): the stream reports to us under its own locks.
+  struct Closing {
+    std::shared_ptr<Stream> stream;
+    void Start() { stream->CloseSend(); }
+  };
+  Closing StartCloseLocked() NDWV_REQUIRES(mutex_);
   // Close, under mutex_: the socket and timer go, queued and handshaking children are handed
   // out; a connection not yet disconnected is aborted once the lock is released (End).
   struct Connection {
@@ -101,76 +105,87 @@ class Endpoint final : public EndpointBase<Endpoint>,
       if (abort) abort->Abort();
     }
   };
-  Connection DropConnectionLocked(std::deque<std::shared_ptr<Endpoint>>& children);
+  Connection DropConnectionLocked(std::deque<std::shared_ptr<Endpoint>>& children) NDWV_REQUIRES(mutex_);
 
-  int32_t OpenSocket(int family);  // a socket bound to local_ (port chosen if 0)
-  void SetState(State s);
-  void ArmTimer(uint32_t ms);
-  void DisarmTimer();
+  int32_t OpenSocket(int family) NDWV_REQUIRES(mutex_);  // a socket bound to local_ (port chosen if 0)
+  void SetState(State s) NDWV_REQUIRES(mutex_);
+  void ArmTimer(uint32_t ms) NDWV_REQUIRES(mutex_);
+  void DisarmTimer() NDWV_REQUIRES(mutex_);
   static void OnTimer(Timer* timer);
   // The phase's time is up (mutex_ held). Returns a stream to abort once mutex_ is released:
   // the abort reports to OnStreamError, which takes mutex_.
-  std::shared_ptr<Stream> HandleTimeoutLocked(Finisher& finish);
+  std::shared_ptr<Stream> HandleTimeoutLocked(Finisher& finish) NDWV_REQUIRES(mutex_);
 
-  void OnListenReady();
-  void RefusePending();  // out of descriptors: refuse the queue's head, or pause accepting
+  void OnListenReady() NDWV_REQUIRES(mutex_);
+  // Out of descriptors: refuse the queue's head, or pause accepting.
+  void RefusePending() NDWV_REQUIRES(mutex_);
   static constexpr uint32_t kAcceptPauseMs = 100;
   // Listener, under mutex_: the bounds on what accepted connections hold (docs/security.md).
-  void ExpireLocked();                  // handshakes and requests past their time
-  void ArmListenTimerLocked();          // for the next expiry, or the end of an accept pause
-  void OnConnectReady(Finisher& finish);
-  bool ReadMpaFrame(wire::MpaKind kind);  // true when mpa_ holds a whole frame
-  void OnMpaReply(Finisher& finish);
-  void OnMpaRequest();
-  void OnQueuedEvent(uint32_t events);  // a request waiting for GetRequest: its peer left?
+  void ExpireLocked() NDWV_REQUIRES(mutex_);          // handshakes and requests past their time
+  void ArmListenTimerLocked() NDWV_REQUIRES(mutex_);  // for the next expiry, or the end of an accept pause
+  void OnConnectReady(Finisher& finish) NDWV_REQUIRES(mutex_);
+  bool ReadMpaFrame(wire::MpaKind kind) NDWV_REQUIRES(mutex_);  // true when mpa_ holds a whole frame
+  void OnMpaReply(Finisher& finish) NDWV_REQUIRES(mutex_);
+  // Both release mutex_ while they report to the listener, whose lock comes first.
+  void OnMpaRequest() NDWV_REQUIRES(mutex_);
+  void OnQueuedEvent(uint32_t events) NDWV_REQUIRES(mutex_);  // a request waiting for GetRequest: its peer left?
   // Child -> listener, called without the child's lock: its handshake ended (a whole Request
   // arrived, or it failed); or, queued, its peer closed.
   void HandshakeOver(const std::shared_ptr<Endpoint>& child, bool request);
   void RequestGone(const std::shared_ptr<Endpoint>& child);
-  void Adopt(Endpoint& child);  // target of GetRequest takes the child's connection (ListenQueue)
+  // Target of GetRequest takes the child's connection (ListenQueue, under the listener's lock):
+  // this target's lock, then the child's.
+  void Adopt(Endpoint& child);
   // Passive side: refuses the request (MPA Reply with R and the private data), then FIN.
-  void RefuseRequest(const void* data, size_t length);
+  void RefuseRequest(const void* data, size_t length) NDWV_REQUIRES(mutex_);
   // Under mutex_: the pending Connect ends with `status` (completed by `finish`, after the lock).
-  void FailConnect(Finisher& finish, int32_t status);
-  void FinishDisconnect(int32_t status);  // the base's, with the timer disarmed first
-  void CloseSocket();
-  bool SendMpaFrame(const wire::MpaFrame& frame);
-  StreamParams MakeStreamParams(bool passive) const;
+  void FailConnect(Finisher& finish, int32_t status) NDWV_REQUIRES(mutex_);
+  // The base's, with the timer disarmed first.
+  void FinishDisconnect(int32_t status) NDWV_REQUIRES(mutex_);
+  // Under mutex_, but for the destructor (nobody else holds a reference then).
+  void CloseSocket() NDWV_REQUIRES(mutex_);
+  bool SendMpaFrame(const wire::MpaFrame& frame) NDWV_REQUIRES(mutex_);
+  StreamParams MakeStreamParams(bool passive) const NDWV_REQUIRES(mutex_);
 
-  State state_ = State::Idle;
-  int fd_ = -1;
-  std::unique_ptr<base::TcpCapture> capture_;  // with fd_ once connected, when capturing
-  bool watching_ = false;
-  socklen_t local_len_ = 0, peer_len_ = 0;  // of local_ and peer_
-  uint32_t qpn_ = 0;        // the QP being connected, once Connect or Accept named it
-  std::string identity_;    // "iwarp cm qp 5 [local -> peer]", for log lines (set by SetState)
-  bool bound_ = false;
-  bool ephemeral_ = false;  // the port is the kernel's to choose (bound to 0, or not bound)
-  PortClaim port_claim_;    // an explicit port, held from Bind for the endpoint's life
-  ConnectParams local_params_;
-  bool peer_crc_ = false;
-  std::shared_ptr<QueuePair> qp_;      // between Connect/Accept and the stream taking it
-  std::shared_ptr<Stream> stream_;
+  State state_ NDWV_GUARDED_BY(mutex_) = State::Idle;
+  int fd_ NDWV_GUARDED_BY(mutex_) = -1;
+  // With fd_ once connected, when capturing.
+  std::unique_ptr<base::TcpCapture> capture_ NDWV_GUARDED_BY(mutex_);
+  bool watching_ NDWV_GUARDED_BY(mutex_) = false;
+  socklen_t local_len_ NDWV_GUARDED_BY(mutex_) = 0;  // of local_
+  socklen_t peer_len_ NDWV_GUARDED_BY(mutex_) = 0;   // of peer_
+  uint32_t qpn_ NDWV_GUARDED_BY(mutex_) = 0;  // the QP being connected, once Connect or Accept named it
+  // "iwarp cm qp 5 [local -> peer]", for log lines (set by SetState).
+  std::string identity_ NDWV_GUARDED_BY(mutex_);
+  bool bound_ NDWV_GUARDED_BY(mutex_) = false;
+  // The port is the kernel's to choose (bound to 0, or not bound).
+  bool ephemeral_ NDWV_GUARDED_BY(mutex_) = false;
+  PortClaim port_claim_ NDWV_GUARDED_BY(mutex_);  // an explicit port, held from Bind for the endpoint's life
+  ConnectParams local_params_ NDWV_GUARDED_BY(mutex_);
+  bool peer_crc_ NDWV_GUARDED_BY(mutex_) = false;
+  std::shared_ptr<QueuePair> qp_ NDWV_GUARDED_BY(mutex_);  // between Connect/Accept and the stream taking it
+  std::shared_ptr<Stream> stream_ NDWV_GUARDED_BY(mutex_);
 
   // Listening. Every connection accepted takes a backlog slot until the application takes its
   // request; it may spend NDWV_CM_TIMEOUT_MS reading its MPA Request, and as long again waiting
   // for GetRequest. Each list is in arrival order, so its head is always the first to expire.
   using Children = std::list<std::shared_ptr<Endpoint>>;
-  int backlog_ = 0;
-  std::weak_ptr<Endpoint> listener_;  // child: who accepted us
-  Children handshaking_;              // reading their MPA Request (then in requests_)
+  int backlog_ NDWV_GUARDED_BY(mutex_) = 0;
+  std::weak_ptr<Endpoint> listener_ NDWV_GUARDED_BY(mutex_);  // child: who accepted us
+  Children handshaking_ NDWV_GUARDED_BY(mutex_);  // reading their MPA Request (then in requests_)
   friend class ListenQueue<Endpoint>;
-  bool accept_paused_ = false;        // out of descriptors (RefusePending)
-  Clock::time_point accept_resume_{};
-  // Child: where it is listed by its listener, since when (both under the listener's mutex_).
+  bool accept_paused_ NDWV_GUARDED_BY(mutex_) = false;  // out of descriptors (RefusePending)
+  Clock::time_point accept_resume_ NDWV_GUARDED_BY(mutex_){};
+  // Child: where it is listed by its listener, since when. Under the listener's mutex_, not this
+  // endpoint's: not annotated, the analysis cannot name another object's lock here.
   enum class ListedIn : uint8_t { Nothing, Handshakes, Requests } listed_in_ = ListedIn::Nothing;
   Children::iterator listed_at_;
   Clock::time_point listed_since_{};
 
-  MpaFrameReader mpa_;  // the MPA frame being read
+  MpaFrameReader mpa_ NDWV_GUARDED_BY(mutex_);  // the MPA frame being read
 
   using EndpointTimer = OwnedTimer<Endpoint>;
-  EndpointTimer timer_{&Endpoint::OnTimer, this};
+  EndpointTimer timer_ NDWV_GUARDED_BY(mutex_){&Endpoint::OnTimer, this};
 };
 
 }  // namespace ndwv::dev::iwarp

@@ -116,6 +116,7 @@ const char* Endpoint::ToString(State s) {
 }
 
 void Endpoint::SetState(State s) {
+  mutex_.AssertHeld();
   // State changes are when addresses, QPNs and the communication ID become known.
   char id[16];
   snprintf(id, sizeof id, "%08x", comm_id_);
@@ -129,7 +130,7 @@ void Endpoint::SetState(State s) {
 // ------------------------------------------------------------------------------ addressing
 
 int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (state_ != State::Idle) return WV_ADDRESS_ALREADY_ASSOCIATED;
   if (!address || (address->sa_family != AF_INET && address->sa_family != AF_INET6)) return WV_INVALID_ADDRESS;
   socklen_t need = address->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
@@ -151,12 +152,12 @@ int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {
 // ------------------------------------------------------------------------------- listening
 
 void Endpoint::SetProtocol(uint8_t protocol) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   protocol_ = protocol;
 }
 
 int32_t Endpoint::Listen(int backlog) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (state_ != State::Bound) return WV_INVALID_DEVICE_STATE;
   exclusive_port_ = false;  // the port takes requests from anyone
   backlog_ = backlog > 0 ? backlog : 128;
@@ -168,6 +169,7 @@ int32_t Endpoint::Listen(int backlog) {
 }
 
 void Endpoint::OnRequest(const CmEvent& event) {
+  mutex_.AssertHeld();
   // Under mutex_ (listener). Beyond the backlog a request goes unanswered: its sender's CM sends
   // it again, by when the application may have taken others (a REJ would end a Connect that
   // waiting lets succeed; Linux's rdma_cm drops it too). Its CEP is gone meanwhile.
@@ -179,26 +181,30 @@ void Endpoint::OnRequest(const CmEvent& event) {
   // events go to whoever holds it.
   const CmReq& req = event.msg.req;
   auto child = base::MakePooled<Endpoint>();
-  child->port_ = port_;
-  child->local_ = local_;
-  child->comm_id_ = event.id;
-  child->req_ = req;
-  child->peer_qpn_ = req.local_qpn;
-  // The peer is where the REQ came from. The RDMA-CM IP header's source is the sender's claim
-  // (an honest one differs behind a NAT): a mismatch is counted and logged, not refused.
-  child->peer_port_ = event.peer;
-  child->peer_ = event.peer;
-  IpHeader ip;
-  if (DecodeIpHeader({req.private_data, kIpHeaderLen}, ip) && !SameAddress(ip.source, event.peer)) {
-    AdapterCounters(Transport::Roce).AddShared(Counter::CmPeerAddressMismatches);
-    static base::LogRateLimit warnings;
-    if (warnings.Allow(port_->NowMs()))
-      NDWV_LOG(Warn, "roce cm id %08x: a REQ from %s claims to come from %s (the peer is where it came from)",
-               event.id, Describe(event.peer).c_str(), Describe(ip.source).c_str());
+  {
+    // Fresh, and not yet known to anyone, but its fields are its lock's (listener, then child).
+    base::MutexLock child_lock(child->mutex_);
+    child->port_ = port_;
+    child->local_ = local_;
+    child->comm_id_ = event.id;
+    child->req_ = req;
+    child->peer_qpn_ = req.local_qpn;
+    // The peer is where the REQ came from. The RDMA-CM IP header's source is the sender's claim
+    // (an honest one differs behind a NAT): a mismatch is counted and logged, not refused.
+    child->peer_port_ = event.peer;
+    child->peer_ = event.peer;
+    IpHeader ip;
+    if (DecodeIpHeader({req.private_data, kIpHeaderLen}, ip) && !SameAddress(ip.source, event.peer)) {
+      AdapterCounters(Transport::Roce).AddShared(Counter::CmPeerAddressMismatches);
+      static base::LogRateLimit warnings;
+      if (warnings.Allow(port_->NowMs()))
+        NDWV_LOG(Warn, "roce cm id %08x: a REQ from %s claims to come from %s (the peer is where it came from)",
+                 event.id, Describe(event.peer).c_str(), Describe(ip.source).c_str());
+    }
+    child->peer_params_ = PeerParams(req.responder_resources, req.initiator_depth, req.private_data + kIpHeaderLen);
+    child->listener_ = weak_from_this();
+    child->SetState(State::Requested);
   }
-  child->peer_params_ = PeerParams(req.responder_resources, req.initiator_depth, req.private_data + kIpHeaderLen);
-  child->listener_ = weak_from_this();
-  child->SetState(State::Requested);
   port_->AddUser(event.id, child);
   Finisher finish;  // completes under our lock: its owner does not call back into the listener
   requests_.Arrive(std::move(child), finish);
@@ -207,7 +213,7 @@ void Endpoint::OnRequest(const CmEvent& event) {
 void Endpoint::RequestGone() {
   std::shared_ptr<Endpoint> listener;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (state_ == State::Requested) listener = listener_.lock();
   }
   if (!listener) return;  // taken by a GetRequest: its Accept will find it gone
@@ -216,12 +222,15 @@ void Endpoint::RequestGone() {
 }
 
 void Endpoint::Withdraw(const Endpoint* request) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   requests_.Withdraw(request);
 }
 
 void Endpoint::Adopt(Endpoint& child) {
-  std::scoped_lock lock(mutex_, child.mutex_);  // the child may be handling a CM event meanwhile
+  // The target's lock, then the child's (the listener's is held: endpoint.h). The child may be
+  // handling a CM event meanwhile.
+  base::MutexLock lock(mutex_);
+  base::MutexLock child_lock(child.mutex_);
   port_ = child.port_;  // a target that was bound gives its own port up
   exclusive_port_ = false;
   local_ = child.local_;
@@ -239,7 +248,11 @@ void Endpoint::Adopt(Endpoint& child) {
 
 // ----------------------------------------------------------------------------- connecting
 
+// The calls handed to Port::Cm take comm_id_ by value: the thread-safety analysis does not see
+// mutex_ held inside a lambda.
+
 RcParams Endpoint::BaseLinkParams() const {
+  mutex_.AssertHeld();
   RcParams p;
   p.peer = peer_port_;
   p.mtu = mtu_;
@@ -251,6 +264,7 @@ RcParams Endpoint::BaseLinkParams() const {
 }
 
 bool Endpoint::StartLink(const RcParams& params, std::shared_ptr<Port> data_port) {
+  mutex_.AssertHeld();
   link_ = base::MakePooled<RcLink>(data_port ? std::move(data_port) : port_, qp_, params, weak_from_this());
   if (link_->Start()) return true;
   link_.reset();  // the QP failed (Flush) while its connection was being set up
@@ -259,7 +273,7 @@ bool Endpoint::StartLink(const RcParams& params, std::shared_ptr<Port> data_port
 
 int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
                           const ConnectParams& params, AsyncOp* op) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (state_ != State::Bound && state_ != State::Idle) return WV_CONNECTION_ACTIVE;
   if (!peer || (peer->sa_family != AF_INET && peer->sa_family != AF_INET6)) return WV_INVALID_ADDRESS;
   if (length < (peer->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6))) return WV_INVALID_PARAMETER;
@@ -323,7 +337,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
 
 int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& params, AsyncOp* op) {
   Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (!qp) {  // active side: CompleteConnect
     if (state_ != State::Replied) return WV_CONNECTION_INVALID;
     int32_t status = qp_->state() == QpState::Reset ? qp_->Modify(QpState::Init) : WV_SUCCESS;
@@ -341,7 +355,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     // through a flow to the peer's port, as an accepted connection's does.
     if (!StartLink(link, exclusive_port_ ? nullptr : Port::OpenFlow(port_, peer_port_))) return WV_CONNECTION_INVALID;
     qp_.reset();
-    port_->Cm([&](CmAgent& agent) { return agent.SendRtu(comm_id_); });
+    port_->Cm([id = comm_id_](CmAgent& agent) { return agent.SendRtu(id); });
     SetState(State::Connected);
     finish.Add(op, WV_SUCCESS);
     return WV_PENDING;
@@ -349,7 +363,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   if (state_ != State::Requested) return WV_CONNECTION_INVALID;
   if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
   // The request may have expired, or its peer given up, since it was taken.
-  CmState request = port_->Cm([&](CmAgent& agent) { return agent.StateOf(comm_id_); });
+  CmState request = port_->Cm([id = comm_id_](CmAgent& agent) { return agent.StateOf(id); });
   if (request != CmState::ReqRcvd && request != CmState::MraReqSent) return WV_CONNECTION_ABORTED;
   // The data travels through a flow to the peer's port (port.h), opened before the REP: the
   // peer's first packets follow it. Its socket is connected there: it knows the route.
@@ -389,7 +403,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   args.ord = uint8_t(std::min<uint32_t>({params.ord, req_.responder_resources, 255}));
   args.rnr_retry_count = Config().roce_rnr_retry;
   args.private_data = private_data;
-  int32_t status = port_->Cm([&](CmAgent& agent) { return agent.Accept(comm_id_, args); });
+  int32_t status = port_->Cm([&, id = comm_id_](CmAgent& agent) { return agent.Accept(id, args); });
   if (status != WV_SUCCESS) {
     qp->Modify(QpState::Error);
     SetState(State::Disconnected);
@@ -402,12 +416,12 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
 }
 
 int32_t Endpoint::Reject(const void* data, size_t length) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (length > kMaxPrivateData) return WV_INVALID_BUFFER_SIZE;
   if (state_ != State::Requested && state_ != State::Replied) return WV_CONNECTION_INVALID;
   uint8_t private_data[kMaxPrivateData] = {};
   if (length) memcpy(private_data, data, length);
-  port_->Cm([&](CmAgent& agent) { return agent.Reject(comm_id_, private_data); });
+  port_->Cm([&, id = comm_id_](CmAgent& agent) { return agent.Reject(id, private_data); });
   qp_.reset();
   SetState(State::Closed);
   return WV_SUCCESS;
@@ -415,12 +429,13 @@ int32_t Endpoint::Reject(const void* data, size_t length) {
 
 void Endpoint::OnFirstPacket() {
   // A lost RTU: the first packet on the QP establishes the connection (design-facts §6 item 8).
-  auto lock = LockOrRetry([self = weak_from_this()] {
-    if (auto endpoint = self.lock()) endpoint->OnFirstPacket();
-  });
-  if (!lock) return;
+  if (!LockOrRetry([self = weak_from_this()] {
+        if (auto endpoint = self.lock()) endpoint->OnFirstPacket();
+      }))
+    return;
+  base::MutexLock lock(mutex_, std::adopt_lock);
   if (state_ == State::Accepting)
-    port_->Cm([&](CmAgent& agent) { return agent.Established(comm_id_); });
+    port_->Cm([id = comm_id_](CmAgent& agent) { return agent.Established(id); });
 }
 
 // ------------------------------------------------------------------------------- CM events
@@ -428,7 +443,7 @@ void Endpoint::OnFirstPacket() {
 void Endpoint::OnCmEvent(const CmEvent& event) {
   if (event.kind == CmEventKind::RequestExpired || event.kind == CmEventKind::Rejected) RequestGone();
   Finisher finish;
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   NDWV_LOG(Debug, "%s: %s (id %08x) in %s", identity_.c_str(), roce::ToString(event.kind), event.id,
            ToString(state_));
   switch (event.kind) {
@@ -492,7 +507,7 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
         Engine::Get().Defer(&established_work_);
       }
       if (link_) link_->FlushAcks();
-      port_->Cm([&](CmAgent& agent) { return agent.Disconnect(comm_id_); });  // the DREP
+      port_->Cm([id = comm_id_](CmAgent& agent) { return agent.Disconnect(id); });  // the DREP
       PeerDisconnected(finish);
       return;
     case CmEventKind::DrepReceived:
@@ -515,10 +530,12 @@ void Endpoint::OnUnreachable(const sockaddr_storage& to, int error) {
   Finisher finish;
   std::shared_ptr<RcLink> link;
   {
-    auto lock = LockOrRetry([self = weak_from_this(), to, error] {
-      if (auto endpoint = self.lock()) endpoint->OnUnreachable(to, error);
-    });
-    if (!lock || !SameAddress(to, peer_port_)) return;
+    if (!LockOrRetry([self = weak_from_this(), to, error] {
+          if (auto endpoint = self.lock()) endpoint->OnUnreachable(to, error);
+        }))
+      return;
+    base::MutexLock lock(mutex_, std::adopt_lock);
+    if (!SameAddress(to, peer_port_)) return;
     if (error != ECONNREFUSED && state_ != State::Connecting) return;
     switch (state_) {
       case State::Connecting:  // our REQ was refused, or cannot reach the host
@@ -548,26 +565,28 @@ void Endpoint::OnUnreachable(const sockaddr_storage& to, int error) {
 // pool, where no lock is held and it may wait. These events are rare (once per connection or
 // fault), so the retry's allocation costs nothing that matters.
 template <typename Again>
-std::unique_lock<std::mutex> Endpoint::LockOrRetry(Again&& again) {
-  if (t_retrying) return std::unique_lock<std::mutex>(mutex_);
-  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
-  if (!lock.owns_lock()) {
-    auto* retry = new Retry;
-    retry->run = &Retry::Run;
-    retry->again = std::forward<Again>(again);
-    Engine::Get().Defer(retry);
+bool Endpoint::LockOrRetry(Again&& again) {
+  if (t_retrying) {
+    mutex_.lock();
+    return true;
   }
-  return lock;
+  if (mutex_.try_lock()) return true;
+  auto* retry = new Retry;
+  retry->run = &Retry::Run;
+  retry->again = std::forward<Again>(again);
+  Engine::Get().Defer(retry);
+  return false;
 }
 
 void Endpoint::OnLinkFailed() {
   // Retries ran out, or the peer is gone: the QP is in Error. NotifyDisconnect learns of it; a
   // Disconnect still closes the CM connection (the peer, if alive, must hear of it).
   Finisher finish;
-  auto lock = LockOrRetry([self = weak_from_this()] {
-    if (auto endpoint = self.lock()) endpoint->OnLinkFailed();
-  });
-  if (!lock) return;
+  if (!LockOrRetry([self = weak_from_this()] {
+        if (auto endpoint = self.lock()) endpoint->OnLinkFailed();
+      }))
+    return;
+  base::MutexLock lock(mutex_, std::adopt_lock);
   if (state_ == State::Accepting) {
     established_work_.qp.reset();
     finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_ABORTED);
@@ -581,21 +600,25 @@ void Endpoint::OnLinkFailed() {
 // -------------------------------------------------------------------------------- teardown
 
 void Endpoint::PeerDisconnected(Finisher& finish) {
+  mutex_.AssertHeld();
   // The close exchange is over (our DREP went out): flush the QP, tell NotifyDisconnect.
   SetState(State::PeerDisconnected);
   finish.AddList(notify_ops_, WV_SUCCESS);
   if (link_) link_->Fail();
 }
 
-void Endpoint::StartCloseLocked(std::unique_lock<std::mutex>& /*lock*/) {
+Endpoint::Closing Endpoint::StartCloseLocked() {
+  mutex_.AssertHeld();
   SetState(State::Disconnecting);
   if (link_) link_->FlushAcks();
-  if (port_->Cm([&](CmAgent& agent) { return agent.Disconnect(comm_id_); }) != WV_SUCCESS)
+  if (port_->Cm([id = comm_id_](CmAgent& agent) { return agent.Disconnect(id); }) != WV_SUCCESS)
     FinishDisconnect(WV_SUCCESS);  // the agent has nothing to close (already closing)
+  return {};
 }
 
 void Endpoint::FailConnect(Finisher& finish, int32_t status) {
-  port_->Cm([&](CmAgent& agent) { agent.Destroy(comm_id_); });
+  mutex_.AssertHeld();
+  port_->Cm([id = comm_id_](CmAgent& agent) { agent.Destroy(id); });
   port_->RemoveUser(comm_id_);
   comm_id_ = 0;
   qp_.reset();
@@ -604,11 +627,12 @@ void Endpoint::FailConnect(Finisher& finish, int32_t status) {
 }
 
 Endpoint::Connection Endpoint::DropConnectionLocked(std::deque<std::shared_ptr<Endpoint>>& /*children*/) {
+  mutex_.AssertHeld();
   Connection connection;
   if (state_ == State::Listening) port_->RemoveListener(service_id_);
   if (comm_id_) {
     // The agent closes what is open (DREQ, or REJ) and keeps the time-wait record.
-    port_->Cm([&](CmAgent& agent) { agent.Destroy(comm_id_); });
+    port_->Cm([id = comm_id_](CmAgent& agent) { agent.Destroy(id); });
     port_->RemoveUser(comm_id_);
   }
   // Released while connected: the QP fails and is flushed (its link stops now).

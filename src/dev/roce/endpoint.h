@@ -15,7 +15,6 @@
 #pragma once
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "dev/endpoint.h"
@@ -93,10 +92,14 @@ class Endpoint final : public EndpointBase<Endpoint>,
     }
   }
   // Our Disconnect: the coalesced ACKs, then the DREQ; the DREP (or the DREQ's timeout) ends it.
-  void StartCloseLocked(std::unique_lock<std::mutex>& lock);
+  // All of it under the lock: nothing is left for after it.
+  struct Closing {
+    void Start() {}
+  };
+  Closing StartCloseLocked() NDWV_REQUIRES(mutex_);
   // Under mutex_: the pending Connect ends with `status` (its CEP destroyed); the endpoint is
   // Bound again, to be retried.
-  void FailConnect(Finisher& finish, int32_t status);
+  void FailConnect(Finisher& finish, int32_t status) NDWV_REQUIRES(mutex_);
   // Close, under mutex_: the listener, the CEP and the link go; a connected link fails once the
   // lock is released (End).
   struct Connection {
@@ -105,48 +108,58 @@ class Endpoint final : public EndpointBase<Endpoint>,
       if (link) link->Fail();
     }
   };
-  Connection DropConnectionLocked(std::deque<std::shared_ptr<Endpoint>>& children);
+  Connection DropConnectionLocked(std::deque<std::shared_ptr<Endpoint>>& children) NDWV_REQUIRES(mutex_);
 
-  // The lock for a callback from a port's receive path (the three above): taken if free, else
-  // `again` runs on the work pool and the lock returned is empty (endpoint.cpp says why).
+  // The lock for a callback from a port's receive path (the three above): true when it was
+  // taken (the caller adopts it), else `again` runs on the work pool (endpoint.cpp says why).
   template <typename Again>
-  std::unique_lock<std::mutex> LockOrRetry(Again&& again);
-  void SetState(State s);
+  bool LockOrRetry(Again&& again) NDWV_TRY_ACQUIRE(true, mutex_);
+  void SetState(State s) NDWV_REQUIRES(mutex_);
 
-  void OnRequest(const CmEvent& event);  // listener: a REQ for our service
-  void Adopt(Endpoint& child);           // the GetRequest target takes the request (ListenQueue)
+  void OnRequest(const CmEvent& event) NDWV_REQUIRES(mutex_);  // listener: a REQ for our service
+  // The GetRequest target takes the request (ListenQueue, under the listener's lock): this
+  // target's lock, then the child's.
+  void Adopt(Endpoint& child);
   // The request went away before it was accepted (expired, or its peer gave up): a queued one
   // leaves its listener's queue. Called without mutex_.
   void RequestGone();
   void Withdraw(const Endpoint* request);  // listener: takes a gone request off the queue
   // The link sends and receives through `data_port` (null: port_).
   // False if the QP failed meanwhile (the link is not started).
-  [[nodiscard]] bool StartLink(const RcParams& params, std::shared_ptr<Port> data_port = nullptr);
-  void PeerDisconnected(Finisher& finish);  // the close exchange is over: flush and tell
-  RcParams BaseLinkParams() const;
+  [[nodiscard]] bool StartLink(const RcParams& params, std::shared_ptr<Port> data_port = nullptr)
+      NDWV_REQUIRES(mutex_);
+  void PeerDisconnected(Finisher& finish) NDWV_REQUIRES(mutex_);  // the close exchange is over: flush and tell
+  RcParams BaseLinkParams() const NDWV_REQUIRES(mutex_);
 
-  State state_ = State::Idle;
+  State state_ NDWV_GUARDED_BY(mutex_) = State::Idle;
   // local_: as bound (the ND address); peer_: Connect's, or where the REQ came from.
-  sockaddr_storage peer_port_{};    // the peer's UDP port: where CM answers and data go
-  std::shared_ptr<Port> port_;
-  bool exclusive_port_ = false;     // port_ serves this endpoint alone (bound by it, not shared)
-  uint32_t comm_id_ = 0;
-  uint32_t qpn_ = 0, peer_qpn_ = 0;  // once known (Connect/Accept; the REQ or REP)
-  std::string identity_;             // "roce cm qp 5 [local -> peer qp 7 id ...]": log lines (SetState)
-  uint32_t mtu_ = 1024;             // payload bytes per packet on this path
-  uint32_t rq_psn_ = 0;             // the PSN we expect first
-  ConnectParams local_params_;
-  wire::ib::CmReq req_;             // passive: the request
-  wire::ib::CmRep rep_;             // active: the reply
-  std::shared_ptr<QueuePair> qp_;   // from Connect/Accept until the link takes it
-  std::shared_ptr<RcLink> link_;
+  // The peer's UDP port: where CM answers and data go.
+  sockaddr_storage peer_port_ NDWV_GUARDED_BY(mutex_){};
+  std::shared_ptr<Port> port_ NDWV_GUARDED_BY(mutex_);
+  // port_ serves this endpoint alone (bound by it, not shared).
+  bool exclusive_port_ NDWV_GUARDED_BY(mutex_) = false;
+  uint32_t comm_id_ NDWV_GUARDED_BY(mutex_) = 0;
+  // Once known (Connect/Accept; the REQ or REP).
+  uint32_t qpn_ NDWV_GUARDED_BY(mutex_) = 0;
+  uint32_t peer_qpn_ NDWV_GUARDED_BY(mutex_) = 0;
+  // "roce cm qp 5 [local -> peer qp 7 id ...]": log lines (SetState).
+  std::string identity_ NDWV_GUARDED_BY(mutex_);
+  uint32_t mtu_ NDWV_GUARDED_BY(mutex_) = 1024;  // payload bytes per packet on this path
+  uint32_t rq_psn_ NDWV_GUARDED_BY(mutex_) = 0;  // the PSN we expect first
+  ConnectParams local_params_ NDWV_GUARDED_BY(mutex_);
+  wire::ib::CmReq req_ NDWV_GUARDED_BY(mutex_);  // passive: the request
+  wire::ib::CmRep rep_ NDWV_GUARDED_BY(mutex_);  // active: the reply
+  std::shared_ptr<QueuePair> qp_ NDWV_GUARDED_BY(mutex_);  // from Connect/Accept until the link takes it
+  std::shared_ptr<RcLink> link_ NDWV_GUARDED_BY(mutex_);
 
   // Listening.
-  int backlog_ = 0;
-  uint64_t service_id_ = 0;
-  uint8_t protocol_ = 6;  // of the service (the service ID's port space): TCP unless ND v1 says
+  int backlog_ NDWV_GUARDED_BY(mutex_) = 0;
+  uint64_t service_id_ NDWV_GUARDED_BY(mutex_) = 0;
+  // Of the service (the service ID's port space): TCP unless ND v1 says.
+  uint8_t protocol_ NDWV_GUARDED_BY(mutex_) = 6;
   friend class ListenQueue<Endpoint>;
-  std::weak_ptr<Endpoint> listener_;  // a request not yet taken: the listener that queued it
+  // A request not yet taken: the listener that queued it.
+  std::weak_ptr<Endpoint> listener_ NDWV_GUARDED_BY(mutex_);
 };
 
 }  // namespace ndwv::dev::roce
