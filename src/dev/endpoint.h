@@ -351,8 +351,6 @@ class EndpointBase : public ConnectEndpoint {
   } established_work_;
 
  private:
-
-
   static void Established(WorkItem* item) {
     auto* work = static_cast<EstablishedWork*>(item);
     auto endpoint = std::move(work->endpoint);
