@@ -816,52 +816,66 @@ bool Stream::StartSegment() {
     }
     return true;
   }
-  switch (hdr_.opcode) {
-    case RdmapOpcode::RdmaWrite:
-      if (payload_len_) {
-        KeyCheck check = qp_->pd().CheckRemote(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite);
-        if (check != KeyCheck::Ok) {
-          Fail(RemoteProtection(check), WcStatus::Flushed);
-          return false;
-        }
-      }
-      return true;
-    case RdmapOpcode::ReadResponse: {
-      base::MutexLock lock(reads_mutex_);
-      if (reads_outstanding_.empty()) {
-        Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
-        return false;
-      }
-      rx_read_ = reads_outstanding_.front();
-      bool expected = rx_read_.probe ? (hdr_.stag & 0xFF000000u) == kProbeStagTag
-                                     : hdr_.stag == SinkStag(rx_read_.position);
-      if (!expected) {
-        Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
-        return false;
-      }
-      uint64_t length = rx_read_.probe ? 0 : qp_->send_at(rx_read_.position).length;
-      if (hdr_.to > length || payload_len_ > length - hdr_.to) {
-        Fail(MakeTerm(DdpTaggedCode::BaseBounds), WcStatus::Flushed);
-        return false;
-      }
-      return true;
+  return (this->*RxHandlersFor().start)();
+}
+
+// ---- each opcode's rules, at the start of its segment (after the header and CRC checks)
+
+bool Stream::StartWrite() {
+  rx_mutex_.AssertHeld();
+  if (payload_len_) {
+    KeyCheck check = qp_->pd().CheckRemote(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite);
+    if (check != KeyCheck::Ok) {
+      Fail(RemoteProtection(check), WcStatus::Flushed);
+      return false;
     }
-    case RdmapOpcode::ReadRequest:
-      DecodeReadRequest({raw_hdr_ + 2 + kDdpUntaggedHeaderLen, kReadRequestLen}, read_req_);
-      if (payload_len_ || hdr_.msn != read_req_msn_) {
-        Fail(MakeTerm(DdpUntaggedCode::InvalidMsnRange), WcStatus::Flushed);
-        return false;
-      }
-      return true;
-    case RdmapOpcode::Terminate:
-      if (payload_len_ > sizeof raw_hdr_ - 2 - hdr_len_) {
-        Fail(MakeTerm(DdpUntaggedCode::MessageTooLong), WcStatus::Flushed);
-        return false;
-      }
-      return true;
-    default:
-      break;
   }
+  return true;
+}
+
+bool Stream::StartReadResponse() {
+  rx_mutex_.AssertHeld();
+  base::MutexLock lock(reads_mutex_);
+  if (reads_outstanding_.empty()) {
+    Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
+    return false;
+  }
+  rx_read_ = reads_outstanding_.front();
+  bool expected = rx_read_.probe ? (hdr_.stag & 0xFF000000u) == kProbeStagTag
+                                 : hdr_.stag == SinkStag(rx_read_.position);
+  if (!expected) {
+    Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
+    return false;
+  }
+  uint64_t length = rx_read_.probe ? 0 : qp_->send_at(rx_read_.position).length;
+  if (hdr_.to > length || payload_len_ > length - hdr_.to) {
+    Fail(MakeTerm(DdpTaggedCode::BaseBounds), WcStatus::Flushed);
+    return false;
+  }
+  return true;
+}
+
+bool Stream::StartReadRequest() {
+  rx_mutex_.AssertHeld();
+  DecodeReadRequest({raw_hdr_ + 2 + kDdpUntaggedHeaderLen, kReadRequestLen}, read_req_);
+  if (payload_len_ || hdr_.msn != read_req_msn_) {
+    Fail(MakeTerm(DdpUntaggedCode::InvalidMsnRange), WcStatus::Flushed);
+    return false;
+  }
+  return true;
+}
+
+bool Stream::StartTerminate() {
+  rx_mutex_.AssertHeld();
+  if (payload_len_ > sizeof raw_hdr_ - 2 - hdr_len_) {
+    Fail(MakeTerm(DdpUntaggedCode::MessageTooLong), WcStatus::Flushed);
+    return false;
+  }
+  return true;
+}
+
+bool Stream::StartSend() {
+  rx_mutex_.AssertHeld();
   // A Send.
   if (!IsSend(hdr_.opcode) || hdr_.msn != recv_msn_) {
     Fail(IsSend(hdr_.opcode) ? MakeTerm(DdpUntaggedCode::InvalidMsnRange)
@@ -894,18 +908,30 @@ bool Stream::StartSegment() {
 
 std::pair<uint8_t*, uint64_t> Stream::Target(uint32_t offset) {
   rx_mutex_.AssertHeld();
-  switch (hdr_.opcode) {
-    case RdmapOpcode::RdmaWrite:
-      return {reinterpret_cast<uint8_t*>(hdr_.to) + offset, payload_len_ - offset};
-    case RdmapOpcode::ReadResponse: {
-      const SendWqe& read = qp_->send_at(rx_read_.position);
-      return PieceAt(read.sge, read.num_sge, hdr_.to + offset);
-    }
-    case RdmapOpcode::Terminate:
-      return {raw_hdr_ + 2 + hdr_len_ + offset, payload_len_ - offset};
-    default:  // Send
-      return PieceAt(recv_.sge, recv_.num_sge, recv_bytes_ + offset);
-  }
+  return (this->*RxHandlersFor().target)(offset);
+}
+
+// ---- where each opcode's next byte goes
+
+std::pair<uint8_t*, uint64_t> Stream::WriteTarget(uint32_t offset) {
+  rx_mutex_.AssertHeld();
+  return {reinterpret_cast<uint8_t*>(hdr_.to) + offset, payload_len_ - offset};
+}
+
+std::pair<uint8_t*, uint64_t> Stream::ReadResponseTarget(uint32_t offset) {
+  rx_mutex_.AssertHeld();
+  const SendWqe& read = qp_->send_at(rx_read_.position);
+  return PieceAt(read.sge, read.num_sge, hdr_.to + offset);
+}
+
+std::pair<uint8_t*, uint64_t> Stream::TerminateTarget(uint32_t offset) {
+  rx_mutex_.AssertHeld();
+  return {raw_hdr_ + 2 + hdr_len_ + offset, payload_len_ - offset};
+}
+
+std::pair<uint8_t*, uint64_t> Stream::SendTarget(uint32_t offset) {
+  rx_mutex_.AssertHeld();
+  return PieceAt(recv_.sge, recv_.num_sge, recv_bytes_ + offset);
 }
 
 bool Stream::SgesGranted(const Sge* sge, uint32_t num_sge) const {
@@ -918,44 +944,55 @@ bool Stream::SgesGranted(const Sge* sge, uint32_t num_sge) const {
 bool Stream::LockTarget(std::shared_lock<base::SharedMutex>& placement) {
   rx_mutex_.AssertHeld();
   if (payload_len_ == 0) return true;  // zero length: no key (IB C9-88)
-  switch (hdr_.opcode) {
-    case RdmapOpcode::RdmaWrite:
-      // Re-checked under the lock: the region cannot be deregistered while bytes land in it.
-      placement = std::shared_lock(qp_->pd().placement_lock());
-      qp_->pd().placement_lock().AssertReaderHeld();  // handed back in `placement`
-      if (qp_->pd().CheckRemoteLocked(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite) == KeyCheck::Ok)
-        return true;
-      placement.unlock();
-      Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::InvalidStag), WcStatus::Flushed);
-      return false;
-    case RdmapOpcode::ReadResponse: {
-      // The Read's sink buffers were checked when it was posted; the application may have
-      // deregistered them since. Checked again under the lock, as a receive's are: the response
-      // never lands in memory no longer granted. The Read completes with a local protection
-      // error, and the sink STag we named is refused to the peer as an RNIC refuses an STag
-      // invalidated under it (DDP tagged buffer error, invalid STag).
-      placement = std::shared_lock(qp_->pd().placement_lock());
-      qp_->pd().placement_lock().AssertReaderHeld();
-      const SendWqe& read = qp_->send_at(rx_read_.position);
-      if (SgesGranted(read.sge, read.num_sge)) return true;
-      placement.unlock();
-      NDWV_LOG(Info, "%s: a Read's buffer was deregistered before its response arrived", counters_.identity());
-      qp_->FinishSend(rx_read_.position, WcStatus::LocalProtection);
-      Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
-      return false;
-    }
-    case RdmapOpcode::Terminate:
-      return true;  // our own staging
-    default:
-      // A receive's buffers are granted by their L_Keys: checked under the lock, like a Write's
-      // target, so a bad SGE or a region deregistered since the post is never written.
-      placement = std::shared_lock(qp_->pd().placement_lock());
-      qp_->pd().placement_lock().AssertReaderHeld();
-      if (SgesGranted(recv_.sge, recv_.num_sge)) return true;
-      placement.unlock();
-      Fail(kTermRdmapCatastrophic, WcStatus::LocalProtection);
-      return false;
-  }
+  return (this->*RxHandlersFor().lock_target)(placement);
+}
+
+// ---- each opcode's target checked again under the placement lock (handed back in `placement`)
+
+bool Stream::LockWriteTarget(std::shared_lock<base::SharedMutex>& placement) {
+  rx_mutex_.AssertHeld();
+  // Re-checked under the lock: the region cannot be deregistered while bytes land in it.
+  placement = std::shared_lock(qp_->pd().placement_lock());
+  qp_->pd().placement_lock().AssertReaderHeld();  // handed back in `placement`
+  if (qp_->pd().CheckRemoteLocked(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite) == KeyCheck::Ok)
+    return true;
+  placement.unlock();
+  Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::InvalidStag), WcStatus::Flushed);
+  return false;
+}
+
+bool Stream::LockReadResponseTarget(std::shared_lock<base::SharedMutex>& placement) {
+  rx_mutex_.AssertHeld();
+  // The Read's sink buffers were checked when it was posted; the application may have
+  // deregistered them since. Checked again under the lock, as a receive's are: the response
+  // never lands in memory no longer granted. The Read completes with a local protection
+  // error, and the sink STag we named is refused to the peer as an RNIC refuses an STag
+  // invalidated under it (DDP tagged buffer error, invalid STag).
+  placement = std::shared_lock(qp_->pd().placement_lock());
+  qp_->pd().placement_lock().AssertReaderHeld();
+  const SendWqe& read = qp_->send_at(rx_read_.position);
+  if (SgesGranted(read.sge, read.num_sge)) return true;
+  placement.unlock();
+  NDWV_LOG(Info, "%s: a Read's buffer was deregistered before its response arrived", counters_.identity());
+  qp_->FinishSend(rx_read_.position, WcStatus::LocalProtection);
+  Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
+  return false;
+}
+
+bool Stream::LockTerminateTarget(std::shared_lock<base::SharedMutex>&) {
+  return true;  // our own staging
+}
+
+bool Stream::LockSendTarget(std::shared_lock<base::SharedMutex>& placement) {
+  rx_mutex_.AssertHeld();
+  // A receive's buffers are granted by their L_Keys: checked under the lock, like a Write's
+  // target, so a bad SGE or a region deregistered since the post is never written.
+  placement = std::shared_lock(qp_->pd().placement_lock());
+  qp_->pd().placement_lock().AssertReaderHeld();
+  if (SgesGranted(recv_.sge, recv_.num_sge)) return true;
+  placement.unlock();
+  Fail(kTermRdmapCatastrophic, WcStatus::LocalProtection);
+  return false;
 }
 
 bool Stream::PlacePayload() {
@@ -1031,123 +1068,168 @@ bool Stream::FinishSegment() {
     NotifyObserver(&StreamObserver::OnRtr);
     return true;
   }
-  switch (hdr_.opcode) {
-    case RdmapOpcode::RdmaWrite:
-      counters_.Add(Counter::RxBytes, payload_len_);
-      if (hdr_.last) {
-        counters_.Add(Counter::RxWrites);
-        if (payload_len_) PlacedPeerMessage();  // not a zero-length Write (the RTR)
-      }
-      return true;
-    case RdmapOpcode::ReadResponse:
-      counters_.Add(Counter::RxBytes, payload_len_);
-      if (hdr_.last) {
-        {
-          base::MutexLock lock(reads_mutex_);
-          reads_outstanding_.pop_front();
-          reads_queued_.fetch_sub(1, std::memory_order_release);
-        }
-        if (rx_read_.probe) {
-          ConfirmPlaced(rx_read_.position);
-          probes_answered_.fetch_add(1, std::memory_order_release);
-        }
-        else qp_->FinishSend(rx_read_.position, WcStatus::Success);
-        Kick();  // a Read slot is free
-      }
-      return true;
-    case RdmapOpcode::ReadRequest: {
-      read_req_msn_++;
-      if (read_req_.size) PlacedPeerMessage();  // a zero-length one is a peer's probe
-      counters_.Add((read_req_.sink_stag & 0xFF000000u) == kProbeStagTag ? Counter::RxConfirmReads
-                                                                         : Counter::RxReads);
-      if (read_req_.size) {
-        KeyCheck check = qp_->pd().CheckRemote(read_req_.src_stag, qpn_, read_req_.src_to,
-                                               read_req_.size, kRemoteRead);
-        if (check != KeyCheck::Ok) {
-          Fail(RemoteProtection(check), WcStatus::Flushed);
-          return false;
-        }
-      }
-      {
-        // Every Read Request takes one of the IRD slots until its response is handed to TCP,
-        // zero-length ones too (an ndwv peer's probes count against its ORD). One beyond is
-        // refused: a peer that sends Read Requests and reads nothing meets this bound, not
-        // our memory's. The Terminate is queued after responses_mutex_ is released: it takes
-        // tx_mutex_, which the transmit path holds while it takes responses_mutex_.
-        size_t owed;
-        {
-          base::MutexLock lock(responses_mutex_);
-          owed = responses_.size();
-          if (owed < params_.ird) {
-            responses_.push_back({read_req_.sink_stag, read_req_.sink_to, read_req_.src_stag,
-                                  read_req_.src_to, read_req_.size, 0});
-            responses_queued_.fetch_add(1, std::memory_order_release);
-          }
-        }
-        if (owed >= params_.ird) {
-          counters_.Add(Counter::ReadsBeyondIrd);
-          NDWV_LOG(Warn, "%s: Read Request beyond the IRD of %u (%zu answers not yet sent): Terminate",
-                   counters_.identity(), params_.ird, owed);
-          Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
-          return false;
-        }
-      }
-      // A spinning poller owns this socket (the engine does not watch it): the Response goes out
-      // with whatever the poller's application posts next, or at its next poll, in one sendmsg.
-      if (rx_by_poller_ && !handoff_.engine_reads()) response_owed_.store(true);
-      else Kick();
-      return true;
+  return (this->*RxHandlersFor().finish)();
+}
+
+// ---- each opcode's end of a segment (placed whole, CRC checked)
+
+bool Stream::FinishWrite() {
+  rx_mutex_.AssertHeld();
+  counters_.Add(Counter::RxBytes, payload_len_);
+  if (hdr_.last) {
+    counters_.Add(Counter::RxWrites);
+    if (payload_len_) PlacedPeerMessage();  // not a zero-length Write (the RTR)
+  }
+  return true;
+}
+
+bool Stream::FinishReadResponse() {
+  rx_mutex_.AssertHeld();
+  counters_.Add(Counter::RxBytes, payload_len_);
+  if (hdr_.last) {
+    {
+      base::MutexLock lock(reads_mutex_);
+      reads_outstanding_.pop_front();
+      reads_queued_.fetch_sub(1, std::memory_order_release);
     }
-    case RdmapOpcode::Terminate: {
-      TerminateMsg term;
-      DecodeTerminatePayload({raw_hdr_ + 2 + kDdpUntaggedHeaderLen, hdr_len_ - kDdpUntaggedHeaderLen + payload_len_},
-                             term);
-      NDWV_LOG(Info, "%s: peer sent Terminate (%s)", counters_.identity(), Describe(term.ctrl.code));
-      counters_.Add(term.ctrl.code.layer == TermLayer::Rdmap ? Counter::TerminatesReceivedRdmap
-                    : term.ctrl.code.layer == TermLayer::Ddp ? Counter::TerminatesReceivedDdp
-                                                             : Counter::TerminatesReceivedLlp);
-      WcStatus status = StatusForTerminate(term.ctrl.code);
-      uint8_t named = term.ddp_header.empty() ? 0xFF : LoadBe16(term.ddp_header.data()) & kRdmapOpcodeMask;
-      if (named == uint8_t(RdmapOpcode::ReadResponse)) {
-        // Our answer to the peer's Read was refused (its sink buffer went away): no request of
-        // ours is at fault; the connection ends and they are flushed.
-        Broken();
-        return false;
-      }
-      bool read_refused = named == uint8_t(RdmapOpcode::ReadRequest);
-      std::optional<uint64_t> read;
-      {
-        base::MutexLock lock(reads_mutex_);
-        for (const OutstandingRead& r : reads_outstanding_)
-          if (!r.probe) {
-            read = r.position;
-            break;
-          }
-      }
-      if (read_refused && read) qp_->FinishSend(*read, status);
-      else FailUnconfirmed(term, status);
-      Broken();
+    if (rx_read_.probe) {
+      ConfirmPlaced(rx_read_.position);
+      probes_answered_.fetch_add(1, std::memory_order_release);
+    }
+    else qp_->FinishSend(rx_read_.position, WcStatus::Success);
+    Kick();  // a Read slot is free
+  }
+  return true;
+}
+
+bool Stream::FinishReadRequest() {
+  rx_mutex_.AssertHeld();
+  read_req_msn_++;
+  if (read_req_.size) PlacedPeerMessage();  // a zero-length one is a peer's probe
+  counters_.Add((read_req_.sink_stag & 0xFF000000u) == kProbeStagTag ? Counter::RxConfirmReads
+                                                                     : Counter::RxReads);
+  if (read_req_.size) {
+    KeyCheck check = qp_->pd().CheckRemote(read_req_.src_stag, qpn_, read_req_.src_to,
+                                           read_req_.size, kRemoteRead);
+    if (check != KeyCheck::Ok) {
+      Fail(RemoteProtection(check), WcStatus::Flushed);
       return false;
     }
-    default:  // a Send segment
-      recv_bytes_ += payload_len_;
-      counters_.Add(Counter::RxBytes, payload_len_);
-      if (hdr_.last) {
-        // A Send with Invalidate unbinds the window it names before its receive completes; a key
-        // that names no window bound to this stream ends the stream (RFC 5040 §7.2).
-        if (CarriesInvalidateStag(hdr_.opcode) && !qp_->InvalidateRemote(hdr_.inv_stag)) {
-          Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::CannotInvalidate),
-               WcStatus::LocalOp);
-          return false;
-        }
-        counters_.Add(Counter::RxSends);
-        PlacedPeerMessage();
-        have_recv_ = false;
-        recv_msn_++;
-        qp_->CompleteReceive(recv_, uint32_t(recv_bytes_), WcStatus::Success, IsSolicited(hdr_.opcode));
-      }
-      return true;
   }
+  {
+    // Every Read Request takes one of the IRD slots until its response is handed to TCP,
+    // zero-length ones too (an ndwv peer's probes count against its ORD). One beyond is
+    // refused: a peer that sends Read Requests and reads nothing meets this bound, not
+    // our memory's. The Terminate is queued after responses_mutex_ is released: it takes
+    // tx_mutex_, which the transmit path holds while it takes responses_mutex_.
+    size_t owed;
+    {
+      base::MutexLock lock(responses_mutex_);
+      owed = responses_.size();
+      if (owed < params_.ird) {
+        responses_.push_back({read_req_.sink_stag, read_req_.sink_to, read_req_.src_stag,
+                              read_req_.src_to, read_req_.size, 0});
+        responses_queued_.fetch_add(1, std::memory_order_release);
+      }
+    }
+    if (owed >= params_.ird) {
+      counters_.Add(Counter::ReadsBeyondIrd);
+      NDWV_LOG(Warn, "%s: Read Request beyond the IRD of %u (%zu answers not yet sent): Terminate",
+               counters_.identity(), params_.ird, owed);
+      Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
+      return false;
+    }
+  }
+  // A spinning poller owns this socket (the engine does not watch it): the Response goes out
+  // with whatever the poller's application posts next, or at its next poll, in one sendmsg.
+  if (rx_by_poller_ && !handoff_.engine_reads()) response_owed_.store(true);
+  else Kick();
+  return true;
+}
+
+bool Stream::FinishTerminate() {
+  rx_mutex_.AssertHeld();
+  TerminateMsg term;
+  DecodeTerminatePayload({raw_hdr_ + 2 + kDdpUntaggedHeaderLen, hdr_len_ - kDdpUntaggedHeaderLen + payload_len_},
+                         term);
+  NDWV_LOG(Info, "%s: peer sent Terminate (%s)", counters_.identity(), Describe(term.ctrl.code));
+  counters_.Add(term.ctrl.code.layer == TermLayer::Rdmap ? Counter::TerminatesReceivedRdmap
+                : term.ctrl.code.layer == TermLayer::Ddp ? Counter::TerminatesReceivedDdp
+                                                         : Counter::TerminatesReceivedLlp);
+  WcStatus status = StatusForTerminate(term.ctrl.code);
+  uint8_t named = term.ddp_header.empty() ? 0xFF : LoadBe16(term.ddp_header.data()) & kRdmapOpcodeMask;
+  if (named == uint8_t(RdmapOpcode::ReadResponse)) {
+    // Our answer to the peer's Read was refused (its sink buffer went away): no request of
+    // ours is at fault; the connection ends and they are flushed.
+    Broken();
+    return false;
+  }
+  bool read_refused = named == uint8_t(RdmapOpcode::ReadRequest);
+  std::optional<uint64_t> read;
+  {
+    base::MutexLock lock(reads_mutex_);
+    for (const OutstandingRead& r : reads_outstanding_)
+      if (!r.probe) {
+        read = r.position;
+        break;
+      }
+  }
+  if (read_refused && read) qp_->FinishSend(*read, status);
+  else FailUnconfirmed(term, status);
+  Broken();
+  return false;
+}
+
+bool Stream::FinishSend() {
+  rx_mutex_.AssertHeld();
+  // A Send segment.
+  recv_bytes_ += payload_len_;
+  counters_.Add(Counter::RxBytes, payload_len_);
+  if (hdr_.last) {
+    // A Send with Invalidate unbinds the window it names before its receive completes; a key
+    // that names no window bound to this stream ends the stream (RFC 5040 §7.2).
+    if (CarriesInvalidateStag(hdr_.opcode) && !qp_->InvalidateRemote(hdr_.inv_stag)) {
+      Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::CannotInvalidate),
+           WcStatus::LocalOp);
+      return false;
+    }
+    counters_.Add(Counter::RxSends);
+    PlacedPeerMessage();
+    have_recv_ = false;
+    recv_msn_++;
+    qp_->CompleteReceive(recv_, uint32_t(recv_bytes_), WcStatus::Success, IsSolicited(hdr_.opcode));
+  }
+  return true;
+}
+
+// ---- the table
+
+// One row per RDMAP opcode, in wire::kRdmapOpcodes' order, no null entry; hdr_.opcode is always one of them
+// (DecodeDdpHeader refuses any other before it sets one, and only a decoded segment gets past
+// StartSegment). A Read Request carries no payload (StartReadRequest refuses any), so its
+// target and its lock are never asked for: its row names the Send's.
+const Stream::RxHandlers Stream::kRxHandlers[] = {
+    // RDMA Write
+    {&Stream::StartWrite, &Stream::WriteTarget, &Stream::LockWriteTarget, &Stream::FinishWrite},
+    // RDMA Read Request
+    {&Stream::StartReadRequest, &Stream::SendTarget, &Stream::LockSendTarget,
+     &Stream::FinishReadRequest},
+    // RDMA Read Response
+    {&Stream::StartReadResponse, &Stream::ReadResponseTarget, &Stream::LockReadResponseTarget,
+     &Stream::FinishReadResponse},
+    // Send, Send with Invalidate, Send with Solicited Event, Send with SE and Invalidate
+    {&Stream::StartSend, &Stream::SendTarget, &Stream::LockSendTarget, &Stream::FinishSend},
+    {&Stream::StartSend, &Stream::SendTarget, &Stream::LockSendTarget, &Stream::FinishSend},
+    {&Stream::StartSend, &Stream::SendTarget, &Stream::LockSendTarget, &Stream::FinishSend},
+    {&Stream::StartSend, &Stream::SendTarget, &Stream::LockSendTarget, &Stream::FinishSend},
+    // Terminate
+    {&Stream::StartTerminate, &Stream::TerminateTarget, &Stream::LockTerminateTarget,
+     &Stream::FinishTerminate},
+};
+const Stream::RxHandlers& Stream::RxHandlersFor() const {
+  static_assert(std::size(kRxHandlers) == kRdmapOpcodeCount);
+  rx_mutex_.AssertHeld();
+  return kRxHandlers[uint8_t(hdr_.opcode)];
 }
 
 }  // namespace ndwv::dev::iwarp

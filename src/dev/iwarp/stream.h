@@ -178,6 +178,34 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool SgesGranted(const Sge* sge, uint32_t num_sge) const
       NDWV_REQUIRES_SHARED(qp_->pd().placement_lock());
   bool FinishSegment() NDWV_REQUIRES(rx_mutex_);
+  // What StartSegment, Target, LockTarget and FinishSegment do that depends on the opcode: one
+  // row per RDMAP opcode (kRxHandlers, stream_rx.cpp), one handler per opcode class and step.
+  struct RxHandlers {
+    bool (Stream::*start)();  // the opcode's checks; false: failed (or wait)
+    std::pair<uint8_t*, uint64_t> (Stream::*target)(uint32_t offset);  // where payload goes
+    bool (Stream::*lock_target)(std::shared_lock<base::SharedMutex>& placement);
+    bool (Stream::*finish)();  // the segment is placed: what it completes
+  };
+  static const RxHandlers kRxHandlers[];
+  const RxHandlers& RxHandlersFor() const NDWV_REQUIRES(rx_mutex_);  // hdr_'s row
+  bool StartWrite() NDWV_REQUIRES(rx_mutex_);
+  bool StartReadRequest() NDWV_REQUIRES(rx_mutex_);
+  bool StartReadResponse() NDWV_REQUIRES(rx_mutex_);
+  bool StartSend() NDWV_REQUIRES(rx_mutex_);
+  bool StartTerminate() NDWV_REQUIRES(rx_mutex_);
+  std::pair<uint8_t*, uint64_t> WriteTarget(uint32_t offset) NDWV_REQUIRES(rx_mutex_);
+  std::pair<uint8_t*, uint64_t> ReadResponseTarget(uint32_t offset) NDWV_REQUIRES(rx_mutex_);
+  std::pair<uint8_t*, uint64_t> SendTarget(uint32_t offset) NDWV_REQUIRES(rx_mutex_);
+  std::pair<uint8_t*, uint64_t> TerminateTarget(uint32_t offset) NDWV_REQUIRES(rx_mutex_);
+  bool LockWriteTarget(std::shared_lock<base::SharedMutex>& placement) NDWV_REQUIRES(rx_mutex_);
+  bool LockReadResponseTarget(std::shared_lock<base::SharedMutex>& placement) NDWV_REQUIRES(rx_mutex_);
+  bool LockSendTarget(std::shared_lock<base::SharedMutex>& placement) NDWV_REQUIRES(rx_mutex_);
+  bool LockTerminateTarget(std::shared_lock<base::SharedMutex>& placement) NDWV_REQUIRES(rx_mutex_);
+  bool FinishWrite() NDWV_REQUIRES(rx_mutex_);
+  bool FinishReadRequest() NDWV_REQUIRES(rx_mutex_);
+  bool FinishReadResponse() NDWV_REQUIRES(rx_mutex_);
+  bool FinishSend() NDWV_REQUIRES(rx_mutex_);
+  bool FinishTerminate() NDWV_REQUIRES(rx_mutex_);
   void Fail(wire::TermCode code, WcStatus local_status) NDWV_REQUIRES(rx_mutex_);
   void Broken() NDWV_REQUIRES(rx_mutex_);  // the socket is gone: stop and let the CM know
   void NotifyObserver(void (StreamObserver::*event)());
