@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <span>
 #include <utility>
 
 #include "base/capture.h"
@@ -148,6 +149,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
                uint64_t offset, uint32_t length) NDWV_REQUIRES(tx_mutex_);
   // From the receive path; takes tx_mutex_ (the order: rx_mutex_, then tx_mutex_).
   void QueueTerminate(wire::TermCode code) NDWV_REQUIRES(rx_mutex_) NDWV_EXCLUDES(tx_mutex_);
+  // Its transmit part: the Terminate becomes the stream's last FPDU (if it is the first).
+  void SendTerminate(wire::TermCode code, std::span<const uint8_t> offending) NDWV_EXCLUDES(tx_mutex_);
   // After a Terminate the socket stays open (nothing read, nothing sent but what is queued) until
   // the peer's TCP has acknowledged the Terminate, or NDWV_DISCONNECT_TIMEOUT_MS: a peer that
   // reads nothing leaves the socket full, and closing it then (with its unread bytes) would
