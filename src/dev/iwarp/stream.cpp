@@ -108,7 +108,7 @@ void Stream::NotifyObserver(void (StreamObserver::*event)()) {
 
 void Stream::Broken() {
   rx_mutex_.AssertHeld();
-  phase_ = RxPhase::Dead;
+  rx_.phase = RxPhase::Dead;
   if (!error_reported_.exchange(true)) {
     NDWV_LOG(Debug, "%s: iWARP stream lost%s", counters_.identity(),
              timed_out_ ? " (the peer stopped acknowledging)" : "");
@@ -132,21 +132,21 @@ void Stream::Shutdown() {
     base::MutexLock tx(tx_mutex_);
     if (shut_) return;
     shut_ = true;
-    phase_ = RxPhase::Dead;
-    if (have_recv_) {  // a message was arriving into it: it is flushed with the rest
-      qp_->CompleteReceive(recv_, 0, WcStatus::Flushed, false);
-      have_recv_ = false;
+    rx_.phase = RxPhase::Dead;
+    if (rx_.have_recv) {  // a message was arriving into it: it is flushed with the rest
+      qp_->CompleteReceive(rx_.recv, 0, WcStatus::Flushed, false);
+      rx_.have_recv = false;
       counters_.AddShared(Counter::FlushedRequests);
     }
     // After a Terminate the socket stays until the peer's TCP has it (CloseSocket); the QP is
     // kept for that while (the rest of a batch of Read Responses is checked against its PD).
-    linger = terminated_ && self;
+    linger = tx_.terminated && self;
     if (linger) {
-      lingering_ = true;
-      linger_until_ = Clock::now() + std::chrono::milliseconds(base::Config().disconnect_timeout_ms);
-      linger_self_ = self;
+      tx_.lingering = true;
+      tx_.linger_until = Clock::now() + std::chrono::milliseconds(base::Config().disconnect_timeout_ms);
+      tx_.linger_self = self;
       // Lingering runs on the engine only (its timer and EPOLLOUT), so its steps never overlap;
-      // armed under the lock, before the engine can see lingering_ and end it.
+      // armed under the lock, before the engine can see tx_.lingering and end it.
       Engine::Get().Modify(fd_, EPOLLOUT | EPOLLET);
       Engine::Get().Arm(&linger_timer_, std::chrono::milliseconds(0));
     } else {
@@ -172,15 +172,15 @@ void Stream::Linger() {
   std::shared_ptr<Stream> release;  // the stream may go with it: last
   {
     base::MutexLock tx(tx_mutex_);
-    if (!lingering_) return;
+    if (!tx_.lingering) return;
     // What was begun goes out whole, then the Terminate, then the FIN; nothing else.
     bool done = false;
     for (;;) {
-      if (!batch_.empty() && !FlushBatch()) {
+      if (!tx_.batch.empty() && !FlushBatch()) {
         done = broken_;  // the socket failed; else it is full: EPOLLOUT or the timer comes back
         break;
       }
-      if (send_closed_) {
+      if (tx_.send_closed) {
         int unacknowledged = 0;
         done = ioctl(fd_, SIOCOUTQ, &unacknowledged) != 0 || unacknowledged == 0;
         break;
@@ -188,17 +188,17 @@ void Stream::Linger() {
       if (!FillBatch()) {
         shutdown(fd_, SHUT_WR);
         if (capture_) [[unlikely]] capture_->SentFin();
-        send_closed_ = true;
+        tx_.send_closed = true;
       }
     }
-    if (!done && Clock::now() < linger_until_) {
+    if (!done && Clock::now() < tx_.linger_until) {
       Engine::Get().Arm(&linger_timer_, kLingerPoll);
       return;
     }
-    lingering_ = false;
+    tx_.lingering = false;
     Engine::Get().Disarm(&linger_timer_);  // on the engine, as its firing: none can be pending
     qp_.reset();
-    release = std::move(linger_self_);
+    release = std::move(tx_.linger_self);
   }
   CloseSocket();
 }

@@ -54,20 +54,20 @@ WcStatus StatusForTerminate(TermCode code) {
 }  // namespace
 
 void Stream::PlacedPeerMessage() {
-  if (rx_by_poller_) peer_message_by_poller_.store(true, std::memory_order_relaxed);
+  if (rx_.by_poller) peer_message_by_poller_.store(true, std::memory_order_relaxed);
 }
 
 void Stream::QueueTerminate(TermCode code) {
   rx_mutex_.AssertHeld();
   NDWV_LOG(Info, "%s: sending Terminate (%s)", counters_.identity(), Describe(code));
-  std::span<const uint8_t> offending(raw_hdr_, hdr_len_ ? 2 + hdr_len_ : 0);  // the segment at fault
+  std::span<const uint8_t> offending(rx_.raw_hdr, rx_.hdr_len ? 2 + rx_.hdr_len : 0);  // the segment at fault
   SendTerminate(code, offending);
 }
 
 void Stream::DriveReceive(bool poller) {
   rx_runner_.Run(rx_mutex_, [&] {
     rx_mutex_.AssertHeld();
-    rx_by_poller_ = poller;
+    rx_.by_poller = poller;
     if (!shut_) {
       ProcessRx();
       if (broken_.load()) Broken();  // the transmit side found the socket gone
@@ -80,7 +80,7 @@ void Stream::ProcessRx() {
   rx_mutex_.AssertHeld();
   for (;;) {
     bool progress = false;
-    switch (phase_) {
+    switch (rx_.phase) {
       case RxPhase::Header: progress = StartSegment(); break;
       case RxPhase::Payload: progress = PlacePayload(); break;
       case RxPhase::Trailer:
@@ -90,7 +90,7 @@ void Stream::ProcessRx() {
         // that finds nothing before it sees the completion, or the placed Write, that it waits
         // for (a Read Request read meanwhile is answered with its next post or poll). The
         // engine, woken by edges, must read until the socket is empty.
-        if (progress && rx_by_poller_ && hdr_.last && staging_begin_ == staging_end_ &&
+        if (progress && rx_.by_poller && rx_.hdr.last && rx_.staging_begin == rx_.staging_end &&
             !handoff_.engine_reads())
           return;
         break;
@@ -107,27 +107,27 @@ ssize_t Stream::Receive(void* buffer, size_t length) {
 
 bool Stream::Fill(size_t need) {
   rx_mutex_.AssertHeld();
-  size_t avail = staging_end_ - staging_begin_;
+  size_t avail = rx_.staging_end - rx_.staging_begin;
   if (avail >= need) return true;
-  if (staging_begin_) {
-    memmove(staging_, staging_ + staging_begin_, avail);
-    staging_begin_ = 0;
-    staging_end_ = avail;
+  if (rx_.staging_begin) {
+    memmove(rx_.staging, rx_.staging + rx_.staging_begin, avail);
+    rx_.staging_begin = 0;
+    rx_.staging_end = avail;
   }
-  while (staging_end_ < need) {
-    ssize_t n = Receive(staging_ + staging_end_, sizeof staging_ - staging_end_);
+  while (rx_.staging_end < need) {
+    ssize_t n = Receive(rx_.staging + rx_.staging_end, sizeof rx_.staging - rx_.staging_end);
     int error = n < 0 ? errno : 0;  // read once, before the capture hook can change it
-    if (capture_) [[unlikely]] capture_->Received(staging_ + staging_end_, n);
+    if (capture_) [[unlikely]] capture_->Received(rx_.staging + rx_.staging_end, n);
     if (n > 0) {
-      staging_end_ += size_t(n);
+      rx_.staging_end += size_t(n);
       continue;
     }
     if (error == EINTR) continue;
     if (error == EAGAIN || error == EWOULDBLOCK) return false;
-    if (n == 0 && phase_ == RxPhase::Header && staging_end_ == 0) {
+    if (n == 0 && rx_.phase == RxPhase::Header && rx_.staging_end == 0) {
       // The peer closed its half at a message boundary: a graceful disconnect.
-      phase_ = RxPhase::Dead;
-      peer_closed_ = true;
+      rx_.phase = RxPhase::Dead;
+      rx_.peer_closed = true;
       NDWV_LOG(Debug, "%s: peer closed the stream", counters_.identity());
       NotifyObserver(&StreamObserver::OnPeerClosed);
       qp_->DeferError();  // the peer stopped: flush; the close that follows is our half
@@ -142,9 +142,9 @@ bool Stream::Fill(size_t need) {
 
 void Stream::Fail(TermCode code, WcStatus local_status) {
   rx_mutex_.AssertHeld();
-  if (have_recv_) {
-    qp_->CompleteReceive(recv_, uint32_t(recv_bytes_), local_status, false);
-    have_recv_ = false;
+  if (rx_.have_recv) {
+    qp_->CompleteReceive(rx_.recv, uint32_t(rx_.recv_bytes), local_status, false);
+    rx_.have_recv = false;
   }
   QueueTerminate(code);
   Broken();
@@ -153,20 +153,20 @@ void Stream::Fail(TermCode code, WcStatus local_status) {
 bool Stream::StartSegment() {
   rx_mutex_.AssertHeld();
   if (!Fill(4)) return false;
-  const uint8_t* p = staging_ + staging_begin_;
-  ulpdu_len_ = LoadBe16(p);
-  hdr_len_ = SegmentHeaderLength(LoadBe16(p + 2));
-  if (ulpdu_len_ < hdr_len_) {
-    hdr_len_ = 0;
+  const uint8_t* p = rx_.staging + rx_.staging_begin;
+  rx_.ulpdu_len = LoadBe16(p);
+  rx_.hdr_len = SegmentHeaderLength(LoadBe16(p + 2));
+  if (rx_.ulpdu_len < rx_.hdr_len) {
+    rx_.hdr_len = 0;
     counters_.Add(Counter::DropsBadDdp);
     Fail(TermCodeFor(DdpError::Truncated), WcStatus::Flushed);
     return false;
   }
-  if (!Fill(2 + hdr_len_)) return false;
-  p = staging_ + staging_begin_;
-  memcpy(raw_hdr_, p, 2 + hdr_len_);
-  staging_begin_ += 2 + hdr_len_;
-  DdpError error = DecodeDdpHeader({raw_hdr_ + 2, hdr_len_}, hdr_);
+  if (!Fill(2 + rx_.hdr_len)) return false;
+  p = rx_.staging + rx_.staging_begin;
+  memcpy(rx_.raw_hdr, p, 2 + rx_.hdr_len);
+  rx_.staging_begin += 2 + rx_.hdr_len;
+  DdpError error = DecodeDdpHeader({rx_.raw_hdr + 2, rx_.hdr_len}, rx_.hdr);
   if (error != DdpError::Ok) {
     counters_.Add(Counter::DropsBadDdp);
     Fail(TermCodeFor(error), WcStatus::Flushed);
@@ -175,29 +175,29 @@ bool Stream::StartSegment() {
   counters_.Add(Counter::RxPackets);
   // An FPDU read whole (a small message: the usual case) is checked here in one pass, before any
   // of it is placed; a longer one as its bytes go by.
-  crc_streaming_ = false;
+  rx_.crc_streaming = false;
   if (params_.crc) {
-    const uint8_t* fpdu = staging_ + staging_begin_ - 2 - hdr_len_;
-    size_t covered = FpduLength(ulpdu_len_) - kFpduCrcLen;  // length field, ULPDU, pad
-    if (size_t(staging_ + staging_end_ - fpdu) >= covered + kFpduCrcLen) {
+    const uint8_t* fpdu = rx_.staging + rx_.staging_begin - 2 - rx_.hdr_len;
+    size_t covered = FpduLength(rx_.ulpdu_len) - kFpduCrcLen;  // length field, ULPDU, pad
+    if (size_t(rx_.staging + rx_.staging_end - fpdu) >= covered + kFpduCrcLen) {
       if (LoadFpduCrc(fpdu + covered) != Crc32c(fpdu, covered)) {
         counters_.Add(Counter::DropsBadCrc);
         Fail(MakeTerm(LlpErrorCode::CrcError), WcStatus::Flushed);
         return false;
       }
     } else {
-      crc_streaming_ = true;
-      crc_ = FpduCrcBuilder();
-      crc_.Add({raw_hdr_, 2 + hdr_len_});
+      rx_.crc_streaming = true;
+      rx_.crc = FpduCrcBuilder();
+      rx_.crc.Add({rx_.raw_hdr, 2 + rx_.hdr_len});
     }
   }
-  payload_len_ = ulpdu_len_ - uint32_t(hdr_len_);
-  payload_done_ = 0;
-  tail_len_ = std::min(payload_len_, kCheckedTail);
-  phase_ = RxPhase::Payload;
+  rx_.payload_len = rx_.ulpdu_len - uint32_t(rx_.hdr_len);
+  rx_.payload_done = 0;
+  rx_.tail_len = std::min(rx_.payload_len, kCheckedTail);
+  rx_.phase = RxPhase::Payload;
 
   if (params_.expect_rtr) {
-    if (hdr_.opcode != RdmapOpcode::RdmaWrite || payload_len_ || !hdr_.last) {
+    if (rx_.hdr.opcode != RdmapOpcode::RdmaWrite || rx_.payload_len || !rx_.hdr.last) {
       Fail(MakeTerm(LlpErrorCode::NoMatchingRtr), WcStatus::Flushed);
       return false;
     }
@@ -210,8 +210,8 @@ bool Stream::StartSegment() {
 
 bool Stream::StartWrite() {
   rx_mutex_.AssertHeld();
-  if (payload_len_) {
-    KeyCheck check = qp_->pd().CheckRemote(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite);
+  if (rx_.payload_len) {
+    KeyCheck check = qp_->pd().CheckRemote(rx_.hdr.stag, qpn_, rx_.hdr.to, rx_.payload_len, kRemoteWrite);
     if (check != KeyCheck::Ok) {
       Fail(RemoteProtection(check), WcStatus::Flushed);
       return false;
@@ -227,15 +227,15 @@ bool Stream::StartReadResponse() {
     Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
     return false;
   }
-  rx_read_ = reads_outstanding_.front();
-  bool expected = rx_read_.probe ? (hdr_.stag & 0xFF000000u) == kProbeStagTag
-                                 : hdr_.stag == SinkStag(rx_read_.position);
+  rx_.read = reads_outstanding_.front();
+  bool expected = rx_.read.probe ? (rx_.hdr.stag & 0xFF000000u) == kProbeStagTag
+                                 : rx_.hdr.stag == SinkStag(rx_.read.position);
   if (!expected) {
     Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
     return false;
   }
-  uint64_t length = rx_read_.probe ? 0 : qp_->send_at(rx_read_.position).length;
-  if (hdr_.to > length || payload_len_ > length - hdr_.to) {
+  uint64_t length = rx_.read.probe ? 0 : qp_->send_at(rx_.read.position).length;
+  if (rx_.hdr.to > length || rx_.payload_len > length - rx_.hdr.to) {
     Fail(MakeTerm(DdpTaggedCode::BaseBounds), WcStatus::Flushed);
     return false;
   }
@@ -244,8 +244,8 @@ bool Stream::StartReadResponse() {
 
 bool Stream::StartReadRequest() {
   rx_mutex_.AssertHeld();
-  DecodeReadRequest({raw_hdr_ + 2 + kDdpUntaggedHeaderLen, kReadRequestLen}, read_req_);
-  if (payload_len_ || hdr_.msn != read_req_msn_) {
+  DecodeReadRequest({rx_.raw_hdr + 2 + kDdpUntaggedHeaderLen, kReadRequestLen}, rx_.read_req);
+  if (rx_.payload_len || rx_.hdr.msn != rx_.read_req_msn) {
     Fail(MakeTerm(DdpUntaggedCode::InvalidMsnRange), WcStatus::Flushed);
     return false;
   }
@@ -254,7 +254,7 @@ bool Stream::StartReadRequest() {
 
 bool Stream::StartTerminate() {
   rx_mutex_.AssertHeld();
-  if (payload_len_ > sizeof raw_hdr_ - 2 - hdr_len_) {
+  if (rx_.payload_len > sizeof rx_.raw_hdr - 2 - rx_.hdr_len) {
     Fail(MakeTerm(DdpUntaggedCode::MessageTooLong), WcStatus::Flushed);
     return false;
   }
@@ -264,29 +264,29 @@ bool Stream::StartTerminate() {
 bool Stream::StartSend() {
   rx_mutex_.AssertHeld();
   // A Send.
-  if (!IsSend(hdr_.opcode) || hdr_.msn != recv_msn_) {
-    Fail(IsSend(hdr_.opcode) ? MakeTerm(DdpUntaggedCode::InvalidMsnRange)
-                             : MakeTerm(RdmapErrorType::RemoteOperation, RdmapErrorCode::UnexpectedOpcode),
+  if (!IsSend(rx_.hdr.opcode) || rx_.hdr.msn != rx_.recv_msn) {
+    Fail(IsSend(rx_.hdr.opcode) ? MakeTerm(DdpUntaggedCode::InvalidMsnRange)
+                                : MakeTerm(RdmapErrorType::RemoteOperation, RdmapErrorCode::UnexpectedOpcode),
          WcStatus::Flushed);
     return false;
   }
-  if (!have_recv_) {
-    if (hdr_.mo != 0) {
+  if (!rx_.have_recv) {
+    if (rx_.hdr.mo != 0) {
       Fail(MakeTerm(DdpUntaggedCode::InvalidMo), WcStatus::Flushed);
       return false;
     }
-    if (!qp_->TakeReceive(&recv_)) {
+    if (!qp_->TakeReceive(&rx_.recv)) {
       Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
       return false;
     }
-    have_recv_ = true;
-    recv_bytes_ = 0;
+    rx_.have_recv = true;
+    rx_.recv_bytes = 0;
   }
-  if (hdr_.mo != recv_bytes_) {
+  if (rx_.hdr.mo != rx_.recv_bytes) {
     Fail(MakeTerm(DdpUntaggedCode::InvalidMo), WcStatus::Flushed);
     return false;
   }
-  if (payload_len_ > recv_.length - recv_bytes_) {
+  if (rx_.payload_len > rx_.recv.length - rx_.recv_bytes) {
     Fail(MakeTerm(DdpUntaggedCode::MessageTooLong), WcStatus::LocalLength);
     return false;
   }
@@ -302,23 +302,23 @@ std::pair<uint8_t*, uint64_t> Stream::Target(uint32_t offset) {
 
 std::pair<uint8_t*, uint64_t> Stream::WriteTarget(uint32_t offset) {
   rx_mutex_.AssertHeld();
-  return {reinterpret_cast<uint8_t*>(hdr_.to) + offset, payload_len_ - offset};
+  return {reinterpret_cast<uint8_t*>(rx_.hdr.to) + offset, rx_.payload_len - offset};
 }
 
 std::pair<uint8_t*, uint64_t> Stream::ReadResponseTarget(uint32_t offset) {
   rx_mutex_.AssertHeld();
-  const SendWqe& read = qp_->send_at(rx_read_.position);
-  return PieceAt(read.sge, read.num_sge, hdr_.to + offset);
+  const SendWqe& read = qp_->send_at(rx_.read.position);
+  return PieceAt(read.sge, read.num_sge, rx_.hdr.to + offset);
 }
 
 std::pair<uint8_t*, uint64_t> Stream::TerminateTarget(uint32_t offset) {
   rx_mutex_.AssertHeld();
-  return {raw_hdr_ + 2 + hdr_len_ + offset, payload_len_ - offset};
+  return {rx_.raw_hdr + 2 + rx_.hdr_len + offset, rx_.payload_len - offset};
 }
 
 std::pair<uint8_t*, uint64_t> Stream::SendTarget(uint32_t offset) {
   rx_mutex_.AssertHeld();
-  return PieceAt(recv_.sge, recv_.num_sge, recv_bytes_ + offset);
+  return PieceAt(rx_.recv.sge, rx_.recv.num_sge, rx_.recv_bytes + offset);
 }
 
 bool Stream::SgesGranted(const Sge* sge, uint32_t num_sge) const {
@@ -330,7 +330,7 @@ bool Stream::SgesGranted(const Sge* sge, uint32_t num_sge) const {
 
 bool Stream::LockTarget(std::shared_lock<base::SharedMutex>& placement) {
   rx_mutex_.AssertHeld();
-  if (payload_len_ == 0) return true;  // zero length: no key (IB C9-88)
+  if (rx_.payload_len == 0) return true;  // zero length: no key (IB C9-88)
   return (this->*RxHandlersFor().lock_target)(placement);
 }
 
@@ -341,7 +341,7 @@ bool Stream::LockWriteTarget(std::shared_lock<base::SharedMutex>& placement) {
   // Re-checked under the lock: the region cannot be deregistered while bytes land in it.
   placement = std::shared_lock(qp_->pd().placement_lock());
   qp_->pd().placement_lock().AssertReaderHeld();  // handed back in `placement`
-  if (qp_->pd().CheckRemoteLocked(hdr_.stag, qpn_, hdr_.to, payload_len_, kRemoteWrite) == KeyCheck::Ok)
+  if (qp_->pd().CheckRemoteLocked(rx_.hdr.stag, qpn_, rx_.hdr.to, rx_.payload_len, kRemoteWrite) == KeyCheck::Ok)
     return true;
   placement.unlock();
   Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::InvalidStag), WcStatus::Flushed);
@@ -357,11 +357,11 @@ bool Stream::LockReadResponseTarget(std::shared_lock<base::SharedMutex>& placeme
   // invalidated under it (DDP tagged buffer error, invalid STag).
   placement = std::shared_lock(qp_->pd().placement_lock());
   qp_->pd().placement_lock().AssertReaderHeld();
-  const SendWqe& read = qp_->send_at(rx_read_.position);
+  const SendWqe& read = qp_->send_at(rx_.read.position);
   if (SgesGranted(read.sge, read.num_sge)) return true;
   placement.unlock();
   NDWV_LOG(Info, "%s: a Read's buffer was deregistered before its response arrived", counters_.identity());
-  qp_->FinishSend(rx_read_.position, WcStatus::LocalProtection);
+  qp_->FinishSend(rx_.read.position, WcStatus::LocalProtection);
   Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
   return false;
 }
@@ -376,7 +376,7 @@ bool Stream::LockSendTarget(std::shared_lock<base::SharedMutex>& placement) {
   // target, so a bad SGE or a region deregistered since the post is never written.
   placement = std::shared_lock(qp_->pd().placement_lock());
   qp_->pd().placement_lock().AssertReaderHeld();
-  if (SgesGranted(recv_.sge, recv_.num_sge)) return true;
+  if (SgesGranted(rx_.recv.sge, rx_.recv.num_sge)) return true;
   placement.unlock();
   Fail(kTermRdmapCatastrophic, WcStatus::LocalProtection);
   return false;
@@ -387,18 +387,18 @@ bool Stream::PlacePayload() {
   // All but the tail go straight from the socket into the target. The tail waits in staging
   // until the CRC has been checked: a reader polling the last byte (in-order placement) must
   // neither see an unchecked FPDU complete nor change the buffer before its CRC is computed.
-  uint32_t direct = payload_len_ - tail_len_;
-  while (payload_done_ < direct) {
+  uint32_t direct = rx_.payload_len - rx_.tail_len;
+  while (rx_.payload_done < direct) {
     std::shared_lock<base::SharedMutex> placement;
     if (!LockTarget(placement)) return false;
-    auto [dest, room] = Target(payload_done_);
-    size_t want = size_t(std::min<uint64_t>(room, direct - payload_done_));
-    size_t avail = staging_end_ - staging_begin_;
+    auto [dest, room] = Target(rx_.payload_done);
+    size_t want = size_t(std::min<uint64_t>(room, direct - rx_.payload_done));
+    size_t avail = rx_.staging_end - rx_.staging_begin;
     ssize_t n;
     if (avail) {
       n = ssize_t(std::min(avail, want));
-      memcpy(dest, staging_ + staging_begin_, size_t(n));
-      staging_begin_ += size_t(n);
+      memcpy(dest, rx_.staging + rx_.staging_begin, size_t(n));
+      rx_.staging_begin += size_t(n);
     } else {
       n = Receive(dest, want);
       int error = n < 0 ? errno : 0;
@@ -411,20 +411,20 @@ bool Stream::PlacePayload() {
         return false;
       }
     }
-    if (crc_streaming_) crc_.Add({dest, size_t(n)});
-    payload_done_ += uint32_t(n);
+    if (rx_.crc_streaming) rx_.crc.Add({dest, size_t(n)});
+    rx_.payload_done += uint32_t(n);
   }
-  phase_ = RxPhase::Trailer;
+  rx_.phase = RxPhase::Trailer;
   return true;
 }
 
 bool Stream::FinishSegment() {
   rx_mutex_.AssertHeld();
-  size_t pad = FpduPad(ulpdu_len_);
-  if (!Fill(tail_len_ + pad + kFpduCrcLen)) return false;
-  const uint8_t* tail = staging_ + staging_begin_;
-  if (crc_streaming_) crc_.Add({tail, tail_len_ + pad});  // tail and pad as received
-  if (crc_streaming_ && LoadFpduCrc(tail + tail_len_ + pad) != crc_.Finish()) {
+  size_t pad = FpduPad(rx_.ulpdu_len);
+  if (!Fill(rx_.tail_len + pad + kFpduCrcLen)) return false;
+  const uint8_t* tail = rx_.staging + rx_.staging_begin;
+  if (rx_.crc_streaming) rx_.crc.Add({tail, rx_.tail_len + pad});  // tail and pad as received
+  if (rx_.crc_streaming && LoadFpduCrc(tail + rx_.tail_len + pad) != rx_.crc.Finish()) {
     counters_.Add(Counter::DropsBadCrc);
     Fail(MakeTerm(LlpErrorCode::CrcError), WcStatus::Flushed);
     return false;
@@ -432,23 +432,23 @@ bool Stream::FinishSegment() {
   {
     std::shared_lock<base::SharedMutex> placement;
     if (!LockTarget(placement)) return false;
-    for (uint32_t placed = 0; placed < tail_len_;) {
-      auto [dest, room] = Target(payload_done_);
-      uint32_t n = uint32_t(std::min<uint64_t>(room, tail_len_ - placed));
+    for (uint32_t placed = 0; placed < rx_.tail_len;) {
+      auto [dest, room] = Target(rx_.payload_done);
+      uint32_t n = uint32_t(std::min<uint64_t>(room, rx_.tail_len - placed));
       // The segment's last byte is stored once, by itself, after all the others; memcpy promises
       // neither (glibc's AVX-512 memcpy copies 64..128 bytes as two overlapping 64-byte stores,
       // for 64 both over the whole tail). A reader polling the last byte may write it as soon as
       // it sees it (ndrpingpong's 'X' -> 'Y'); a second store would undo that write.
-      bool last_piece = placed + n == tail_len_;
+      bool last_piece = placed + n == rx_.tail_len;
       memcpy(dest, tail + placed, last_piece ? n - 1 : n);
       if (last_piece)
         std::atomic_ref<uint8_t>(dest[n - 1]).store(tail[placed + n - 1], std::memory_order_release);
       placed += n;
-      payload_done_ += n;
+      rx_.payload_done += n;
     }
   }
-  staging_begin_ += tail_len_ + pad + kFpduCrcLen;
-  phase_ = RxPhase::Header;
+  rx_.staging_begin += rx_.tail_len + pad + kFpduCrcLen;
+  rx_.phase = RxPhase::Header;
 
   if (params_.expect_rtr) {
     params_.expect_rtr = false;
@@ -462,28 +462,28 @@ bool Stream::FinishSegment() {
 
 bool Stream::FinishWrite() {
   rx_mutex_.AssertHeld();
-  counters_.Add(Counter::RxBytes, payload_len_);
-  if (hdr_.last) {
+  counters_.Add(Counter::RxBytes, rx_.payload_len);
+  if (rx_.hdr.last) {
     counters_.Add(Counter::RxWrites);
-    if (payload_len_) PlacedPeerMessage();  // not a zero-length Write (the RTR)
+    if (rx_.payload_len) PlacedPeerMessage();  // not a zero-length Write (the RTR)
   }
   return true;
 }
 
 bool Stream::FinishReadResponse() {
   rx_mutex_.AssertHeld();
-  counters_.Add(Counter::RxBytes, payload_len_);
-  if (hdr_.last) {
+  counters_.Add(Counter::RxBytes, rx_.payload_len);
+  if (rx_.hdr.last) {
     {
       base::MutexLock lock(reads_mutex_);
       reads_outstanding_.pop_front();
       reads_queued_.fetch_sub(1, std::memory_order_release);
     }
-    if (rx_read_.probe) {
-      ConfirmPlaced(rx_read_.position);
+    if (rx_.read.probe) {
+      ConfirmPlaced(rx_.read.position);
       probes_answered_.fetch_add(1, std::memory_order_release);
     }
-    else qp_->FinishSend(rx_read_.position, WcStatus::Success);
+    else qp_->FinishSend(rx_.read.position, WcStatus::Success);
     Kick();  // a Read slot is free
   }
   return true;
@@ -491,13 +491,13 @@ bool Stream::FinishReadResponse() {
 
 bool Stream::FinishReadRequest() {
   rx_mutex_.AssertHeld();
-  read_req_msn_++;
-  if (read_req_.size) PlacedPeerMessage();  // a zero-length one is a peer's probe
-  counters_.Add((read_req_.sink_stag & 0xFF000000u) == kProbeStagTag ? Counter::RxConfirmReads
-                                                                     : Counter::RxReads);
-  if (read_req_.size) {
-    KeyCheck check = qp_->pd().CheckRemote(read_req_.src_stag, qpn_, read_req_.src_to,
-                                           read_req_.size, kRemoteRead);
+  rx_.read_req_msn++;
+  if (rx_.read_req.size) PlacedPeerMessage();  // a zero-length one is a peer's probe
+  counters_.Add((rx_.read_req.sink_stag & 0xFF000000u) == kProbeStagTag ? Counter::RxConfirmReads
+                                                                         : Counter::RxReads);
+  if (rx_.read_req.size) {
+    KeyCheck check = qp_->pd().CheckRemote(rx_.read_req.src_stag, qpn_, rx_.read_req.src_to,
+                                           rx_.read_req.size, kRemoteRead);
     if (check != KeyCheck::Ok) {
       Fail(RemoteProtection(check), WcStatus::Flushed);
       return false;
@@ -514,8 +514,8 @@ bool Stream::FinishReadRequest() {
       base::MutexLock lock(responses_mutex_);
       owed = responses_.size();
       if (owed < params_.ird) {
-        responses_.push_back({read_req_.sink_stag, read_req_.sink_to, read_req_.src_stag,
-                              read_req_.src_to, read_req_.size, 0});
+        responses_.push_back({rx_.read_req.sink_stag, rx_.read_req.sink_to, rx_.read_req.src_stag,
+                              rx_.read_req.src_to, rx_.read_req.size, 0});
         responses_queued_.fetch_add(1, std::memory_order_release);
       }
     }
@@ -529,7 +529,7 @@ bool Stream::FinishReadRequest() {
   }
   // A spinning poller owns this socket (the engine does not watch it): the Response goes out
   // with whatever the poller's application posts next, or at its next poll, in one sendmsg.
-  if (rx_by_poller_ && !handoff_.engine_reads()) response_owed_.store(true);
+  if (rx_.by_poller && !handoff_.engine_reads()) response_owed_.store(true);
   else Kick();
   return true;
 }
@@ -537,7 +537,8 @@ bool Stream::FinishReadRequest() {
 bool Stream::FinishTerminate() {
   rx_mutex_.AssertHeld();
   TerminateMsg term;
-  DecodeTerminatePayload({raw_hdr_ + 2 + kDdpUntaggedHeaderLen, hdr_len_ - kDdpUntaggedHeaderLen + payload_len_},
+  DecodeTerminatePayload({rx_.raw_hdr + 2 + kDdpUntaggedHeaderLen,
+                          rx_.hdr_len - kDdpUntaggedHeaderLen + rx_.payload_len},
                          term);
   NDWV_LOG(Info, "%s: peer sent Terminate (%s)", counters_.identity(), Describe(term.ctrl.code));
   counters_.Add(term.ctrl.code.layer == TermLayer::Rdmap ? Counter::TerminatesReceivedRdmap
@@ -570,31 +571,31 @@ bool Stream::FinishTerminate() {
 bool Stream::FinishSend() {
   rx_mutex_.AssertHeld();
   // A Send segment.
-  recv_bytes_ += payload_len_;
-  counters_.Add(Counter::RxBytes, payload_len_);
-  if (hdr_.last) {
+  rx_.recv_bytes += rx_.payload_len;
+  counters_.Add(Counter::RxBytes, rx_.payload_len);
+  if (rx_.hdr.last) {
     // A Send with Invalidate unbinds the window it names before its receive completes; a key
     // that names no window bound to this stream ends the stream (RFC 5040 §7.2).
-    if (CarriesInvalidateStag(hdr_.opcode) && !qp_->InvalidateRemote(hdr_.inv_stag)) {
+    if (CarriesInvalidateStag(rx_.hdr.opcode) && !qp_->InvalidateRemote(rx_.hdr.inv_stag)) {
       Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::CannotInvalidate),
            WcStatus::LocalOp);
       return false;
     }
     counters_.Add(Counter::RxSends);
     PlacedPeerMessage();
-    have_recv_ = false;
-    recv_msn_++;
-    qp_->CompleteReceive(recv_, uint32_t(recv_bytes_), WcStatus::Success, IsSolicited(hdr_.opcode));
+    rx_.have_recv = false;
+    rx_.recv_msn++;
+    qp_->CompleteReceive(rx_.recv, uint32_t(rx_.recv_bytes), WcStatus::Success, IsSolicited(rx_.hdr.opcode));
   }
   return true;
 }
 
 // ---- the table
 
-// One row per RDMAP opcode, in wire::kRdmapOpcodes' order, no null entry; hdr_.opcode is always one of them
-// (DecodeDdpHeader refuses any other before it sets one, and only a decoded segment gets past
-// StartSegment). A Read Request carries no payload (StartReadRequest refuses any), so its
-// target and its lock are never asked for: its row names the Send's.
+// One row per RDMAP opcode, in wire::kRdmapOpcodes' order, no null entry; rx_.hdr.opcode is
+// always one of them (DecodeDdpHeader refuses any other before it sets one, and only a decoded
+// segment gets past StartSegment). A Read Request carries no payload (StartReadRequest refuses
+// any), so its target and its lock are never asked for: its row names the Send's.
 const Stream::RxHandlers Stream::kRxHandlers[] = {
     // RDMA Write
     {&Stream::StartWrite, &Stream::WriteTarget, &Stream::LockWriteTarget, &Stream::FinishWrite},
@@ -613,10 +614,11 @@ const Stream::RxHandlers Stream::kRxHandlers[] = {
     {&Stream::StartTerminate, &Stream::TerminateTarget, &Stream::LockTerminateTarget,
      &Stream::FinishTerminate},
 };
+
 const Stream::RxHandlers& Stream::RxHandlersFor() const {
   static_assert(std::size(kRxHandlers) == kRdmapOpcodeCount);
   rx_mutex_.AssertHeld();
-  return kRxHandlers[uint8_t(hdr_.opcode)];
+  return kRxHandlers[uint8_t(rx_.hdr.opcode)];
 }
 
 }  // namespace ndwv::dev::iwarp

@@ -68,7 +68,7 @@ void Stream::Posted(const SendWqe& request) {
 void Stream::SendRtr() {
   {
     base::MutexLock lock(tx_mutex_);
-    rtr_pending_ = true;
+    tx_.rtr_pending = true;
   }
   Kick();
 }
@@ -82,7 +82,7 @@ void Stream::CloseSend() {
   DriveReceive();
   {
     base::MutexLock lock(tx_mutex_);
-    close_send_ = true;
+    tx_.close_send = true;
   }
   Kick();
 }
@@ -93,14 +93,14 @@ void Stream::ProcessTx() {
   // before it visible here.
   if (deferred_bytes_.load(std::memory_order_relaxed)) deferred_bytes_.exchange(0, std::memory_order_acq_rel);
   for (;;) {
-    if (!batch_.empty() && !FlushBatch()) return;
-    if (send_closed_ || broken_) return;
+    if (!tx_.batch.empty() && !FlushBatch()) return;
+    if (tx_.send_closed || broken_) return;
     if (!FillBatch()) {
-      if (close_send_) {
+      if (tx_.close_send) {
         ReleaseTcpPort(fd_);     // the FIN may leave a TIME_WAIT behind
         shutdown(fd_, SHUT_WR);  // FIN after the last queued byte
         if (capture_) [[unlikely]] capture_->SentFin();
-        send_closed_ = true;
+        tx_.send_closed = true;
       }
       return;
     }
@@ -109,8 +109,8 @@ void Stream::ProcessTx() {
 
 bool Stream::SourcesGranted() const {
   tx_mutex_.AssertHeld();
-  for (int i = 0; i < batch_.source_count; ++i) {
-    const Source& s = batch_.sources[i];
+  for (int i = 0; i < tx_.batch.source_count; ++i) {
+    const Source& s = tx_.batch.sources[i];
     if (qp_->pd().CheckRemoteLocked(s.stag, qpn_, s.addr, s.length, kRemoteRead) != KeyCheck::Ok) return false;
   }
   return true;
@@ -121,7 +121,7 @@ bool Stream::FlushBatch() {
   // Memory read for the peer is re-checked whenever bytes leave, with deregistration held off, so
   // a region deregistered (and freed) after the Read Request was checked is never sent.
   std::shared_lock<base::SharedMutex> sources;
-  if (batch_.source_count) {
+  if (tx_.batch.source_count) {
     sources = std::shared_lock(qp_->pd().placement_lock());
     qp_->pd().placement_lock().AssertReaderHeld();  // the analysis does not see std::shared_lock
     if (!SourcesGranted()) {
@@ -129,10 +129,10 @@ bool Stream::FlushBatch() {
       return false;
     }
   }
-  while (!batch_.empty()) {
+  while (!tx_.batch.empty()) {
     msghdr msg{};
-    msg.msg_iov = batch_.iov + batch_.iov_done;
-    msg.msg_iovlen = std::min(batch_.iov_count - batch_.iov_done, IOV_MAX);
+    msg.msg_iov = tx_.batch.iov + tx_.batch.iov_done;
+    msg.msg_iovlen = std::min(tx_.batch.iov_count - tx_.batch.iov_done, IOV_MAX);
     // What is small leaves from one buffer through send(), which the kernel takes faster than
     // sendmsg (no message header or iovec array to copy in: ~0.2 us a call on the test VM).
     // A small FPDU is built whole already; a few small ones are gathered here.
@@ -140,10 +140,10 @@ bool Stream::FlushBatch() {
     size_t flat_len = msg.msg_iovlen == 1 ? msg.msg_iov[0].iov_len : 0;
     if (!flat && msg.msg_iovlen <= 8) {
       for (size_t i = 0; i < msg.msg_iovlen; ++i) flat_len += msg.msg_iov[i].iov_len;
-      if (flat_len <= sizeof batch_.gathered) {
+      if (flat_len <= sizeof tx_.batch.gathered) {
         for (size_t i = 0, at = 0; i < msg.msg_iovlen; at += msg.msg_iov[i++].iov_len)
-          memcpy(batch_.gathered + at, msg.msg_iov[i].iov_base, msg.msg_iov[i].iov_len);
-        flat = batch_.gathered;
+          memcpy(tx_.batch.gathered + at, msg.msg_iov[i].iov_base, msg.msg_iov[i].iov_len);
+        flat = tx_.batch.gathered;
       }
     }
     auto send_call = [&] {
@@ -162,24 +162,24 @@ bool Stream::FlushBatch() {
       return false;  // EPOLLOUT (edge), or a poller, kicks us again when there is room
     }
     while (n > 0) {
-      iovec& v = batch_.iov[batch_.iov_done];
+      iovec& v = tx_.batch.iov[tx_.batch.iov_done];
       size_t step = std::min<size_t>(v.iov_len, size_t(n));
       v.iov_base = static_cast<uint8_t*>(v.iov_base) + step;
       v.iov_len -= step;
       n -= step;
-      if (v.iov_len == 0) batch_.iov_done++;
+      if (v.iov_len == 0) tx_.batch.iov_done++;
     }
-    while (batch_.iov_done < batch_.iov_count && batch_.iov[batch_.iov_done].iov_len == 0)
-      batch_.iov_done++;
+    while (tx_.batch.iov_done < tx_.batch.iov_count && tx_.batch.iov[tx_.batch.iov_done].iov_len == 0)
+      tx_.batch.iov_done++;
   }
   tx_stalled_.store(false, std::memory_order_relaxed);
-  if (batch_.terminate) terminate_written_ = true;
+  if (tx_.batch.terminate) tx_.terminate_written = true;
   // Completing takes the send queue's lock, under which an Invalidate posted meanwhile takes the
   // PD exclusively: the placement lock (shared) must be gone first (docs/architecture.md, Locking).
   if (sources.owns_lock()) sources.unlock();
   // Sends and Writes complete once their last byte is in the stream (as on an RNIC).
-  for (int i = 0; i < batch_.finished_count; ++i) qp_->FinishSend(batch_.finished[i], WcStatus::Success);
-  batch_.finished_count = 0;
+  for (int i = 0; i < tx_.batch.finished_count; ++i) qp_->FinishSend(tx_.batch.finished[i], WcStatus::Success);
+  tx_.batch.finished_count = 0;
   return true;
 }
 
@@ -187,12 +187,12 @@ bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_
                      const Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t length) {
   tx_mutex_.AssertHeld();
   int pieces_needed = 2 + (inline_data ? 1 : int(num_sge));
-  if (batch_.fpdus == kBatchFpdus || batch_.iov_count + pieces_needed > kBatchIov) return false;
-  int slot = batch_.fpdus++;
+  if (tx_.batch.fpdus == kBatchFpdus || tx_.batch.iov_count + pieces_needed > kBatchIov) return false;
+  int slot = tx_.batch.fpdus++;
   counters_.Add(Counter::TxPackets);
   counters_.Add(Counter::TxBytes, length);
-  uint8_t* h = batch_.headers[slot];
-  size_t hlen = EncodeDdpHeader(hdr, {h + 2, sizeof batch_.headers[slot] - 2});
+  uint8_t* h = tx_.batch.headers[slot];
+  size_t hlen = EncodeDdpHeader(hdr, {h + 2, sizeof tx_.batch.headers[slot] - 2});
   if (read) hlen += EncodeReadRequest(*read, {h + 2 + hlen, kReadRequestLen});
   size_t ulpdu = hlen + length;
   StoreBe16(h, uint16_t(ulpdu));
@@ -206,7 +206,7 @@ bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_
       built += len;
       return;
     }
-    batch_.iov[batch_.iov_count++] = {base, len};
+    tx_.batch.iov[tx_.batch.iov_count++] = {base, len};
     if (params_.crc) crc.Add({static_cast<const uint8_t*>(base), len});
   };
   if (!whole) add(h, 2 + hlen);
@@ -228,13 +228,13 @@ bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_
   if (whole) {
     memset(h + built, 0, pad);
     StoreFpduCrc(h + built + pad, params_.crc ? Crc32c(h, built + pad) : 0);  // one pass, pad included
-    batch_.iov[batch_.iov_count++] = {h, built + pad + kFpduCrcLen};
+    tx_.batch.iov[tx_.batch.iov_count++] = {h, built + pad + kFpduCrcLen};
     return true;
   }
-  uint8_t* t = batch_.trailers[slot];
+  uint8_t* t = tx_.batch.trailers[slot];
   memset(t, 0, pad);
   StoreFpduCrc(t + pad, params_.crc ? crc.Finish() : 0);
-  batch_.iov[batch_.iov_count++] = {t, pad + kFpduCrcLen};
+  tx_.batch.iov[tx_.batch.iov_count++] = {t, pad + kFpduCrcLen};
   return true;
 }
 
@@ -243,16 +243,16 @@ size_t Stream::ReadsOutstanding() { return reads_queued_.load(std::memory_order_
 bool Stream::AddProbe(size_t reads) {
   tx_mutex_.AssertHeld();
   if (reads >= params_.ord) return false;  // sent when a Read slot frees up
-  ReadRequest request{ProbeStag(probe_seq_), 0, 0, 0, 0};
-  if (!AddFpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, read_msn_, 0, true), &request, nullptr,
+  ReadRequest request{ProbeStag(tx_.probe_seq), 0, 0, 0, 0};
+  if (!AddFpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, tx_.read_msn, 0, true), &request, nullptr,
                nullptr, 0, 0, 0))
     return false;
-  read_msn_++;
-  probe_seq_++;
+  tx_.read_msn++;
+  tx_.probe_seq++;
   counters_.Add(Counter::TxConfirmReads);
-  probe_due_ = false;
+  tx_.probe_due = false;
   base::MutexLock lock(reads_mutex_);
-  reads_outstanding_.push_back({next_tx_, true});
+  reads_outstanding_.push_back({tx_.next, true});
   reads_queued_.fetch_add(1, std::memory_order_release);
   return true;
 }
@@ -296,32 +296,32 @@ void Stream::FailUnconfirmed(const TerminateMsg& term, WcStatus status) {
 
 bool Stream::FillBatch() {
   tx_mutex_.AssertHeld();
-  batch_.iov_count = batch_.iov_done = batch_.fpdus = batch_.finished_count = batch_.source_count = 0;
-  batch_.terminate = false;
-  if (terminate_len_) {
+  tx_.batch.iov_count = tx_.batch.iov_done = tx_.batch.fpdus = tx_.batch.finished_count = tx_.batch.source_count = 0;
+  tx_.batch.terminate = false;
+  if (tx_.terminate_len) {
     // The Terminate is the last FPDU of the stream: send it alone, then close.
-    uint8_t* h = batch_.headers[batch_.fpdus++];
-    StoreBe16(h, uint16_t(terminate_len_));
-    memcpy(h + 2, terminate_, terminate_len_);
+    uint8_t* h = tx_.batch.headers[tx_.batch.fpdus++];
+    StoreBe16(h, uint16_t(tx_.terminate_len));
+    memcpy(h + 2, tx_.terminate, tx_.terminate_len);
     FpduCrcBuilder crc;
-    crc.Add({h, terminate_len_ + 2});
-    size_t pad = FpduPad(terminate_len_);
-    uint8_t* t = batch_.trailers[0];
+    crc.Add({h, tx_.terminate_len + 2});
+    size_t pad = FpduPad(tx_.terminate_len);
+    uint8_t* t = tx_.batch.trailers[0];
     memset(t, 0, pad);
     StoreFpduCrc(t + pad, params_.crc ? crc.Finish() : 0);
-    batch_.iov[batch_.iov_count++] = {h, terminate_len_ + 2};
-    batch_.iov[batch_.iov_count++] = {t, pad + kFpduCrcLen};
-    terminate_len_ = 0;
-    close_send_ = true;
-    batch_.terminate = true;
+    tx_.batch.iov[tx_.batch.iov_count++] = {h, tx_.terminate_len + 2};
+    tx_.batch.iov[tx_.batch.iov_count++] = {t, pad + kFpduCrcLen};
+    tx_.terminate_len = 0;
+    tx_.close_send = true;
+    tx_.batch.terminate = true;
     counters_.Add(Counter::TxPackets);
     return true;
   }
-  if (terminated_) return false;  // the Terminate was the last FPDU
-  if (close_send_ && qp_->state() == QpState::Error) return false;
-  if (rtr_pending_) {
+  if (tx_.terminated) return false;  // the Terminate was the last FPDU
+  if (tx_.close_send && qp_->state() == QpState::Error) return false;
+  if (tx_.rtr_pending) {
     AddFpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, 0, 0, true), nullptr, nullptr, nullptr, 0, 0, 0);
-    rtr_pending_ = false;
+    tx_.rtr_pending = false;
   }
   for (;;) {
     // Read Responses owed to the peer go first, at message boundaries.
@@ -348,7 +348,7 @@ bool Stream::FillBatch() {
                      nullptr, nullptr, &source, 1, response->sent, chunk))
           break;
       }
-      if (chunk) batch_.sources[batch_.source_count++] = piece;
+      if (chunk) tx_.batch.sources[tx_.batch.source_count++] = piece;
       response->sent += chunk;
       if (last) {
         base::MutexLock lock(responses_mutex_);
@@ -357,43 +357,43 @@ bool Stream::FillBatch() {
       }
       continue;
     }
-    if (next_tx_ == qp_->send_tail()) {
+    if (tx_.next == qp_->send_tail()) {
       // One probe in flight at a time: its answer confirms every message before it, and the
       // messages sent after it get the next probe when the answer comes (the Read Response
       // kicks us), so a stream of Writes costs a probe per round trip, not one per Write.
-      if (probe_due_ && probe_seq_ == probes_answered_.load(std::memory_order_acquire))
+      if (tx_.probe_due && tx_.probe_seq == probes_answered_.load(std::memory_order_acquire))
         AddProbe(ReadsOutstanding());
       break;
     }
     // Posted before the RTR arrived (an answer to the first message while Accept completes): it
     // waits for the move to RTS, which kicks us.
     if (qp_->state() == QpState::Rtr) break;
-    SendWqe& wqe = qp_->send_at(next_tx_);
-    if (probe_due_ && wqe.opcode != WrOpcode::Write && wqe.opcode != WrOpcode::Send) {
+    SendWqe& wqe = qp_->send_at(tx_.next);
+    if (tx_.probe_due && wqe.opcode != WrOpcode::Write && wqe.opcode != WrOpcode::Send) {
       if (!AddProbe(ReadsOutstanding())) break;
       continue;
     }
     if (wqe.done) {  // refused at post time (bad local key): completes in its turn
-      qp_->FinishSend(next_tx_++, wqe.status);
+      qp_->FinishSend(tx_.next++, wqe.status);
       break;
     }
     size_t reads = ReadsOutstanding();
     if ((wqe.flags & kFence) && reads) break;  // wait for earlier Reads
     if (wqe.opcode == WrOpcode::Bind || wqe.opcode == WrOpcode::Invalidate) {
       // Nothing goes on the wire; done when its turn comes, so it completes in order.
-      qp_->FinishSend(next_tx_++, WcStatus::Success);
+      qp_->FinishSend(tx_.next++, WcStatus::Success);
       continue;
     }
     if (wqe.opcode == WrOpcode::Read) {
       if (reads >= params_.ord) break;  // beyond the read limit a Read waits; it does not fail
-      ReadRequest request{SinkStag(next_tx_), 0, uint32_t(wqe.length), wqe.rkey, wqe.remote_addr};
-      if (!AddFpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, read_msn_, 0, true), &request,
+      ReadRequest request{SinkStag(tx_.next), 0, uint32_t(wqe.length), wqe.rkey, wqe.remote_addr};
+      if (!AddFpdu(DdpHeader::Untagged(RdmapOpcode::ReadRequest, tx_.read_msn, 0, true), &request,
                    nullptr, nullptr, 0, 0, 0))
         break;
-      read_msn_++;
+      tx_.read_msn++;
       counters_.Add(Counter::TxReads);
       base::MutexLock lock(reads_mutex_);
-      reads_outstanding_.push_back({next_tx_++, false});
+      reads_outstanding_.push_back({tx_.next++, false});
       reads_queued_.fetch_add(1, std::memory_order_release);
       continue;
     }
@@ -401,7 +401,7 @@ bool Stream::FillBatch() {
     size_t hlen = is_send ? kDdpUntaggedHeaderLen : kDdpTaggedHeaderLen;
     uint32_t chunk = uint32_t(std::min<uint64_t>(wqe.length - wqe.sent, params_.max_ulpdu - hlen));
     bool last = wqe.sent + chunk == wqe.length;
-    DdpHeader hdr = is_send ? DdpHeader::Untagged(SendOpcode(wqe.flags), send_msn_, uint32_t(wqe.sent),
+    DdpHeader hdr = is_send ? DdpHeader::Untagged(SendOpcode(wqe.flags), tx_.send_msn, uint32_t(wqe.sent),
                                                   last, wqe.flags & kInvalidate ? wqe.rkey : 0)
                             : DdpHeader::Tagged(RdmapOpcode::RdmaWrite, wqe.rkey, wqe.remote_addr + wqe.sent, last);
     bool is_inline = wqe.flags & kInline;
@@ -413,25 +413,25 @@ bool Stream::FillBatch() {
       counters_.Add(is_send ? Counter::TxSends : Counter::TxWrites);
       if (is_send ? params_.confirm_sends : params_.confirm_writes) {
         base::MutexLock lock(reads_mutex_);
-        unconfirmed_.push_back({next_tx_++, is_send ? send_msn_ : 0});
+        unconfirmed_.push_back({tx_.next++, is_send ? tx_.send_msn : 0});
         unconfirmed_bytes_.fetch_add(wqe.length, std::memory_order_relaxed);
-        probe_due_ = true;
+        tx_.probe_due = true;
       } else {
-        batch_.finished[batch_.finished_count++] = next_tx_++;
+        tx_.batch.finished[tx_.batch.finished_count++] = tx_.next++;
       }
-      if (is_send) send_msn_++;
+      if (is_send) tx_.send_msn++;
     }
   }
-  return batch_.iov_count > 0;
+  return tx_.batch.iov_count > 0;
 }
 
 void Stream::SendTerminate(TermCode code, std::span<const uint8_t> offending) {
   {
     base::MutexLock lock(tx_mutex_);
-    if (terminated_) return;  // one Terminate per stream
-    terminated_ = true;
-    terminate_len_ = EncodeTerminate({terminate_, sizeof terminate_}, code, 1, offending,
-                                     DefaultTermAttach(code));
+    if (tx_.terminated) return;  // one Terminate per stream
+    tx_.terminated = true;
+    tx_.terminate_len = EncodeTerminate({tx_.terminate, sizeof tx_.terminate}, code, 1, offending,
+                                        DefaultTermAttach(code));
     counters_.Add(code.layer == TermLayer::Rdmap ? Counter::TerminatesSentRdmap
                   : code.layer == TermLayer::Ddp ? Counter::TerminatesSentDdp : Counter::TerminatesSentLlp);
   }
