@@ -7,17 +7,7 @@
 namespace ndwv::wire {
 
 const char* ToString(RdmapOpcode op) {
-  switch (op) {
-    case RdmapOpcode::RdmaWrite: return "RDMA Write";
-    case RdmapOpcode::ReadRequest: return "RDMA Read Request";
-    case RdmapOpcode::ReadResponse: return "RDMA Read Response";
-    case RdmapOpcode::Send: return "Send";
-    case RdmapOpcode::SendInvalidate: return "Send with Invalidate";
-    case RdmapOpcode::SendSolicited: return "Send with Solicited Event";
-    case RdmapOpcode::SendSolicitedInvalidate: return "Send with SE and Invalidate";
-    case RdmapOpcode::Terminate: return "Terminate";
-  }
-  return "unknown opcode";
+  return IsKnownOpcode(uint8_t(op)) ? InfoFor(op).name : "unknown opcode";
 }
 
 const char* ToString(DdpError e) {
@@ -145,7 +135,7 @@ DdpError DecodeDdpHeader(std::span<const uint8_t> ulpdu, DdpHeader& out, Reserve
     return tagged ? DdpError::BadDdpVersionTagged : DdpError::BadDdpVersionUntagged;
   if (((ctrl & kRdmapVersionMask) >> 6) != kRdmapVersion) return DdpError::BadRdmapVersion;
   const uint8_t op = ctrl & kRdmapOpcodeMask;
-  if (op > uint8_t(RdmapOpcode::Terminate)) return DdpError::BadOpcode;
+  if (!IsKnownOpcode(op)) return DdpError::BadOpcode;  // before any use of the opcode table
   out.opcode = RdmapOpcode(op);
   out.last = ctrl & kDdpLast;
   if (tagged != IsTagged(out.opcode)) return DdpError::OpcodeModelMismatch;

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <span>
 
 #include "wire/mpa.h"  // ReservedBits
@@ -54,29 +55,61 @@ enum class RdmapOpcode : uint8_t {
   SendSolicitedInvalidate = 6,
   Terminate = 7,
 };
-const char* ToString(RdmapOpcode op);
+const char* ToString(RdmapOpcode op);  // "unknown opcode" outside 0..7
 
 // Untagged queues (QN).
 enum class DdpQueue : uint8_t { Send = 0, ReadRequest = 1, Terminate = 2 };
 
-constexpr bool IsTagged(RdmapOpcode op) {
-  return op == RdmapOpcode::RdmaWrite || op == RdmapOpcode::ReadResponse;
-}
-constexpr bool IsSend(RdmapOpcode op) {
-  return op >= RdmapOpcode::Send && op <= RdmapOpcode::SendSolicitedInvalidate;
-}
-constexpr bool CarriesInvalidateStag(RdmapOpcode op) {
-  return op == RdmapOpcode::SendInvalidate || op == RdmapOpcode::SendSolicitedInvalidate;
-}
-constexpr bool IsSolicited(RdmapOpcode op) {
-  return op == RdmapOpcode::SendSolicited || op == RdmapOpcode::SendSolicitedInvalidate;
-}
+// What an RDMAP opcode is and carries: one row per opcode, from which the codec, the helpers
+// below and the stream's receive path read everything they need to know of it.
+struct RdmapOpcodeInfo {
+  RdmapOpcode opcode;
+  const char* name;        // for logs
+  bool tagged;             // DDP tagged buffer model (T bit): RDMA Write, Read Response
+  DdpQueue queue;          // the untagged queue (QN) it travels on; Send for tagged ones
+  size_t header_length;    // DDP header + the opcode's own RDMAP header: 14, 18, 18+28, 18+4
+  bool is_send;            // a Send of any kind: consumes a receive
+  bool solicited;          // Send with Solicited Event (and Invalidate)
+  bool invalidates;        // carries an STag to invalidate (Send with Invalidate, with SE too)
+};
+
+inline constexpr RdmapOpcodeInfo kRdmapOpcodes[] = {
+    // opcode, name, tagged, queue, header length, send, solicited, invalidates
+    {RdmapOpcode::RdmaWrite, "RDMA Write", true, DdpQueue::Send, kDdpTaggedHeaderLen, false, false,
+     false},
+    {RdmapOpcode::ReadRequest, "RDMA Read Request", false, DdpQueue::ReadRequest,
+     kDdpUntaggedHeaderLen + kReadRequestLen, false, false, false},
+    {RdmapOpcode::ReadResponse, "RDMA Read Response", true, DdpQueue::Send, kDdpTaggedHeaderLen,
+     false, false, false},
+    {RdmapOpcode::Send, "Send", false, DdpQueue::Send, kDdpUntaggedHeaderLen, true, false, false},
+    {RdmapOpcode::SendInvalidate, "Send with Invalidate", false, DdpQueue::Send,
+     kDdpUntaggedHeaderLen, true, false, true},
+    {RdmapOpcode::SendSolicited, "Send with Solicited Event", false, DdpQueue::Send,
+     kDdpUntaggedHeaderLen, true, true, false},
+    {RdmapOpcode::SendSolicitedInvalidate, "Send with SE and Invalidate", false, DdpQueue::Send,
+     kDdpUntaggedHeaderLen, true, true, true},
+    {RdmapOpcode::Terminate, "Terminate", false, DdpQueue::Terminate, kTerminateHeaderLen, false,
+     false, false},
+};
+inline constexpr size_t kRdmapOpcodeCount = std::size(kRdmapOpcodes);
+constexpr bool IsKnownOpcode(uint8_t op) { return op < kRdmapOpcodeCount; }
+static_assert(kRdmapOpcodeCount == size_t(RdmapOpcode::Terminate) + 1);
+static_assert([] {
+  for (size_t i = 0; i < kRdmapOpcodeCount; ++i)
+    if (size_t(kRdmapOpcodes[i].opcode) != i) return false;
+  return true;
+}(), "kRdmapOpcodes: row i is opcode i");
+
+// `op` must be one of the eight (DecodeDdpHeader refuses any other before it sets one).
+constexpr const RdmapOpcodeInfo& InfoFor(RdmapOpcode op) { return kRdmapOpcodes[uint8_t(op)]; }
+
+constexpr bool IsTagged(RdmapOpcode op) { return InfoFor(op).tagged; }
+constexpr bool IsSend(RdmapOpcode op) { return InfoFor(op).is_send; }
+constexpr bool CarriesInvalidateStag(RdmapOpcode op) { return InfoFor(op).invalidates; }
+constexpr bool IsSolicited(RdmapOpcode op) { return InfoFor(op).solicited; }
 // The queue an untagged opcode travels on (meaningless for tagged ones).
-constexpr DdpQueue QueueFor(RdmapOpcode op) {
-  return op == RdmapOpcode::ReadRequest ? DdpQueue::ReadRequest
-         : op == RdmapOpcode::Terminate ? DdpQueue::Terminate
-                                        : DdpQueue::Send;
-}
+constexpr DdpQueue QueueFor(RdmapOpcode op) { return InfoFor(op).queue; }
+
 // The control field ndwv sends: versions 1/1, reserved bits zero.
 constexpr uint16_t MakeDdpCtrl(RdmapOpcode op, bool last) {
   return uint16_t((IsTagged(op) ? kDdpTagged : 0) | (last ? kDdpLast : 0) | kDdpVersion << 8 |
@@ -91,11 +124,9 @@ constexpr uint16_t MakeDdpCtrl(RdmapOpcode op, bool last) {
 // the decoder name the error.
 constexpr size_t SegmentHeaderLength(uint16_t ctrl) {
   if (ctrl & kDdpTagged) return kDdpTaggedHeaderLen;
-  switch (ctrl & kRdmapOpcodeMask) {
-    case uint8_t(RdmapOpcode::ReadRequest): return kDdpUntaggedHeaderLen + kReadRequestLen;
-    case uint8_t(RdmapOpcode::Terminate): return kTerminateHeaderLen;
-    default: return kDdpUntaggedHeaderLen;
-  }
+  const uint8_t op = ctrl & kRdmapOpcodeMask;
+  if (!IsKnownOpcode(op) || InfoFor(RdmapOpcode(op)).tagged) return kDdpUntaggedHeaderLen;
+  return InfoFor(RdmapOpcode(op)).header_length;
 }
 
 // ---- Terminate error codes (RFC 5040 §7, RFC 5044, RFC 6581) --------------------------------

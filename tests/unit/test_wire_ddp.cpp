@@ -169,6 +169,59 @@ TEST(WireDdp, TerminateDdpTaggedInvalidStagLiteral) {
   EXPECT_TRUE(s.term.rdmap_header.empty());
 }
 
+// ---- the opcode table --------------------------------------------------------------------------
+
+// kRdmapOpcodes row by row against RFC 5040 §4.3 (opcode values), RFC 5040 §5 and RFC 5041 §5
+// (which opcodes use the tagged model, and the queue numbers: 0 Send, 1 Read Request,
+// 2 Terminate) and the header layouts of §4 (14 tagged, 18 untagged, +28 Read Request, +4
+// Terminate).
+TEST(WireDdp, OpcodeTable) {
+  struct Fact {
+    uint8_t value;
+    RdmapOpcode opcode;
+    bool tagged;
+    uint8_t qn;
+    size_t header_length;
+    bool send, solicited, invalidates;
+  };
+  const Fact facts[] = {
+      {0, RdmapOpcode::RdmaWrite, true, 0, 14, false, false, false},
+      {1, RdmapOpcode::ReadRequest, false, 1, 46, false, false, false},
+      {2, RdmapOpcode::ReadResponse, true, 0, 14, false, false, false},
+      {3, RdmapOpcode::Send, false, 0, 18, true, false, false},
+      {4, RdmapOpcode::SendInvalidate, false, 0, 18, true, false, true},
+      {5, RdmapOpcode::SendSolicited, false, 0, 18, true, true, false},
+      {6, RdmapOpcode::SendSolicitedInvalidate, false, 0, 18, true, true, true},
+      {7, RdmapOpcode::Terminate, false, 2, 22, false, false, false},
+  };
+  ASSERT_EQ(kRdmapOpcodeCount, std::size(facts));
+  std::set<std::string> names;
+  for (const Fact& f : facts) {
+    SCOPED_TRACE(int(f.value));
+    EXPECT_EQ(uint8_t(f.opcode), f.value);
+    const RdmapOpcodeInfo& info = InfoFor(f.opcode);
+    EXPECT_EQ(&info, &kRdmapOpcodes[f.value]);
+    EXPECT_EQ(info.opcode, f.opcode);
+    EXPECT_EQ(info.tagged, f.tagged);
+    if (!f.tagged) {
+      EXPECT_EQ(uint8_t(info.queue), f.qn);
+    }
+    EXPECT_EQ(info.header_length, f.header_length);
+    EXPECT_EQ(info.is_send, f.send);
+    EXPECT_EQ(info.solicited, f.solicited);
+    EXPECT_EQ(info.invalidates, f.invalidates);
+    EXPECT_STREQ(ToString(f.opcode), info.name);
+    names.insert(info.name);
+    // What the control field ndwv sends says of it.
+    const uint16_t ctrl = MakeDdpCtrl(f.opcode, true);
+    EXPECT_EQ(bool(ctrl & kDdpTagged), f.tagged);
+    EXPECT_EQ(ctrl & kRdmapOpcodeMask, f.value);
+    EXPECT_EQ(SegmentHeaderLength(ctrl), f.header_length);
+  }
+  EXPECT_EQ(names.size(), std::size(facts));
+  for (int op = 8; op <= 15; op++) EXPECT_FALSE(IsKnownOpcode(uint8_t(op)));
+}
+
 // ---- round trips ------------------------------------------------------------------------------
 
 TEST(WireDdp, RoundTripEveryOpcode) {

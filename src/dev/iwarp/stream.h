@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <span>
 #include <utility>
 
 #include "base/capture.h"
@@ -148,6 +149,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
                uint64_t offset, uint32_t length) NDWV_REQUIRES(tx_mutex_);
   // From the receive path; takes tx_mutex_ (the order: rx_mutex_, then tx_mutex_).
   void QueueTerminate(wire::TermCode code) NDWV_REQUIRES(rx_mutex_) NDWV_EXCLUDES(tx_mutex_);
+  // Its transmit part: the Terminate becomes the stream's last FPDU (if it is the first).
+  void SendTerminate(wire::TermCode code, std::span<const uint8_t> offending) NDWV_EXCLUDES(tx_mutex_);
   // After a Terminate the socket stays open (nothing read, nothing sent but what is queued) until
   // the peer's TCP has acknowledged the Terminate, or NDWV_DISCONNECT_TIMEOUT_MS: a peer that
   // reads nothing leaves the socket full, and closing it then (with its unread bytes) would
@@ -178,6 +181,34 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool SgesGranted(const Sge* sge, uint32_t num_sge) const
       NDWV_REQUIRES_SHARED(qp_->pd().placement_lock());
   bool FinishSegment() NDWV_REQUIRES(rx_mutex_);
+  // What StartSegment, Target, LockTarget and FinishSegment do that depends on the opcode: one
+  // row per RDMAP opcode (kRxHandlers, stream_rx.cpp), one handler per opcode class and step.
+  struct RxHandlers {
+    bool (Stream::*start)();  // the opcode's checks; false: failed (or wait)
+    std::pair<uint8_t*, uint64_t> (Stream::*target)(uint32_t offset);  // where payload goes
+    bool (Stream::*lock_target)(std::shared_lock<base::SharedMutex>& placement);
+    bool (Stream::*finish)();  // the segment is placed: what it completes
+  };
+  static const RxHandlers kRxHandlers[];
+  const RxHandlers& RxHandlersFor() const NDWV_REQUIRES(rx_mutex_);  // rx_.hdr's row
+  bool StartWrite() NDWV_REQUIRES(rx_mutex_);
+  bool StartReadRequest() NDWV_REQUIRES(rx_mutex_);
+  bool StartReadResponse() NDWV_REQUIRES(rx_mutex_);
+  bool StartSend() NDWV_REQUIRES(rx_mutex_);
+  bool StartTerminate() NDWV_REQUIRES(rx_mutex_);
+  std::pair<uint8_t*, uint64_t> WriteTarget(uint32_t offset) NDWV_REQUIRES(rx_mutex_);
+  std::pair<uint8_t*, uint64_t> ReadResponseTarget(uint32_t offset) NDWV_REQUIRES(rx_mutex_);
+  std::pair<uint8_t*, uint64_t> SendTarget(uint32_t offset) NDWV_REQUIRES(rx_mutex_);
+  std::pair<uint8_t*, uint64_t> TerminateTarget(uint32_t offset) NDWV_REQUIRES(rx_mutex_);
+  bool LockWriteTarget(std::shared_lock<base::SharedMutex>& placement) NDWV_REQUIRES(rx_mutex_);
+  bool LockReadResponseTarget(std::shared_lock<base::SharedMutex>& placement) NDWV_REQUIRES(rx_mutex_);
+  bool LockSendTarget(std::shared_lock<base::SharedMutex>& placement) NDWV_REQUIRES(rx_mutex_);
+  bool LockTerminateTarget(std::shared_lock<base::SharedMutex>& placement) NDWV_REQUIRES(rx_mutex_);
+  bool FinishWrite() NDWV_REQUIRES(rx_mutex_);
+  bool FinishReadRequest() NDWV_REQUIRES(rx_mutex_);
+  bool FinishReadResponse() NDWV_REQUIRES(rx_mutex_);
+  bool FinishSend() NDWV_REQUIRES(rx_mutex_);
+  bool FinishTerminate() NDWV_REQUIRES(rx_mutex_);
   void Fail(wire::TermCode code, WcStatus local_status) NDWV_REQUIRES(rx_mutex_);
   void Broken() NDWV_REQUIRES(rx_mutex_);  // the socket is gone: stop and let the CM know
   void NotifyObserver(void (StreamObserver::*event)());
@@ -194,16 +225,34 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // ---- transmit (tx_mutex_) ----
   base::Mutex tx_mutex_{"iwarp::Stream::tx_mutex_"};
   base::KickedRunner tx_runner_;  // Kick: one sender at a time
-  TxBatch batch_ NDWV_GUARDED_BY(tx_mutex_);
-  uint64_t next_tx_ NDWV_GUARDED_BY(tx_mutex_) = 0;  // next send queue position to start
-  uint32_t send_msn_ NDWV_GUARDED_BY(tx_mutex_) = 1;
-  uint32_t read_msn_ NDWV_GUARDED_BY(tx_mutex_) = 1;
   // Reads awaiting their response, in order: a request's send queue position, or for a probe
   // (the zero-length Read that confirms Sends and Writes) the position up to which it confirms.
   struct OutstandingRead {
     uint64_t position;
     bool probe;
   };
+  struct TxState {
+    TxBatch batch;
+    uint64_t next = 0;  // next send queue position to start
+    uint32_t send_msn = 1;
+    uint32_t read_msn = 1;
+    bool probe_due = false;
+    uint32_t probe_seq = 0;  // probes sent (transmit path)
+    uint8_t terminate[wire::kTerminateMaxLen];
+    // A Terminate waits to be sent; it is the stream's last FPDU.
+    size_t terminate_len = 0;
+    // A Terminate was queued: nothing else is sent.
+    bool terminated = false;
+    bool terminate_written = false;  // ... and handed to TCP whole
+    bool rtr_pending = false;
+    bool close_send = false;
+    bool send_closed = false;
+    // Lingering after a Terminate (CloseSocket).
+    bool lingering = false;
+    Clock::time_point linger_until = {};
+    std::shared_ptr<Stream> linger_self;  // alive while lingering
+  };
+  TxState tx_ NDWV_GUARDED_BY(tx_mutex_);
   std::deque<OutstandingRead> reads_outstanding_ NDWV_GUARDED_BY(reads_mutex_);
   struct Unconfirmed {
     uint64_t position;
@@ -211,8 +260,6 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   };
   // Sends and Writes sent, not yet confirmed.
   std::deque<Unconfirmed> unconfirmed_ NDWV_GUARDED_BY(reads_mutex_);
-  bool probe_due_ NDWV_GUARDED_BY(tx_mutex_) = false;
-  uint32_t probe_seq_ NDWV_GUARDED_BY(tx_mutex_) = 0;  // probes sent (transmit path)
   std::atomic<uint32_t> probes_answered_{0};  // their Read Responses received (receive path)
   bool AddProbe(size_t reads) NDWV_REQUIRES(tx_mutex_);
   size_t ReadsOutstanding();
@@ -224,19 +271,10 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // The sizes of responses_ and reads_outstanding_, readable without their locks: the transmit
   // path looks at both for every message, and they are nearly always empty.
   std::atomic<uint32_t> responses_queued_{0}, reads_queued_{0};
-  uint8_t terminate_[wire::kTerminateMaxLen] NDWV_GUARDED_BY(tx_mutex_);
-  // A Terminate waits to be sent; it is the stream's last FPDU.
-  size_t terminate_len_ NDWV_GUARDED_BY(tx_mutex_) = 0;
-  // A Terminate was queued: nothing else is sent.
-  bool terminated_ NDWV_GUARDED_BY(tx_mutex_) = false;
-  bool terminate_written_ NDWV_GUARDED_BY(tx_mutex_) = false;  // ... and handed to TCP whole
-  bool rtr_pending_ NDWV_GUARDED_BY(tx_mutex_) = false;
   std::atomic<bool> shut_{false};   // Shutdown ran (set with both locks held)
   std::atomic<bool> error_reported_{false};
   // reads_outstanding_ and unconfirmed_: transmit adds, receive retires.
   base::Mutex reads_mutex_{"iwarp::Stream::reads_mutex_"};
-  bool close_send_ NDWV_GUARDED_BY(tx_mutex_) = false;
-  bool send_closed_ NDWV_GUARDED_BY(tx_mutex_) = false;
   std::atomic<bool> broken_{false};
   std::atomic<bool> timed_out_{false};   // the socket ended with ETIMEDOUT (NDWV_IWARP_TIMEOUT_MS)
   std::atomic<bool> tx_stalled_{false};  // the last sendmsg found the socket full
@@ -244,36 +282,39 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // The bytes of the requests Posted() left queued (nonzero: some wait); the next kick sends them.
   std::atomic<uint64_t> deferred_bytes_{0};
   std::atomic<uint64_t> unconfirmed_bytes_{0};  // the length of the requests in unconfirmed_
-  // The receive path runs on a poller.
-  bool rx_by_poller_ NDWV_GUARDED_BY(rx_mutex_) = false;
 
   // ---- receive (rx_mutex_) ----
   base::Mutex rx_mutex_{"iwarp::Stream::rx_mutex_"};
   base::KickedRunner rx_runner_;  // DriveReceive: one receiver at a time
-  RxPhase phase_ NDWV_GUARDED_BY(rx_mutex_) = RxPhase::Header;
-  uint8_t staging_[4096] NDWV_GUARDED_BY(rx_mutex_);
-  size_t staging_begin_ NDWV_GUARDED_BY(rx_mutex_) = 0;
-  size_t staging_end_ NDWV_GUARDED_BY(rx_mutex_) = 0;
-  uint32_t ulpdu_len_ NDWV_GUARDED_BY(rx_mutex_) = 0;
-  wire::DdpHeader hdr_ NDWV_GUARDED_BY(rx_mutex_);
-  wire::ReadRequest read_req_ NDWV_GUARDED_BY(rx_mutex_);
-  size_t hdr_len_ NDWV_GUARDED_BY(rx_mutex_) = 0;
-  // This segment's length field and headers.
-  uint8_t raw_hdr_[2 + wire::kTerminateMaxLen] NDWV_GUARDED_BY(rx_mutex_);
-  uint32_t payload_len_ NDWV_GUARDED_BY(rx_mutex_) = 0;
-  uint32_t payload_done_ NDWV_GUARDED_BY(rx_mutex_) = 0;
-  uint32_t tail_len_ NDWV_GUARDED_BY(rx_mutex_) = 0;
-  // The segment's CRC is built as its bytes go by (else checked whole).
-  bool crc_streaming_ NDWV_GUARDED_BY(rx_mutex_) = false;
-  wire::FpduCrcBuilder crc_ NDWV_GUARDED_BY(rx_mutex_);
-  // The message being received.
-  bool have_recv_ NDWV_GUARDED_BY(rx_mutex_) = false;
-  RecvWqe recv_ NDWV_GUARDED_BY(rx_mutex_);
-  uint32_t recv_msn_ NDWV_GUARDED_BY(rx_mutex_) = 1;
-  uint32_t read_req_msn_ NDWV_GUARDED_BY(rx_mutex_) = 1;
-  uint64_t recv_bytes_ NDWV_GUARDED_BY(rx_mutex_) = 0;
-  OutstandingRead rx_read_ NDWV_GUARDED_BY(rx_mutex_) = {};  // the Read whose response is arriving
-  bool peer_closed_ NDWV_GUARDED_BY(rx_mutex_) = false;
+  struct RxState {
+    // The receive path runs on a poller.
+    bool by_poller = false;
+    RxPhase phase = RxPhase::Header;
+    uint8_t staging[4096];
+    size_t staging_begin = 0;
+    size_t staging_end = 0;
+    uint32_t ulpdu_len = 0;
+    wire::DdpHeader hdr;
+    wire::ReadRequest read_req;
+    size_t hdr_len = 0;
+    // This segment's length field and headers.
+    uint8_t raw_hdr[2 + wire::kTerminateMaxLen];
+    uint32_t payload_len = 0;
+    uint32_t payload_done = 0;
+    uint32_t tail_len = 0;
+    // The segment's CRC is built as its bytes go by (else checked whole).
+    bool crc_streaming = false;
+    wire::FpduCrcBuilder crc;
+    // The message being received.
+    bool have_recv = false;
+    RecvWqe recv;
+    uint32_t recv_msn = 1;
+    uint32_t read_req_msn = 1;
+    uint64_t recv_bytes = 0;
+    OutstandingRead read = {};  // the Read whose response is arriving
+    bool peer_closed = false;
+  };
+  RxState rx_ NDWV_GUARDED_BY(rx_mutex_);
 
   // While a poller spins on an empty CQ it drives the socket itself (receive, and transmit when
   // the socket was full), and the engine stops watching it: a wake-up per message on a busy core
@@ -285,11 +326,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // poller after the receive: PollerRule's evidence).
   std::atomic<bool> peer_message_by_poller_{false};
 
-  // Lingering after a Terminate (CloseSocket).
-  bool lingering_ NDWV_GUARDED_BY(tx_mutex_) = false;
-  Clock::time_point linger_until_ NDWV_GUARDED_BY(tx_mutex_) = {};
-  Timer linger_timer_;
-  std::shared_ptr<Stream> linger_self_ NDWV_GUARDED_BY(tx_mutex_);  // alive while lingering
+  Timer linger_timer_;  // lingering after a Terminate (CloseSocket)
 };
 
 }  // namespace ndwv::dev::iwarp
