@@ -1399,6 +1399,31 @@ TEST_F(IwarpHostile, ReadResponseIsNotPlacedIntoASinkDeregisteredMeanwhile) {
   }
 }
 
+// A Read Response must fill its sink from the start, in order, to the end. One that ends early
+// (the last segment short of the Read's length) or skips bytes (a first segment past offset 0)
+// would complete a Read with memory never written: it is terminated (tagged base or bounds
+// violation) and the Read does not succeed. (Before: both completed the Read with Success.)
+TEST_F(IwarpHostile, ReadResponseThatEndsEarlyOrSkipsBytesIsTerminated) {
+  constexpr uint32_t kLength = 400;
+  for (uint64_t skip : {uint64_t(0), uint64_t(200)}) {
+    SCOPED_TRACE(skip ? "skips the first 200 bytes" : "ends after 200 of 400 bytes");
+    Conn& c = NewConn();
+    ASSERT_NO_FATAL_FAILURE(Establish(c));
+    Segment request;
+    ASSERT_NO_FATAL_FAILURE(PostRead(c, 8, kLength, request));
+    std::vector<uint8_t> data = Bytes(200, 43);
+    DdpHeader h = DdpHeader::Tagged(RdmapOpcode::ReadResponse, request.read.sink_stag,
+                                    request.read.sink_to + skip, true);
+    c.peer.Send(Fpdu(h, data, c.peer.crc));
+    Segment term;
+    auto expected = c.AllReceivesFlushed();
+    expected[7] = WcStatus::Flushed;
+    ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpTaggedCode::BaseBounds), expected, term));
+    ExpectNamesSegment(term, h, h.length() + data.size());
+    EXPECT_TRUE(Unchanged(c.local, "Read sink")) << "a refused response placed bytes";
+  }
+}
+
 // Zero-length Read Requests count against the IRD like any other. A peer that sends them and
 // reads nothing, so that the answers cannot leave, makes ndwv hold at most IRD answers; the next
 // request is refused with a Terminate ("no buffer" on the Read Request queue) that follows the

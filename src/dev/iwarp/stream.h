@@ -312,6 +312,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     uint32_t read_req_msn = 1;
     uint64_t recv_bytes = 0;
     OutstandingRead read = {};  // the Read whose response is arriving
+    uint64_t response_bytes = 0;  // of its response, placed so far (the next TO)
     bool peer_closed = false;
   };
   RxState rx_ NDWV_GUARDED_BY(rx_mutex_);

@@ -234,8 +234,11 @@ bool Stream::StartReadResponse() {
     Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
     return false;
   }
+  // A response fills the sink from its start, in order, to its end: a segment anywhere else, or
+  // a last one that leaves bytes out, would complete a Read whose memory was never written.
   uint64_t length = rx_.read.probe ? 0 : qp_->send_at(rx_.read.position).length;
-  if (rx_.hdr.to > length || rx_.payload_len > length - rx_.hdr.to) {
+  if (rx_.hdr.to != rx_.response_bytes || rx_.payload_len > length - rx_.hdr.to ||
+      (rx_.hdr.last && rx_.hdr.to + rx_.payload_len != length)) {
     Fail(MakeTerm(DdpTaggedCode::BaseBounds), WcStatus::Flushed);
     return false;
   }
@@ -473,7 +476,9 @@ bool Stream::FinishWrite() {
 bool Stream::FinishReadResponse() {
   rx_mutex_.AssertHeld();
   counters_.Add(Counter::RxBytes, rx_.payload_len);
+  rx_.response_bytes += rx_.payload_len;
   if (rx_.hdr.last) {
+    rx_.response_bytes = 0;
     {
       base::MutexLock lock(reads_mutex_);
       reads_outstanding_.pop_front();
