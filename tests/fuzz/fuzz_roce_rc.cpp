@@ -147,7 +147,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   params.ack_timeout_ms = 60000;  // no retransmission by the timer within an input
   params.rnr_retry = 7;
   auto link = std::make_shared<roce::RcLink>(w.port, qp, params, std::weak_ptr<roce::RcObserver>());
-  link->Start();
+  CHECK(link->Start());
   CHECK(qp->Modify(QpState::Rts) == 0);
   for (uint32_t i = 0; i < 2; ++i) {
     Sge sge{w.recv.addr() + i * 2 * kRecvSize, uint32_t(kRecvSize), w.recv.lkey};
