@@ -27,11 +27,11 @@ namespace ndwv::dev {
 //    application waited for was its own request, and it may wait for the peer's next message
 //    without polling. If it polls again instead (an empty poll next) and has ever ended a wait
 //    by reaping a received message, it waits by polling after all, for the peer's answer most
-//    likely, and the pollers take the socket back at once: left
-//    with the engine, that answer would be read by a thread that needs a core the pollers spin
-//    on (a 64 KiB RoCE ping-pong, whose Send completes before the answer comes, took 2-8 times
-//    longer). Also when a Notify is armed, after which the pollers take the socket again only
-//    once they end a wait themselves;
+//    likely, and the pollers take the socket back at once: left with the engine, that answer
+//    would be read by a thread that needs a core the pollers spin on (a 64 KiB RoCE ping-pong,
+//    whose Send completes before the answer comes, took 2-8 times longer). Also when a Notify
+//    is armed, after which the pollers take the socket again only once they end a wait
+//    themselves;
 //  * and by timer, when polls and posts have stopped: the first look kFirstIdleLook after the
 //    engine left, then each look twice as late, up to kPollIdle, while the pollers go on. A
 //    memory waiter the evidence missed so waits kFirstIdleLook more, not kPollIdle.
