@@ -222,12 +222,18 @@ bool Stream::StartWrite() {
 
 bool Stream::StartReadResponse() {
   rx_mutex_.AssertHeld();
-  base::MutexLock lock(reads_mutex_);
-  if (reads_outstanding_.empty()) {
+  bool outstanding;
+  {
+    // Not held across Fail: its Terminate takes tx_mutex_, under which FillBatch takes this one.
+    // The oldest Read stays ours to read: only this receive path retires it.
+    base::MutexLock lock(reads_mutex_);
+    outstanding = !reads_outstanding_.empty();
+    if (outstanding) rx_.read = reads_outstanding_.front();
+  }
+  if (!outstanding) {
     Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
     return false;
   }
-  rx_.read = reads_outstanding_.front();
   bool expected = rx_.read.probe ? (rx_.hdr.stag & 0xFF000000u) == kProbeStagTag
                                  : rx_.hdr.stag == SinkStag(rx_.read.position);
   if (!expected) {

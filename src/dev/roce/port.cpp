@@ -34,9 +34,14 @@ namespace {
 
 // The ports this process has open, by local address, so that a listener's port and the shared
 // NDWV_ROCE_PORT are found again rather than bound twice.
-base::Mutex g_ports_mutex{"roce g_ports_mutex"};
+// The map and its lock outlive static teardown: the engine thread may still end a port (~Port)
+// while the exiting process destroys its statics.
+base::Mutex& PortsMutex() {
+  static auto* mutex = new base::Mutex("roce PortsMutex()");
+  return *mutex;
+}
 std::map<std::string, std::weak_ptr<Port>>& Ports() {
-  static auto* ports = new std::map<std::string, std::weak_ptr<Port>>;  // outlives static teardown
+  static auto* ports = new std::map<std::string, std::weak_ptr<Port>>;
   return *ports;
 }
 
@@ -103,9 +108,9 @@ int Port::OpenSocket(int family) {
 
 std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int32_t* status) {
   // A port found open and refused may be its last reference by then: it goes after the lock
-  // (~Port takes g_ports_mutex).
+  // (~Port takes PortsMutex()).
   std::shared_ptr<Port> found;
-  base::MutexLock lock(g_ports_mutex);
+  base::MutexLock lock(PortsMutex());
   if (PortOf(local) != 0) {
     auto it = Ports().find(Describe(local));
     if (it != Ports().end() && (found = it->second.lock())) {
@@ -135,7 +140,7 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
 }
 
 std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const sockaddr_storage& peer) {
-  base::MutexLock lock(g_ports_mutex);
+  base::MutexLock lock(PortsMutex());
   std::string name = owner->name_ + " > " + Describe(peer);
   auto it = Ports().find(name);
   if (it != Ports().end())
@@ -196,7 +201,7 @@ Port::~Port() {
       if (counts[i]) AdapterCounters(Transport::Roce).AddShared(Counter(i), counts[i]);
   }
   {
-    base::MutexLock lock(g_ports_mutex);
+    base::MutexLock lock(PortsMutex());
     auto it = Ports().find(name_);
     if (it != Ports().end() && it->second.expired()) Ports().erase(it);
   }
@@ -598,7 +603,7 @@ namespace {
 // The ports open now (held, so that none closes while the caller works on it).
 std::vector<std::shared_ptr<Port>> OpenPorts() {
   std::vector<std::shared_ptr<Port>> ports;
-  base::MutexLock lock(g_ports_mutex);
+  base::MutexLock lock(PortsMutex());
   for (auto& [name, weak] : Ports())
     if (auto port = weak.lock()) ports.push_back(std::move(port));
   return ports;

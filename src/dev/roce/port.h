@@ -205,7 +205,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   const std::shared_ptr<Port> owner_;  // a flow's owning port (null for a port)
   std::atomic<bool> connected_{false};
   sockaddr_storage connected_peer_{};  // set before connected_
-  bool shares_port_ = false;  // a port: SO_REUSEPORT set for its flows (under g_ports_mutex)
+  bool shares_port_ = false;  // a port: SO_REUSEPORT set for its flows (under PortsMutex())
   PortCounters counters_;  // a flow's are its owner's
 
   base::SharedMutex sinks_mutex_;
