@@ -193,13 +193,15 @@ void RcLink::Kick() {
   Pump();
 }
 
+void RcLink::SendDueAcks() {
+  // The lock only when one is due: an empty poll is the hot path.
+  if (!ack_due_.load(std::memory_order_relaxed)) return;
+  base::MutexLock lock(mutex_);
+  if (ack_due_) Pump();
+}
+
 void RcLink::PollProgress() {
-  // ACKs made due by the previous poll go out now, after their messages were consumed (the lock
-  // only when there is one: an empty poll is the hot path).
-  if (ack_due_.load(std::memory_order_relaxed)) {
-    base::MutexLock lock(mutex_);
-    if (ack_due_) Pump();
-  }
+  SendDueAcks();  // made due by the previous poll, after their messages were consumed
   t_polling = true;
   port_->DriveReceive(true);
   t_polling = false;
@@ -207,11 +209,9 @@ void RcLink::PollProgress() {
 }
 
 void RcLink::Reaped(bool peer_message) {
-  if (!port_->Reaped(peer_message) || !ack_due_.load(std::memory_order_relaxed)) return;
   // The application may wait on memory now, without a poll to send the ACKs its polls made due:
   // they go now, as for a Notify (the peer's request would otherwise wait for our next one).
-  base::MutexLock lock(mutex_);
-  if (ack_due_) Pump();
+  if (port_->Reaped(peer_message)) SendDueAcks();
 }
 
 void RcLink::StillPolled() { port_->Posted(); }

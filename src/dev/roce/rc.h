@@ -94,6 +94,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   static constexpr uint32_t kAckEvery = 16;  // a long message asks for an ACK this often
 
  private:
+  void SendDueAcks() NDWV_EXCLUDES(mutex_);  // the coalesced ACKs that wait for a poll, now
   static constexpr uint64_t kKeepalive = UINT64_MAX;  // a Flight that is no request's
   struct Flight {
     uint64_t position;  // in the send queue, or kKeepalive
