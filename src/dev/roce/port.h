@@ -77,8 +77,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // `shared`: the process-wide port of NDWV_ROCE_PORT, which many connectors use; otherwise a
   // port already open in this process is in use (WV_SHARING_VIOLATION).
   static std::shared_ptr<Port> Open(const sockaddr_storage& local, bool shared, int32_t* status);
-  // The flow of `owner` to `peer`, opened or shared; null if the host refuses one (the
-  // connection then uses the owner's socket).
+  // The flow of `owner` to `peer`, opened or shared; null if the host refuses one or the owner
+  // has as many as it may (port.cpp): the connection then uses the owner's socket.
   static std::shared_ptr<Port> OpenFlow(const std::shared_ptr<Port>& owner, const sockaddr_storage& peer);
   ~Port();
   // An active connector opens a port per connection: from the pool (base/object_pool.h).
@@ -206,6 +206,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   std::atomic<bool> connected_{false};
   sockaddr_storage connected_peer_{};  // set before connected_
   bool shares_port_ = false;  // a port: SO_REUSEPORT set for its flows (under PortsMutex())
+  size_t flows_ = 0;          // a port: its flows open (under PortsMutex())
   PortCounters counters_;  // a flow's are its owner's
 
   base::SharedMutex sinks_mutex_;
