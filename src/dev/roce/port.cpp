@@ -47,12 +47,6 @@ std::map<std::string, std::weak_ptr<Port>>& Ports() {
 
 constexpr int kSocketBuffer = 4 << 20;  // room for a window of full-size packets per connection
 
-// Flows one port may have. A datagram to the port that no connected socket matches (every new
-// peer's REQ; on kernels before 6.13, every datagram) makes the kernel walk all the sockets on
-// the port, and so does each flow's bind: with 8,000 flows a REQ cost ~2 ms of the sender's
-// time. Past this count a connection's packets go through the owner's socket, told apart by QPN.
-constexpr size_t kMaxFlowsPerPort = 64;
-
 // 32 unpredictable bits. An active connector opens a port, and so draws a seed, for every
 // connection: std::random_device costs 50-80 us a construction on the development VM (its CPU
 // feature check is a VM exit), a getrandom() call 3-4 us.
@@ -151,7 +145,7 @@ std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const s
   auto it = Ports().find(name);
   if (it != Ports().end())
     if (auto flow = it->second.lock()) return flow;
-  if (owner->flows_ >= kMaxFlowsPerPort) return nullptr;
+  if (owner->flows_ >= kMaxFlows) return nullptr;
   int fd = OpenSocket(owner->local_.ss_family);
   if (fd < 0) {
     NDWV_LOG(Info, "roce port %s: no socket for a flow to %s (%s): the port's own carries it",
