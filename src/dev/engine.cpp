@@ -162,6 +162,7 @@ bool Engine::IsArmed(const Timer* timer) {
 }
 
 void Engine::Defer(WorkItem* item) {
+  bool wake = false;
   {
     base::MutexLock lock(work_mutex_);
     if (item->queued) return;
@@ -169,8 +170,15 @@ void Engine::Defer(WorkItem* item) {
     item->next = nullptr;
     if (work_tail_) work_tail_->next = item; else work_head_ = item;
     work_tail_ = item;
+    if (workers_asleep_ > wakes_on_the_way_) {
+      ++wakes_on_the_way_;
+      wake = true;
+    }
   }
-  work_cv_.notify_one();
+  if (wake) {
+    work_wakes_.fetch_add(1, std::memory_order_release);
+    work_wakes_.notify_one();
+  }
 }
 
 void Engine::WorkerLoop() {
@@ -178,8 +186,16 @@ void Engine::WorkerLoop() {
     WorkItem* item;
     {
       base::MutexLock lock(work_mutex_);
-      while (!work_head_ && !stopping_) work_cv_.wait(work_mutex_);
-      if (stopping_) return;
+      while (!work_head_) {
+        // A Defer after this load changes the word, and the wait below does not sleep.
+        const uint32_t seen = work_wakes_.load(std::memory_order_acquire);
+        ++workers_asleep_;
+        work_mutex_.unlock();
+        work_wakes_.wait(seen, std::memory_order_acquire);
+        work_mutex_.lock();
+        --workers_asleep_;
+        if (wakes_on_the_way_ > 0) --wakes_on_the_way_;
+      }
       item = work_head_;
       work_head_ = item->next;
       if (!work_head_) work_tail_ = nullptr;
