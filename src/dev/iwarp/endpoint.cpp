@@ -129,8 +129,8 @@ int& SpareDescriptor() {
   return spare;
 }
 
-// A connection's socket: no Nagle delay; and a dead peer or link is found within
-// NDWV_IWARP_TIMEOUT_MS, data outstanding or not (TCP_USER_TIMEOUT, and keepalives when idle).
+}  // namespace
+
 void TuneConnectionSocket(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -143,8 +143,6 @@ void TuneConnectionSocket(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
 }
-
-}  // namespace
 
 int32_t Endpoint::OpenSocket(int family) {
   mutex_.AssertHeld();
@@ -222,7 +220,6 @@ void Endpoint::OnListenReady() {
     }
     // A reserve lost to another thread while out of descriptors (RefusePending) is taken again.
     if (int& spare = SpareDescriptor(); spare < 0) spare = OpenSpare();
-    TuneConnectionSocket(fd);
     auto child = base::MakePooled<Endpoint>();
     base::MutexLock lock(child->mutex_);
     child->fd_ = fd;

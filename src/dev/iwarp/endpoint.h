@@ -29,6 +29,12 @@ namespace ndwv::dev::iwarp {
 
 std::shared_ptr<ConnectEndpoint> CreateEndpoint();
 
+// The options of every connection's socket: no Nagle delay; and a dead peer or link is found
+// within NDWV_IWARP_TIMEOUT_MS, data outstanding or not (TCP_USER_TIMEOUT, and keepalives when
+// idle). Set on every socket at Bind; the sockets a listener accepts inherit them from its own
+// (six system calls fewer per accepted connection; a unit test checks that the kernel does).
+void TuneConnectionSocket(int fd);
+
 class Endpoint final : public EndpointBase<Endpoint>,
                        public StreamObserver,
                        public IoHandler,
