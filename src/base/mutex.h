@@ -149,8 +149,13 @@ class NDWV_CAPABILITY("shared mutex") SharedMutex {
       // would tell TSan of an unlock), and sleep until the writer lets go.
       uint32_t before = state_.fetch_sub(1, std::memory_order_release);
       if ((before & kReaders) == 1 && (before & kWriterWaits)) state_.notify_all();
-      for (uint32_t s; (s = state_.load(std::memory_order_relaxed)) & kWriter;)
-        state_.wait(s, std::memory_order_relaxed);
+      for (uint32_t s; (s = state_.load(std::memory_order_relaxed)) & kWriter;) {
+        // Marked first: the writer's unlock makes a system call only when a reader sleeps.
+        if (!(s & kReadersWait) &&
+            !state_.compare_exchange_weak(s, s | kReadersWait, std::memory_order_relaxed))
+          continue;
+        state_.wait(s | kReadersWait, std::memory_order_relaxed);
+      }
     }
     tsan::PostLock(this, tsan::kReadLock);
   }
@@ -183,16 +188,17 @@ class NDWV_CAPABILITY("shared mutex") SharedMutex {
   }
   void unlock() noexcept NDWV_RELEASE() NDWV_NO_THREAD_SAFETY_ANALYSIS {
     tsan::PreUnlock(this, 0);
-    state_.fetch_and(~kWriter, std::memory_order_release);
-    state_.notify_all();  // readers that stepped back
+    if (state_.fetch_and(~(kWriter | kReadersWait), std::memory_order_release) & kReadersWait)
+      state_.notify_all();  // readers that stepped back and sleep
     tsan::PostUnlock(this, 0);
     writers_.unlock();
   }
 
  private:
-  // Readers in the low bits; readers stepping back count there for a moment too.
-  static constexpr uint32_t kWriter = 1u << 31, kWriterWaits = 1u << 30;
-  static constexpr uint32_t kReaders = kWriterWaits - 1;
+  // Readers in the low bits; readers stepping back count there for a moment too. kReadersWait:
+  // a reader sleeps until the writer lets go (set only while kWriter is, cleared with it).
+  static constexpr uint32_t kWriter = 1u << 31, kWriterWaits = 1u << 30, kReadersWait = 1u << 29;
+  static constexpr uint32_t kReaders = kReadersWait - 1;
 
   std::atomic<uint32_t> state_{0};
   Mutex writers_;  // one writer at a time goes for state_
