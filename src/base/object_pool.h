@@ -17,7 +17,12 @@
 // Under AddressSanitizer every block comes from operator new, so that a use after free is caught.
 #pragma once
 #include <cstddef>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace ndwv::base {
@@ -40,6 +45,17 @@ struct PoolAllocator {
   template <class U>
   bool operator==(const PoolAllocator<U>&) const noexcept { return true; }
 };
+
+// The containers a connection holds (its queues, a port's tables), their blocks from the pool:
+// on the heap they were most of the page faults left in a connection's setup (perf).
+template <class T>
+using PooledDeque = std::deque<T, PoolAllocator<T>>;
+template <class Key, class Value, class Hash = std::hash<Key>>
+using PooledHashMap = std::unordered_map<Key, Value, Hash, std::equal_to<Key>, PoolAllocator<std::pair<const Key, Value>>>;
+template <class Key, class Hash = std::hash<Key>>
+using PooledHashSet = std::unordered_set<Key, Hash, std::equal_to<Key>, PoolAllocator<Key>>;
+template <class Key>
+using PooledSet = std::set<Key, std::less<Key>, PoolAllocator<Key>>;
 
 // std::make_shared, from the pool.
 template <class T, class... Args>

@@ -41,12 +41,15 @@ const char* Endpoint::ToString(State s) {
   return names[int(s)];
 }
 
+std::string Endpoint::Identity() const {
+  mutex_.AssertHeld();
+  return "iwarp cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) + "]";
+}
+
 void Endpoint::SetState(State s) {
   mutex_.AssertHeld();
-  // State changes are when addresses and the QP become known: the name log lines use.
-  identity_ = "iwarp cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) + "]";
-  NDWV_LOG(Debug, "%s: %s -> %s", identity_.c_str(), ToString(state_), ToString(s));
-  if (!kTransitions.Allows(state_, s)) ReportIllegalTransition(Transport::Iwarp, identity_, ToString(state_), ToString(s));
+  NDWV_LOG(Debug, "%s: %s -> %s", Identity().c_str(), ToString(state_), ToString(s));
+  if (!kTransitions.Allows(state_, s)) ReportIllegalTransition(Transport::Iwarp, Identity(), ToString(state_), ToString(s));
   state_ = s;
 }
 
@@ -88,7 +91,7 @@ std::shared_ptr<Stream> Endpoint::HandleTimeoutLocked(Finisher& finish) {
   switch (state_) {
     case State::ActiveConnecting:
     case State::ActiveMpaSent:
-      NDWV_LOG(Info, "%s: connect timed out", identity_.c_str());
+      NDWV_LOG(Info, "%s: connect timed out", Identity().c_str());
       CloseSocket();
       SetState(State::Bound);
       finish.Add(std::exchange(connect_op_, nullptr), WV_IO_TIMEOUT);
@@ -99,7 +102,7 @@ std::shared_ptr<Stream> Endpoint::HandleTimeoutLocked(Finisher& finish) {
       finish.Add(std::exchange(accept_op_, nullptr), WV_IO_TIMEOUT);
       return stream_;
     case State::ActiveDisconnect:
-      NDWV_LOG(Info, "%s: peer did not close in time", identity_.c_str());
+      NDWV_LOG(Info, "%s: peer did not close in time", Identity().c_str());
       FinishDisconnect(WV_TIMEOUT);
       break;
     case State::Listening:
@@ -213,7 +216,7 @@ void Endpoint::OnListenReady() {
     if (handshaking_.size() + requests_.queued() >= size_t(backlog_)) {
       // Counted first: whoever sees the connection end sees the count.
       AdapterCounters(Transport::Iwarp).AddShared(Counter::ListenBacklogFull);
-      NDWV_LOG(Warn, "%s: backlog of %d full: connection from %s refused", identity_.c_str(), backlog_,
+      NDWV_LOG(Warn, "%s: backlog of %d full: connection from %s refused", Identity().c_str(), backlog_,
                Describe(peer).c_str());
       base::CloseDescriptor(fd);  // the peer's Connect is refused
       continue;
@@ -251,7 +254,7 @@ void Endpoint::ExpireLocked() {
     base::MutexLock lock(child->mutex_);
     child->listed_in_ = ListedIn::Nothing;
     AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestTimeouts);
-    NDWV_LOG(Warn, "%s: no MPA Request within %u ms: connection closed", child->identity_.c_str(),
+    NDWV_LOG(Warn, "%s: no MPA Request within %u ms: connection closed", child->Identity().c_str(),
              Config().cm_timeout_ms);
     child->CloseSocket();
     child->SetState(State::Closed);
@@ -263,7 +266,7 @@ void Endpoint::ExpireLocked() {
     child->listed_in_ = ListedIn::Nothing;
     AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsExpired);
     NDWV_LOG(Warn, "%s: connection request not taken (GetConnectionRequest) within %u ms: rejected",
-             child->identity_.c_str(), Config().cm_timeout_ms);
+             child->Identity().c_str(), Config().cm_timeout_ms);
     child->RefuseRequest(nullptr, 0);
   }
 }
@@ -296,12 +299,12 @@ void Endpoint::RefusePending() {
   }
   if (fd >= 0) {
     AdapterCounters(Transport::Iwarp).AddShared(Counter::AcceptsRefused);
-    NDWV_LOG(Warn, "%s: out of descriptors: a connection was refused", identity_.c_str());
+    NDWV_LOG(Warn, "%s: out of descriptors: a connection was refused", Identity().c_str());
     return;
   }
   if (error == EAGAIN || error == EWOULDBLOCK) return;  // nothing was pending
   // No spare (another thread took the one just freed): look again in a moment instead of spinning.
-  NDWV_LOG(Warn, "%s: out of descriptors: accepting paused", identity_.c_str());
+  NDWV_LOG(Warn, "%s: out of descriptors: accepting paused", Identity().c_str());
   Engine::Get().Modify(fd_, 0);
   accept_paused_ = true;
   accept_resume_ = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
@@ -330,7 +333,7 @@ void Endpoint::RequestGone(const std::shared_ptr<Endpoint>& child) {
   ArmListenTimerLocked();
   base::MutexLock child_lock(child->mutex_);
   AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsAbandoned);
-  NDWV_LOG(Warn, "%s: peer left before its connection request was taken: closed", child->identity_.c_str());
+  NDWV_LOG(Warn, "%s: peer left before its connection request was taken: closed", child->Identity().c_str());
   child->CloseSocket();
   child->SetState(State::Closed);
 }
@@ -386,7 +389,7 @@ bool Endpoint::ReadMpaFrame(MpaKind kind) {
         case MpaFrameReader::Status::More: continue;
         case MpaFrameReader::Status::Whole: return true;
         case MpaFrameReader::Status::Bad:
-          NDWV_LOG(Info, "%s: bad MPA frame (%s)", identity_.c_str(), wire::ToString(mpa_.error()));
+          NDWV_LOG(Info, "%s: bad MPA frame (%s)", Identity().c_str(), wire::ToString(mpa_.error()));
           AdapterCounters(Transport::Iwarp).AddShared(Counter::DropsBadMpa);
           errno = EPROTO;
           return false;
@@ -629,7 +632,7 @@ void Endpoint::OnMpaRequest() {
     SetState(State::Closed);
   } else if (const MpaFrame& frame = mpa_.frame(); !Servable(frame)) {
     AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsReceived);
-    NDWV_LOG(Info, "%s: MPA request we cannot serve, rejected", identity_.c_str());
+    NDWV_LOG(Info, "%s: MPA request we cannot serve, rejected", Identity().c_str());
     RefuseRequest(nullptr, 0);
     request = false;
   } else {

@@ -161,8 +161,8 @@ class Endpoint final : public EndpointBase<Endpoint>,
   socklen_t local_len_ NDWV_GUARDED_BY(mutex_) = 0;  // of local_
   socklen_t peer_len_ NDWV_GUARDED_BY(mutex_) = 0;   // of peer_
   uint32_t qpn_ NDWV_GUARDED_BY(mutex_) = 0;  // the QP being connected, once Connect or Accept named it
-  // "iwarp cm qp 5 [local -> peer]", for log lines (set by SetState).
-  std::string identity_ NDWV_GUARDED_BY(mutex_);
+  // "iwarp cm qp 5 [local -> peer]", for log lines: made when one is written.
+  std::string Identity() const NDWV_REQUIRES(mutex_);
   bool bound_ NDWV_GUARDED_BY(mutex_) = false;
   // The port is the kernel's to choose (bound to 0, or not bound).
   bool ephemeral_ NDWV_GUARDED_BY(mutex_) = false;

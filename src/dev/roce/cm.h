@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "base/log.h"
+#include "base/object_pool.h"
 #include "wire/ib_cm.h"
 
 namespace ndwv::dev::roce {
@@ -351,12 +352,12 @@ class CmAgent {
   uint32_t next_index_ = 0;       // low 24 bits of a communication ID
   uint8_t next_instance_ = 0;     // top 8 bits, revolving
   uint64_t next_tid_ = 0;
-  std::unordered_map<uint32_t, Cep> ceps_;
-  std::unordered_map<RemoteKey, uint32_t, RemoteKeyHash> by_remote_;  // passive CEPs
-  std::unordered_map<std::pair<uint64_t, uint32_t>, uint32_t, QpKeyHash> by_qp_;
-  std::unordered_set<uint64_t> services_;
-  std::set<std::pair<uint64_t, uint32_t>> deadlines_;  // (deadline, local id)
-  std::deque<CmEvent> events_;
+  base::PooledHashMap<uint32_t, Cep> ceps_;
+  base::PooledHashMap<RemoteKey, uint32_t, RemoteKeyHash> by_remote_;  // passive CEPs
+  base::PooledHashMap<std::pair<uint64_t, uint32_t>, uint32_t, QpKeyHash> by_qp_;
+  base::PooledHashSet<uint64_t> services_;
+  base::PooledSet<std::pair<uint64_t, uint32_t>> deadlines_;  // (deadline, local id)
+  base::PooledDeque<CmEvent> events_;
   CmCounters counters_;
   base::LogRateLimit warn_limits_[size_t(CmLimit::Count)], warn_wrong_source_;
 };

@@ -115,15 +115,18 @@ const char* Endpoint::ToString(State s) {
   return names[int(s)];
 }
 
-void Endpoint::SetState(State s) {
+std::string Endpoint::Identity() const {
   mutex_.AssertHeld();
-  // State changes are when addresses, QPNs and the communication ID become known.
   char id[16];
   snprintf(id, sizeof id, "%08x", comm_id_);
-  identity_ = "roce cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) +
-              (peer_qpn_ ? " qp " + std::to_string(peer_qpn_) : std::string()) + " id " + id + "]";
-  NDWV_LOG(Debug, "%s: %s -> %s", identity_.c_str(), ToString(state_), ToString(s));
-  if (!kTransitions.Allows(state_, s)) ReportIllegalTransition(Transport::Roce, identity_, ToString(state_), ToString(s));
+  return "roce cm qp " + std::to_string(qpn_) + " [" + Describe(local_) + " -> " + Describe(peer_) +
+         (peer_qpn_ ? " qp " + std::to_string(peer_qpn_) : std::string()) + " id " + id + "]";
+}
+
+void Endpoint::SetState(State s) {
+  mutex_.AssertHeld();
+  NDWV_LOG(Debug, "%s: %s -> %s", Identity().c_str(), ToString(state_), ToString(s));
+  if (!kTransitions.Allows(state_, s)) ReportIllegalTransition(Transport::Roce, Identity(), ToString(state_), ToString(s));
   state_ = s;
 }
 
@@ -444,7 +447,7 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
   if (event.kind == CmEventKind::RequestExpired || event.kind == CmEventKind::Rejected) RequestGone();
   Finisher finish;
   base::MutexLock lock(mutex_);
-  NDWV_LOG(Debug, "%s: %s (id %08x) in %s", identity_.c_str(), roce::ToString(event.kind), event.id,
+  NDWV_LOG(Debug, "%s: %s (id %08x) in %s", Identity().c_str(), roce::ToString(event.kind), event.id,
            ToString(state_));
   switch (event.kind) {
     case CmEventKind::ReqReceived:

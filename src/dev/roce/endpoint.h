@@ -142,8 +142,9 @@ class Endpoint final : public EndpointBase<Endpoint>,
   // Once known (Connect/Accept; the REQ or REP).
   uint32_t qpn_ NDWV_GUARDED_BY(mutex_) = 0;
   uint32_t peer_qpn_ NDWV_GUARDED_BY(mutex_) = 0;
-  // "roce cm qp 5 [local -> peer qp 7 id ...]": log lines (SetState).
-  std::string identity_ NDWV_GUARDED_BY(mutex_);
+  // "roce cm qp 5 [local -> peer qp 7 id ...]", for log lines: made when one is written, not at
+  // every state change (it showed in the profile of a connection setup, logged or not).
+  std::string Identity() const NDWV_REQUIRES(mutex_);
   uint32_t mtu_ NDWV_GUARDED_BY(mutex_) = 1024;  // payload bytes per packet on this path
   uint32_t rq_psn_ NDWV_GUARDED_BY(mutex_) = 0;  // the PSN we expect first
   ConnectParams local_params_ NDWV_GUARDED_BY(mutex_);

@@ -219,7 +219,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
     std::weak_ptr<PacketSink> sink;
     sockaddr_storage peer;
   };
-  std::unordered_map<uint32_t, SinkEntry> sinks_ NDWV_GUARDED_BY(sinks_mutex_);
+  base::PooledHashMap<uint32_t, SinkEntry> sinks_ NDWV_GUARDED_BY(sinks_mutex_);
   // The sink found last, kept across receive calls (rx_mutex_): a connection's packets follow
   // one another, and a lookup costs a shared lock and a hash. Valid while the process's sink
   // tables are unchanged (their generation).
@@ -245,9 +245,9 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   base::Mutex cm_mutex_{"roce::Port::cm_mutex_"};
   // From the pool (base/object_pool.h); held by the port alone.
   std::shared_ptr<CmAgent> agent_ NDWV_GUARDED_BY(cm_mutex_);
-  std::unordered_map<uint32_t, std::weak_ptr<CmUser>> users_ NDWV_GUARDED_BY(cm_mutex_);
-  std::unordered_map<uint64_t, std::weak_ptr<CmUser>> listeners_ NDWV_GUARDED_BY(cm_mutex_);
-  std::deque<CmEvent> events_ NDWV_GUARDED_BY(cm_mutex_);
+  base::PooledHashMap<uint32_t, std::weak_ptr<CmUser>> users_ NDWV_GUARDED_BY(cm_mutex_);
+  base::PooledHashMap<uint64_t, std::weak_ptr<CmUser>> listeners_ NDWV_GUARDED_BY(cm_mutex_);
+  base::PooledDeque<CmEvent> events_ NDWV_GUARDED_BY(cm_mutex_);
   bool delivering_ NDWV_GUARDED_BY(cm_mutex_) = false;
   struct DeliverWork : WorkItem {
     Port* owner = nullptr;
