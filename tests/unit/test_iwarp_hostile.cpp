@@ -1235,6 +1235,68 @@ TEST_F(IwarpHostile, ReadRequestWithAnUnexpectedMsnIsTerminated) {
   ExpectNamesSegment(term, h, h.length() + w::kReadRequestLen);
 }
 
+// A Read Request is one whole DDP segment (its queue's buffer holds exactly its 28 bytes): one
+// with MO != 0 is "invalid MO", one whose L bit says more follows is "message too long". Neither
+// is answered. (Before: both were answered, and the second counted as a whole request.)
+TEST_F(IwarpHostile, ReadRequestThatIsNotOneWholeSegmentIsTerminated) {
+  struct Case {
+    uint32_t mo;
+    bool last;
+    w::DdpUntaggedCode code;
+  };
+  for (Case k : {Case{8, true, w::DdpUntaggedCode::InvalidMo}, Case{0, false, w::DdpUntaggedCode::MessageTooLong}}) {
+    SCOPED_TRACE(k.last ? "MO 8" : "L bit clear");
+    Conn& c = NewConn();
+    ASSERT_NO_FATAL_FAILURE(Establish(c));
+    w::ReadRequest read{0x77, 0, 64, c.readable.rkey, c.readable.addr()};
+    DdpHeader h = DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, k.mo, k.last);
+    c.peer.Send(Fpdu(h, {}, c.peer.crc, &read));
+    Segment term;
+    ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, w::MakeTerm(k.code), c.AllReceivesFlushed(), term));
+    ExpectNamesSegment(term, h, h.length() + w::kReadRequestLen);
+  }
+}
+
+// RFC 5040's "TO wrap": a Read whose source range or whose sink range runs past 2^64. The source
+// is refused before any key is looked at; a wrapping sink would make the Read Response's tagged
+// offsets wrap. Nothing is sent back. (Before: a wrapping source was "base or bounds", and a
+// wrapping sink was answered.)
+TEST_F(IwarpHostile, ReadRequestWhoseSourceOrSinkRangeWrapsIsTerminatedToWrap) {
+  for (bool sink : {false, true}) {
+    SCOPED_TRACE(sink ? "sink wraps" : "source wraps");
+    Conn& c = NewConn();
+    ASSERT_NO_FATAL_FAILURE(Establish(c));
+    const uint64_t near_end = ~uint64_t(0) - 15;
+    w::ReadRequest read{0x77, sink ? near_end : 0, 64, c.readable.rkey, sink ? c.readable.addr() : near_end};
+    DdpHeader h = DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, 0, true);
+    c.peer.Send(Fpdu(h, {}, c.peer.crc, &read));
+    Segment term;
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectTerminatedAndFlushed(c, Protection(w::RdmapErrorCode::ToWrap), c.AllReceivesFlushed(), term));
+    ExpectNamesSegment(term, h, h.length() + w::kReadRequestLen);
+    c.ExpectMemoryUntouched();
+  }
+}
+
+// A Read longer than the device's advertised transfer length (1 GiB, MaxTransferLength) is
+// refused whatever region it names, before its key is looked at. (Before: only the region's
+// bounds were checked, so a region larger than 1 GiB could be read in one request.)
+TEST_F(IwarpHostile, ReadRequestLongerThanTheAdvertisedTransferLengthIsTerminated) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  const uint64_t limit = Device::All()[0]->attributes().max_transfer_length;
+  ASSERT_LT(limit, uint64_t(UINT32_MAX));
+  w::ReadRequest read{0x77, 0, uint32_t(limit + 1), c.readable.rkey, c.readable.addr()};
+  DdpHeader h = DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, 0, true);
+  c.peer.Send(Fpdu(h, {}, c.peer.crc, &read));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(
+      c, w::MakeTerm(w::RdmapErrorType::RemoteOperation, w::RdmapErrorCode::Unspecified), c.AllReceivesFlushed(),
+      term));
+  ExpectNamesSegment(term, h, h.length() + w::kReadRequestLen);
+  c.ExpectMemoryUntouched();
+}
+
 // A Terminate from the peer ends the connection; it is not answered with one.
 TEST_F(IwarpHostile, PeersTerminateFlushesTheQpAndIsNotAnswered) {
   Conn& c = NewConn();

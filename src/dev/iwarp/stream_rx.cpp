@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 
 #include "base/log.h"
+#include "dev/device.h"
 #include "dev/iwarp/stream.h"
 #include "dev/iwarp/stream_internal.h"
 #include "wire/bytes.h"
@@ -256,6 +258,13 @@ bool Stream::StartReadRequest() {
   DecodeReadRequest({rx_.raw_hdr + 2 + kDdpUntaggedHeaderLen, kReadRequestLen}, rx_.read_req);
   if (rx_.payload_len || rx_.hdr.msn != rx_.read_req_msn) {
     Fail(MakeTerm(DdpUntaggedCode::InvalidMsnRange), WcStatus::Flushed);
+    return false;
+  }
+  // One whole segment: the Read Request queue's buffer holds exactly its header, so a segment
+  // elsewhere in the message, or one announcing more to follow, has no room.
+  if (rx_.hdr.mo != 0 || !rx_.hdr.last) {
+    Fail(MakeTerm(rx_.hdr.mo != 0 ? DdpUntaggedCode::InvalidMo : DdpUntaggedCode::MessageTooLong),
+         WcStatus::Flushed);
     return false;
   }
   return true;
@@ -506,6 +515,18 @@ bool Stream::FinishReadRequest() {
   if (rx_.read_req.size) PlacedPeerMessage();  // a zero-length one is a peer's probe
   counters_.Add((rx_.read_req.sink_stag & 0xFF000000u) == kProbeStagTag ? Counter::RxConfirmReads
                                                                          : Counter::RxReads);
+  // Checked before any key is looked at: at most what one work request moves, and source and
+  // sink ranges within the 64-bit offsets (a wrapping sink would wrap the Response's tagged
+  // offsets). A zero-length Read names no memory: its keys are not checked (RFC 5040).
+  if (rx_.read_req.size > kMaxTransferLength) {
+    Fail(MakeTerm(RdmapErrorType::RemoteOperation, RdmapErrorCode::Unspecified), WcStatus::Flushed);
+    return false;
+  }
+  const uint64_t last_byte = rx_.read_req.size ? rx_.read_req.size - 1 : 0;  // offset in the range
+  if (rx_.read_req.src_to > UINT64_MAX - last_byte || rx_.read_req.sink_to > UINT64_MAX - last_byte) {
+    Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::ToWrap), WcStatus::Flushed);
+    return false;
+  }
   if (rx_.read_req.size) {
     KeyCheck check = qp_->pd().CheckRemote(rx_.read_req.src_stag, qpn_, rx_.read_req.src_to,
                                            rx_.read_req.size, kRemoteRead);
