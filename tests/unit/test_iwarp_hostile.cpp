@@ -1140,6 +1140,24 @@ TEST_F(IwarpHostile, FirstSendSegmentWithNonZeroMoIsTerminatedInvalidMo) {
   c.ExpectMemoryUntouched();
 }
 
+// RFC 5040: every segment of one Send carries the message's opcode. A message begun as a plain
+// Send and ended as a Send with Solicited Event (or with Invalidate, which would unbind a window
+// on the word of its last segment alone) is a protocol error: Terminate, unexpected opcode, and
+// the receive it took is flushed. (Before: the receive completed, solicited.)
+TEST_F(IwarpHostile, SendWhoseOpcodeChangesWithinTheMessageIsTerminated) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  std::vector<uint8_t> part = Bytes(32, 25);
+  DdpHeader h = DdpHeader::Untagged(RdmapOpcode::SendSolicited, 1, 32, true);
+  c.peer.Send(Concat({Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, false), part, c.peer.crc),
+                      Fpdu(h, part, c.peer.crc)}));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(
+      c, w::MakeTerm(w::RdmapErrorType::RemoteOperation, w::RdmapErrorCode::UnexpectedOpcode),
+      c.AllReceivesFlushed(), term));
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, part.size(), part)) << "the second segment was placed";
+}
+
 // A receive names its buffer by an L_Key, and the grant is the region the key names: a Send must
 // not land outside it, whatever the SGE says. Either the post is refused, or the receive
 // completes with an error when the data comes (and the connection ends); the bytes after the

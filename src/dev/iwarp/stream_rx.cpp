@@ -299,6 +299,13 @@ bool Stream::StartSend() {
     }
     rx_.have_recv = true;
     rx_.recv_bytes = 0;
+    rx_.recv_opcode = rx_.hdr.opcode;
+  }
+  // Every segment of a message carries its opcode: a Send that turns solicited, or into a Send
+  // with Invalidate, on its last segment would have its completion decided by that one alone.
+  if (rx_.hdr.opcode != rx_.recv_opcode) {
+    Fail(MakeTerm(RdmapErrorType::RemoteOperation, RdmapErrorCode::UnexpectedOpcode), WcStatus::Flushed);
+    return false;
   }
   if (rx_.hdr.mo != rx_.recv_bytes) {
     Fail(MakeTerm(DdpUntaggedCode::InvalidMo), WcStatus::Flushed);
