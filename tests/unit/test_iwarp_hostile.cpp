@@ -517,6 +517,27 @@ class IwarpHostile : public ::testing::Test {
     ASSERT_EQ(request.read.size, length);
   }
 
+  // ndwv Writes 64 bytes of c's local buffer to the raw peer (wr_id `wr_id`); the raw peer reads
+  // the Write and the zero-length Read (the probe) that confirms it.
+  void PostWriteAndReadProbe(Conn& c, uint64_t wr_id, Segment& probe) {
+    SendWqe write{};
+    write.wr_id = wr_id;
+    write.opcode = WrOpcode::Write;
+    write.flags = kSignaled;
+    write.num_sge = 1;
+    write.sge[0] = {c.local.addr(), 64, c.local.key};
+    write.length = 64;
+    write.remote_addr = 0x2000;
+    write.rkey = 0x4343;
+    ASSERT_EQ(c.qp->PostSend(write), WV_SUCCESS);
+    Segment placed;
+    ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, placed));
+    ASSERT_EQ(placed.hdr.opcode, RdmapOpcode::RdmaWrite);
+    ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, probe));
+    ASSERT_EQ(probe.hdr.opcode, RdmapOpcode::ReadRequest);
+    ASSERT_EQ(probe.read.size, 0u);
+  }
+
   void SendRtr(Conn& c) {
     c.peer.Send(Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, 0, 0, true), {}, c.peer.crc));
   }
@@ -1585,6 +1606,34 @@ TEST_F(IwarpHostile, ZeroLengthReadFloodIsHeldToTheIrdAndTerminated) {
   EXPECT_TRUE(WaitUntil([&] { return OpenDescriptors() <= descriptors_before - 1; }, kBound))
       << "the connection's socket was not closed: " << OpenDescriptors() << " descriptors, "
       << descriptors_before << " before";
+}
+
+// Each confirming Read (probe) carries its own sink STag, and its answer must name exactly that
+// one: a peer that replays the answer to an earlier probe for the probe now outstanding cannot
+// make ndwv confirm the Write it was sent for. DDP tagged "invalid STag"; the Write does not
+// succeed. (Before: any probe's STag answered the oldest probe, and the Write completed.)
+TEST_F(IwarpHostile, ReplayedProbeAnswerDoesNotConfirmTheNextWrite) {
+  const base::Settings* settings = base::LoadSettings();
+  if (settings && settings->confirm == base::Settings::Confirm::None) GTEST_SKIP() << "Writes are not confirmed";
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  Segment first;
+  ASSERT_NO_FATAL_FAILURE(PostWriteAndReadProbe(c, 10, first));
+  DdpHeader answer = DdpHeader::Tagged(RdmapOpcode::ReadResponse, first.read.sink_stag, first.read.sink_to, true);
+  c.peer.Send(Fpdu(answer, {}, c.peer.crc));
+  ASSERT_TRUE(c.PollUntil([&] { return !c.completions.empty(); })) << "the first Write was not confirmed";
+  EXPECT_EQ(c.completions[0].status, WcStatus::Success);
+
+  Segment second;
+  ASSERT_NO_FATAL_FAILURE(PostWriteAndReadProbe(c, 11, second));
+  ASSERT_NE(second.read.sink_stag, first.read.sink_stag) << "two probes with one STag";
+  c.peer.Send(Fpdu(answer, {}, c.peer.crc));  // the first answer again
+  Segment term;
+  auto expected = c.AllReceivesFlushed();
+  expected[10] = WcStatus::Success;
+  expected[11] = WcStatus::Flushed;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpTaggedCode::InvalidStag), expected, term));
+  ExpectNamesSegment(term, answer, answer.length());
 }
 
 // A connection whose MPA Request waits for GetRequest holds a backlog slot and a socket. If its

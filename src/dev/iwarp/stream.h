@@ -230,6 +230,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   struct OutstandingRead {
     uint64_t position;
     bool probe;
+    uint32_t sink_stag;  // what its response must name: this Read's own, no earlier one's
   };
   struct TxState {
     TxBatch batch;

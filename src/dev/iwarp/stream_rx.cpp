@@ -236,9 +236,9 @@ bool Stream::StartReadResponse() {
     Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
     return false;
   }
-  bool expected = rx_.read.probe ? (rx_.hdr.stag & 0xFF000000u) == kProbeStagTag
-                                 : rx_.hdr.stag == SinkStag(rx_.read.position);
-  if (!expected) {
+  // Each Read, probes included, named a sink STag of its own: an answer replayed from an earlier
+  // probe does not confirm what the outstanding one was sent for.
+  if (rx_.hdr.stag != rx_.read.sink_stag) {
     Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
     return false;
   }
