@@ -1336,6 +1336,79 @@ TEST_F(IwarpHostile, ReadRequestLongerThanTheAdvertisedTransferLengthIsTerminate
   c.ExpectMemoryUntouched();
 }
 
+// The peer's Terminate, as raw ULPDU bytes, to be altered before it is framed.
+std::vector<uint8_t> TerminateUlpdu(TermCode code) {
+  std::vector<uint8_t> term(w::kTerminateMaxLen);
+  term.resize(w::EncodeTerminate(term, code));
+  EXPECT_EQ(term.size(), w::kTerminateHeaderLen);
+  return term;
+}
+
+std::vector<uint8_t> Frame(std::span<const uint8_t> ulpdu, bool crc) {
+  std::vector<uint8_t> fpdu(w::FpduLength(ulpdu.size()));
+  EXPECT_EQ(w::EncodeFpdu(ulpdu, crc, fpdu), fpdu.size());
+  return fpdu;
+}
+
+// A Terminate's own DDP header is checked like any untagged message's: the only message on its
+// queue has MSN 1, MO 0 and the L bit. One that breaks this still ends the connection, unanswered
+// (a Terminate is never answered with one), and is counted as a bad DDP segment, not as a
+// Terminate received. (Before: its MSN, MO and L were not looked at, nor was it counted.)
+TEST_F(IwarpHostile, TerminateWithBadHeaderFieldsEndsTheConnectionCountedAndUnanswered) {
+  enum Field { Msn, Mo, NotLast };
+  for (Field field : {Msn, Mo, NotLast}) {
+    SCOPED_TRACE(field == Msn ? "MSN 2" : field == Mo ? "MO 4" : "L bit clear");
+    Conn& c = NewConn();
+    ASSERT_NO_FATAL_FAILURE(Establish(c));
+    auto stream = std::dynamic_pointer_cast<iwarp::Stream>(c.qp->link());
+    ASSERT_TRUE(stream);
+    std::vector<uint8_t> term = TerminateUlpdu(w::kTermRdmapCatastrophic);
+    if (field == Msn) w::StoreBe32(term.data() + 10, 2);
+    if (field == Mo) w::StoreBe32(term.data() + 14, 4);
+    if (field == NotLast) w::StoreBe16(term.data(), uint16_t(w::LoadBe16(term.data()) & ~w::kDdpLast));
+    c.peer.Send(Frame(term, c.peer.crc));
+    Inbound in = Collect(c.peer);
+    EXPECT_TRUE(in.error.empty()) << in.error;
+    EXPECT_NE(in.end, End::Timeout);
+    EXPECT_EQ(in.Count(RdmapOpcode::Terminate), 0u) << "a Terminate was answered with a Terminate";
+    ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+    c.ExpectCompletions(c.AllReceivesFlushed());
+    EXPECT_EQ(stream->counters().Get(Counter::DropsBadDdp), 1u);
+    EXPECT_EQ(stream->counters().Get(Counter::TerminatesReceivedRdmap), 0u);
+    c.ExpectMemoryUntouched();
+  }
+}
+
+// A Terminate whose M and D flags promise the offending segment's headers but which carries none
+// does not decode: nothing is read past it, it names no request of ours (the Write it might have
+// blamed is flushed, not failed with the Terminate's code), and it is counted as a bad DDP
+// segment. (Before: the decode error was ignored, and the oldest unconfirmed Write took the
+// blame: ND_ACCESS_VIOLATION on the word of a malformed message.)
+TEST_F(IwarpHostile, TerminateThatDoesNotDecodeBlamesNoRequestAndIsCounted) {
+  const base::Settings* settings = base::LoadSettings();
+  if (settings && settings->confirm == base::Settings::Confirm::None) GTEST_SKIP() << "Writes are not confirmed";
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  auto stream = std::dynamic_pointer_cast<iwarp::Stream>(c.qp->link());
+  ASSERT_TRUE(stream);
+  Segment probe;
+  ASSERT_NO_FATAL_FAILURE(PostWriteAndReadProbe(c, 9, probe));
+  std::vector<uint8_t> term = TerminateUlpdu(Protection(w::RdmapErrorCode::InvalidStag));
+  uint8_t* ctrl = term.data() + w::kDdpUntaggedHeaderLen;
+  w::StoreBe32(ctrl, w::LoadBe32(ctrl) | w::kTermFlagM | w::kTermFlagD);
+  c.peer.Send(Frame(term, c.peer.crc));
+  Inbound in = Collect(c.peer);
+  EXPECT_TRUE(in.error.empty()) << in.error;
+  EXPECT_NE(in.end, End::Timeout);
+  EXPECT_EQ(in.Count(RdmapOpcode::Terminate), 0u) << "a Terminate was answered with a Terminate";
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  auto expected = c.AllReceivesFlushed();
+  expected[9] = WcStatus::Flushed;
+  c.ExpectCompletions(expected);
+  EXPECT_EQ(stream->counters().Get(Counter::DropsBadDdp), 1u);
+  EXPECT_EQ(stream->counters().Get(Counter::TerminatesReceivedRdmap), 0u);
+}
+
 // A Terminate from the peer ends the connection; it is not answered with one.
 TEST_F(IwarpHostile, PeersTerminateFlushesTheQpAndIsNotAnswered) {
   Conn& c = NewConn();

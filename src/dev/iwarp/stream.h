@@ -209,6 +209,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool FinishReadResponse() NDWV_REQUIRES(rx_mutex_);
   bool FinishSend() NDWV_REQUIRES(rx_mutex_);
   bool FinishTerminate() NDWV_REQUIRES(rx_mutex_);
+  // A Terminate whose headers are wrong (`what`): counted, the stream ends unanswered.
+  void DropBadTerminate(const char* what) NDWV_REQUIRES(rx_mutex_);
   void Fail(wire::TermCode code, WcStatus local_status) NDWV_REQUIRES(rx_mutex_);
   void Broken() NDWV_REQUIRES(rx_mutex_);  // the socket is gone: stop and let the CM know
   void NotifyObserver(void (StreamObserver::*event)());

@@ -272,8 +272,11 @@ bool Stream::StartReadRequest() {
 
 bool Stream::StartTerminate() {
   rx_mutex_.AssertHeld();
-  if (rx_.payload_len > sizeof rx_.raw_hdr - 2 - rx_.hdr_len) {
-    Fail(MakeTerm(DdpUntaggedCode::MessageTooLong), WcStatus::Flushed);
+  // The one message of the Terminate queue: MSN 1, MO 0, whole in one segment, no longer than
+  // the headers RFC 5040 lets it name.
+  if (rx_.hdr.msn != 1 || rx_.hdr.mo != 0 || !rx_.hdr.last ||
+      rx_.payload_len > sizeof rx_.raw_hdr - 2 - rx_.hdr_len) {
+    DropBadTerminate("its DDP header");
     return false;
   }
   return true;
@@ -573,12 +576,24 @@ bool Stream::FinishReadRequest() {
   return true;
 }
 
+void Stream::DropBadTerminate(const char* what) {
+  rx_mutex_.AssertHeld();
+  // A Terminate is never answered with one; nor can it be trusted to name a request of ours:
+  // they are flushed.
+  NDWV_LOG(Info, "%s: peer sent a malformed Terminate (%s): the stream ends", counters_.identity(), what);
+  counters_.Add(Counter::DropsBadDdp);
+  Broken();
+}
+
 bool Stream::FinishTerminate() {
   rx_mutex_.AssertHeld();
   TerminateMsg term;
-  DecodeTerminatePayload({rx_.raw_hdr + 2 + kDdpUntaggedHeaderLen,
-                          rx_.hdr_len - kDdpUntaggedHeaderLen + rx_.payload_len},
-                         term);
+  if (DecodeTerminatePayload({rx_.raw_hdr + 2 + kDdpUntaggedHeaderLen,
+                              rx_.hdr_len - kDdpUntaggedHeaderLen + rx_.payload_len},
+                             term) != DdpError::Ok) {
+    DropBadTerminate("the headers its flags announce are missing");
+    return false;
+  }
   NDWV_LOG(Info, "%s: peer sent Terminate (%s)", counters_.identity(), Describe(term.ctrl.code));
   counters_.Add(term.ctrl.code.layer == TermLayer::Rdmap ? Counter::TerminatesReceivedRdmap
                 : term.ctrl.code.layer == TermLayer::Ddp ? Counter::TerminatesReceivedDdp
