@@ -1350,6 +1350,19 @@ std::vector<uint8_t> Frame(std::span<const uint8_t> ulpdu, bool crc) {
   return fpdu;
 }
 
+// The raw peer sends the Terminate `term` (its ULPDU): the stream ends unanswered (no Terminate
+// answers one), and the QP is flushed with `completions`.
+void SendTerminateExpectUnanswered(Conn& c, std::span<const uint8_t> term,
+                                   const std::map<uint64_t, WcStatus>& completions) {
+  c.peer.Send(Frame(term, c.peer.crc));
+  Inbound in = Collect(c.peer);
+  EXPECT_TRUE(in.error.empty()) << in.error;
+  EXPECT_NE(in.end, End::Timeout);
+  EXPECT_EQ(in.Count(RdmapOpcode::Terminate), 0u) << "a Terminate was answered with a Terminate";
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions(completions);
+}
+
 // A Terminate's own DDP header is checked like any untagged message's: the only message on its
 // queue has MSN 1, MO 0 and the L bit. One that breaks this still ends the connection, unanswered
 // (a Terminate is never answered with one), and is counted as a bad DDP segment, not as a
@@ -1366,13 +1379,7 @@ TEST_F(IwarpHostile, TerminateWithBadHeaderFieldsEndsTheConnectionCountedAndUnan
     if (field == Msn) w::StoreBe32(term.data() + 10, 2);
     if (field == Mo) w::StoreBe32(term.data() + 14, 4);
     if (field == NotLast) w::StoreBe16(term.data(), uint16_t(w::LoadBe16(term.data()) & ~w::kDdpLast));
-    c.peer.Send(Frame(term, c.peer.crc));
-    Inbound in = Collect(c.peer);
-    EXPECT_TRUE(in.error.empty()) << in.error;
-    EXPECT_NE(in.end, End::Timeout);
-    EXPECT_EQ(in.Count(RdmapOpcode::Terminate), 0u) << "a Terminate was answered with a Terminate";
-    ASSERT_NO_FATAL_FAILURE(c.WaitForError());
-    c.ExpectCompletions(c.AllReceivesFlushed());
+    ASSERT_NO_FATAL_FAILURE(SendTerminateExpectUnanswered(c, term, c.AllReceivesFlushed()));
     EXPECT_EQ(stream->counters().Get(Counter::DropsBadDdp), 1u);
     EXPECT_EQ(stream->counters().Get(Counter::TerminatesReceivedRdmap), 0u);
     c.ExpectMemoryUntouched();
@@ -1396,15 +1403,9 @@ TEST_F(IwarpHostile, TerminateThatDoesNotDecodeBlamesNoRequestAndIsCounted) {
   std::vector<uint8_t> term = TerminateUlpdu(Protection(w::RdmapErrorCode::InvalidStag));
   uint8_t* ctrl = term.data() + w::kDdpUntaggedHeaderLen;
   w::StoreBe32(ctrl, w::LoadBe32(ctrl) | w::kTermFlagM | w::kTermFlagD);
-  c.peer.Send(Frame(term, c.peer.crc));
-  Inbound in = Collect(c.peer);
-  EXPECT_TRUE(in.error.empty()) << in.error;
-  EXPECT_NE(in.end, End::Timeout);
-  EXPECT_EQ(in.Count(RdmapOpcode::Terminate), 0u) << "a Terminate was answered with a Terminate";
-  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
   auto expected = c.AllReceivesFlushed();
   expected[9] = WcStatus::Flushed;
-  c.ExpectCompletions(expected);
+  ASSERT_NO_FATAL_FAILURE(SendTerminateExpectUnanswered(c, term, expected));
   EXPECT_EQ(stream->counters().Get(Counter::DropsBadDdp), 1u);
   EXPECT_EQ(stream->counters().Get(Counter::TerminatesReceivedRdmap), 0u);
 }
@@ -1413,18 +1414,8 @@ TEST_F(IwarpHostile, TerminateThatDoesNotDecodeBlamesNoRequestAndIsCounted) {
 TEST_F(IwarpHostile, PeersTerminateFlushesTheQpAndIsNotAnswered) {
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(Establish(c));
-  uint8_t term[w::kTerminateMaxLen];
-  size_t n = w::EncodeTerminate(term, w::kTermRdmapCatastrophic);
-  ASSERT_GT(n, 0u);
-  std::vector<uint8_t> fpdu(w::FpduLength(n));
-  ASSERT_EQ(w::EncodeFpdu({term, n}, c.peer.crc, fpdu), fpdu.size());
-  c.peer.Send(fpdu);
-  Inbound in = Collect(c.peer);
-  EXPECT_TRUE(in.error.empty()) << in.error;
-  EXPECT_NE(in.end, End::Timeout);
-  EXPECT_EQ(in.Count(RdmapOpcode::Terminate), 0u) << "a Terminate was answered with a Terminate";
-  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
-  c.ExpectCompletions(c.AllReceivesFlushed());
+  ASSERT_NO_FATAL_FAILURE(
+      SendTerminateExpectUnanswered(c, TerminateUlpdu(w::kTermRdmapCatastrophic), c.AllReceivesFlushed()));
   EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
   c.ExpectMemoryUntouched();
 }
