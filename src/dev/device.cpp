@@ -30,7 +30,7 @@ Device::Device(uint64_t guid, Transport transport, const char* name)
   attributes_.max_ord = kMaxReadLimit;
   attributes_.max_srq_wr = 4096;
   attributes_.max_srq_sge = kMaxSge;
-  attributes_.max_transfer_length = uint64_t(1) << 30;
+  attributes_.max_transfer_length = kMaxTransferLength;
   attributes_.max_private_data = kMaxPrivateData;
   // iWARP: one TCP stream, placed front to back. RoCE: packets are placed in PSN order too.
   attributes_.in_order_placement = true;

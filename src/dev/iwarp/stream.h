@@ -210,6 +210,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   bool FinishReadResponse() NDWV_REQUIRES(rx_mutex_);
   bool FinishSend() NDWV_REQUIRES(rx_mutex_);
   bool FinishTerminate() NDWV_REQUIRES(rx_mutex_);
+  // A Terminate whose headers are wrong (`what`): counted, the stream ends unanswered.
+  void DropBadTerminate(const char* what) NDWV_REQUIRES(rx_mutex_);
   void Fail(wire::TermCode code, WcStatus local_status) NDWV_REQUIRES(rx_mutex_);
   void Broken() NDWV_REQUIRES(rx_mutex_);  // the socket is gone: stop and let the CM know
   void NotifyObserver(void (StreamObserver::*event)());
@@ -231,6 +233,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   struct OutstandingRead {
     uint64_t position;
     bool probe;
+    uint32_t sink_stag;  // what its response must name: this Read's own, no earlier one's
   };
   struct TxState {
     TxBatch batch;
@@ -312,6 +315,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     uint32_t recv_msn = 1;
     uint32_t read_req_msn = 1;
     uint64_t recv_bytes = 0;
+    wire::RdmapOpcode recv_opcode = wire::RdmapOpcode::Send;  // its first segment's: all must carry it
     OutstandingRead read = {};  // the Read whose response is arriving
     uint64_t response_bytes = 0;  // of its response, placed so far (the next TO)
     bool peer_closed = false;

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 
 #include "base/log.h"
+#include "dev/device.h"
 #include "dev/iwarp/stream.h"
 #include "dev/iwarp/stream_internal.h"
 #include "wire/bytes.h"
@@ -234,9 +236,9 @@ bool Stream::StartReadResponse() {
     Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
     return false;
   }
-  bool expected = rx_.read.probe ? (rx_.hdr.stag & 0xFF000000u) == kProbeStagTag
-                                 : rx_.hdr.stag == SinkStag(rx_.read.position);
-  if (!expected) {
+  // Each Read, probes included, named a sink STag of its own: an answer replayed from an earlier
+  // probe does not confirm what the outstanding one was sent for.
+  if (rx_.hdr.stag != rx_.read.sink_stag) {
     Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
     return false;
   }
@@ -258,13 +260,23 @@ bool Stream::StartReadRequest() {
     Fail(MakeTerm(DdpUntaggedCode::InvalidMsnRange), WcStatus::Flushed);
     return false;
   }
+  // One whole segment: the Read Request queue's buffer holds exactly its header, so a segment
+  // elsewhere in the message, or one announcing more to follow, has no room.
+  if (rx_.hdr.mo != 0 || !rx_.hdr.last) {
+    Fail(MakeTerm(rx_.hdr.mo != 0 ? DdpUntaggedCode::InvalidMo : DdpUntaggedCode::MessageTooLong),
+         WcStatus::Flushed);
+    return false;
+  }
   return true;
 }
 
 bool Stream::StartTerminate() {
   rx_mutex_.AssertHeld();
-  if (rx_.payload_len > sizeof rx_.raw_hdr - 2 - rx_.hdr_len) {
-    Fail(MakeTerm(DdpUntaggedCode::MessageTooLong), WcStatus::Flushed);
+  // The one message of the Terminate queue: MSN 1, MO 0, whole in one segment, no longer than
+  // the headers RFC 5040 lets it name.
+  if (rx_.hdr.msn != 1 || rx_.hdr.mo != 0 || !rx_.hdr.last ||
+      rx_.payload_len > sizeof rx_.raw_hdr - 2 - rx_.hdr_len) {
+    DropBadTerminate("its DDP header");
     return false;
   }
   return true;
@@ -290,6 +302,13 @@ bool Stream::StartSend() {
     }
     rx_.have_recv = true;
     rx_.recv_bytes = 0;
+    rx_.recv_opcode = rx_.hdr.opcode;
+  }
+  // Every segment of a message carries its opcode: a Send that turns solicited, or into a Send
+  // with Invalidate, on its last segment would have its completion decided by that one alone.
+  if (rx_.hdr.opcode != rx_.recv_opcode) {
+    Fail(MakeTerm(RdmapErrorType::RemoteOperation, RdmapErrorCode::UnexpectedOpcode), WcStatus::Flushed);
+    return false;
   }
   if (rx_.hdr.mo != rx_.recv_bytes) {
     Fail(MakeTerm(DdpUntaggedCode::InvalidMo), WcStatus::Flushed);
@@ -506,6 +525,18 @@ bool Stream::FinishReadRequest() {
   if (rx_.read_req.size) PlacedPeerMessage();  // a zero-length one is a peer's probe
   counters_.Add((rx_.read_req.sink_stag & 0xFF000000u) == kProbeStagTag ? Counter::RxConfirmReads
                                                                          : Counter::RxReads);
+  // Checked before any key is looked at: at most what one work request moves, and source and
+  // sink ranges within the 64-bit offsets (a wrapping sink would wrap the Response's tagged
+  // offsets). A zero-length Read names no memory: its keys are not checked (RFC 5040).
+  if (rx_.read_req.size > kMaxTransferLength) {
+    Fail(MakeTerm(RdmapErrorType::RemoteOperation, RdmapErrorCode::Unspecified), WcStatus::Flushed);
+    return false;
+  }
+  const uint64_t last_byte = rx_.read_req.size ? rx_.read_req.size - 1 : 0;  // offset in the range
+  if (rx_.read_req.src_to > UINT64_MAX - last_byte || rx_.read_req.sink_to > UINT64_MAX - last_byte) {
+    Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::ToWrap), WcStatus::Flushed);
+    return false;
+  }
   if (rx_.read_req.size) {
     KeyCheck check = qp_->pd().CheckRemote(rx_.read_req.src_stag, qpn_, rx_.read_req.src_to,
                                            rx_.read_req.size, kRemoteRead);
@@ -545,12 +576,24 @@ bool Stream::FinishReadRequest() {
   return true;
 }
 
+void Stream::DropBadTerminate(const char* what) {
+  rx_mutex_.AssertHeld();
+  // A Terminate is never answered with one; nor can it be trusted to name a request of ours:
+  // they are flushed.
+  NDWV_LOG(Info, "%s: peer sent a malformed Terminate (%s): the stream ends", counters_.identity(), what);
+  counters_.Add(Counter::DropsBadDdp);
+  Broken();
+}
+
 bool Stream::FinishTerminate() {
   rx_mutex_.AssertHeld();
   TerminateMsg term;
-  DecodeTerminatePayload({rx_.raw_hdr + 2 + kDdpUntaggedHeaderLen,
-                          rx_.hdr_len - kDdpUntaggedHeaderLen + rx_.payload_len},
-                         term);
+  if (DecodeTerminatePayload({rx_.raw_hdr + 2 + kDdpUntaggedHeaderLen,
+                              rx_.hdr_len - kDdpUntaggedHeaderLen + rx_.payload_len},
+                             term) != DdpError::Ok) {
+    DropBadTerminate("the headers its flags announce are missing");
+    return false;
+  }
   NDWV_LOG(Info, "%s: peer sent Terminate (%s)", counters_.identity(), Describe(term.ctrl.code));
   counters_.Add(term.ctrl.code.layer == TermLayer::Rdmap ? Counter::TerminatesReceivedRdmap
                 : term.ctrl.code.layer == TermLayer::Ddp ? Counter::TerminatesReceivedDdp

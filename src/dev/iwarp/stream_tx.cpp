@@ -252,7 +252,7 @@ bool Stream::AddProbe(size_t reads) {
   counters_.Add(Counter::TxConfirmReads);
   tx_.probe_due = false;
   base::MutexLock lock(reads_mutex_);
-  reads_outstanding_.push_back({tx_.next, true});
+  reads_outstanding_.push_back({tx_.next, true, request.sink_stag});
   reads_queued_.fetch_add(1, std::memory_order_release);
   return true;
 }
@@ -393,7 +393,7 @@ bool Stream::FillBatch() {
       tx_.read_msn++;
       counters_.Add(Counter::TxReads);
       base::MutexLock lock(reads_mutex_);
-      reads_outstanding_.push_back({tx_.next++, false});
+      reads_outstanding_.push_back({tx_.next++, false, request.sink_stag});
       reads_queued_.fetch_add(1, std::memory_order_release);
       continue;
     }
