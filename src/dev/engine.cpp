@@ -1,7 +1,7 @@
 #include "dev/engine.h"
 
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,21 +22,31 @@ Engine& Engine::Get() {
 
 Engine::Engine() {
   epoll_fd_ = base::OpenDescriptor([] { return epoll_create1(EPOLL_CLOEXEC); });
-  wake_fd_ = base::OpenDescriptor([] { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); });
-  if (epoll_fd_ < 0 || wake_fd_ < 0) {
+  // steady_clock is CLOCK_MONOTONIC: a Timer's deadline is the timerfd's absolute time.
+  alarm_fd_ = base::OpenDescriptor([] { return timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC); });
+  if (epoll_fd_ < 0 || alarm_fd_ < 0) {
     perror("ndwv: engine");
     abort();
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = wake_fd_;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
-  engine_thread_ = std::thread([this] { Loop(); });
+  ev.data.fd = alarm_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, alarm_fd_, &ev);
+  // Named so that top -H, gdb and perf tell ndwv's threads from the application's.
+  engine_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ndwv-engine");
+    Loop();
+  });
   engine_thread_id_ = engine_thread_.get_id();
   engine_thread_handle_ = engine_thread_.native_handle();
   const base::Settings* settings = base::LoadSettings();
   unsigned n = settings ? settings->work_threads : 2;
-  for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (unsigned i = 0; i < n; ++i) {
+    workers_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "ndwv-work");
+      WorkerLoop();
+    });
+  }
   engine_thread_.detach();
   for (auto& w : workers_) w.detach();
 }
@@ -79,30 +89,32 @@ void Engine::Unwatch(int fd) {
 }
 
 void Engine::Arm(Timer* timer, std::chrono::milliseconds delay) {
-  bool wake;
-  {
-    base::MutexLock lock(timer_mutex_);
-    Clock::time_point before = timer->deadline;
-    timer->deadline = Clock::now() + delay;
-    if (!timer->armed) {
-      timer->armed = true;
-      timers_.push_back(timer);
-      HeapUp(timers_.size() - 1);
-    } else if (timer->deadline < before) {
-      HeapUp(timer->slot);
-    } else {
-      HeapDown(timer->slot);
-    }
-    // The loop is woken only for a deadline before the one it sleeps until: it finds later ones
-    // when it wakes, and recomputes before it sleeps again anyway (timers armed from its own
-    // handlers). Transports re-arm a timer per message; waking the engine each time cost a
-    // system call on the sender's path and a thread on the pollers' cores.
-    wake = timer->deadline < sleeps_until_.load(std::memory_order_relaxed) && !OnEngineThread();
-    if (wake) sleeps_until_.store(timer->deadline, std::memory_order_relaxed);
+  base::MutexLock lock(timer_mutex_);
+  Clock::time_point before = timer->deadline;
+  timer->deadline = Clock::now() + delay;
+  if (!timer->armed) {
+    timer->armed = true;
+    timers_.push_back(timer);
+    HeapUp(timers_.size() - 1);
+  } else if (timer->deadline < before) {
+    HeapUp(timer->slot);
+  } else {
+    HeapDown(timer->slot);
   }
-  if (wake) {
-    uint64_t one = 1;
-    (void)!write(wake_fd_, &one, sizeof one);  // the loop recomputes its timeout
+  // Only a deadline before the one the loop sleeps until concerns it: it finds later ones when it
+  // wakes, and recomputes before it sleeps again anyway (timers armed from its own handlers).
+  // For an earlier one the kernel's timer behind alarm_fd_ is moved, which wakes nobody now: a
+  // connection's setup arms one from the application's thread, and waking the engine for it (an
+  // eventfd before) cost a thread switch per connection on an idle engine.
+  if (timer->deadline < sleeps_until_.load(std::memory_order_relaxed) && !OnEngineThread()) {
+    sleeps_until_.store(timer->deadline, std::memory_order_relaxed);
+    itimerspec at{};
+    const auto since_boot = timer->deadline.time_since_epoch();
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(since_boot);
+    at.it_value.tv_sec = seconds.count();
+    // A zero it_value would disarm: a deadline at the clock's origin is long past, 1 ns is too.
+    at.it_value.tv_nsec = std::max<long>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(since_boot - seconds).count());
+    timerfd_settime(alarm_fd_, TFD_TIMER_ABSTIME, &at, nullptr);
   }
 }
 
@@ -258,9 +270,9 @@ void Engine::Loop() {
 
 void Engine::Dispatch(const epoll_event& event) {
   int fd = event.data.fd;
-  if (fd == wake_fd_) {
-    uint64_t count;
-    (void)!read(wake_fd_, &count, sizeof count);
+  if (fd == alarm_fd_) {  // a deadline armed while the loop slept: FireDueTimers follows
+    uint64_t expirations;
+    (void)!read(alarm_fd_, &expirations, sizeof expirations);
     return;
   }
   std::shared_ptr<IoHandler> handler;

@@ -89,7 +89,7 @@ class Engine {
   void HeapRemove(Timer* timer) NDWV_REQUIRES(timer_mutex_);
 
   int epoll_fd_ = -1;
-  int wake_fd_ = -1;
+  int alarm_fd_ = -1;  // a timerfd: deadlines armed off the engine thread while it sleeps
   std::thread engine_thread_;
   std::thread::id engine_thread_id_;
   pthread_t engine_thread_handle_{};  // kept: a detached std::thread no longer has it

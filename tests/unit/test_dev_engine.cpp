@@ -57,6 +57,20 @@ TEST(EngineTimer, DisarmedBeforeItFallsDueItNeverFires) {
   EXPECT_EQ(owner.fired.load(), 0);
 }
 
+// Armed from another thread while the engine sleeps with no deadline, or a later one than ours:
+// nothing wakes it but the deadline itself (the kernel's timer it is moved to), so an engine
+// that missed it would sleep past it (for good with no other timer).
+TEST(EngineTimer, ArmedOffTheEngineWhileItSleepsItStillFiresAndOvertakesALaterOne) {
+  Owner later, earlier;
+  std::this_thread::sleep_for(50ms);  // the engine's earlier work done: it sleeps
+  Engine::Get().Arm(&later.timer, 60'000ms);
+  std::this_thread::sleep_for(20ms);  // asleep again, until the minute is up
+  Engine::Get().Arm(&earlier.timer, 30ms);
+  ASSERT_TRUE(WaitUntil([&] { return earlier.fired.load() == 1; }));
+  EXPECT_EQ(later.fired.load(), 0);
+  EXPECT_TRUE(Engine::Get().Disarm(&later.timer));
+}
+
 
 // Many timers armed out of order, some re-armed earlier or later and some disarmed: every one
 // still armed fires once, in the order of its deadline (the heap's order), none of the others.
