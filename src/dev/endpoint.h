@@ -316,8 +316,6 @@ class EndpointBase : public ConnectEndpoint {
   }
 
  protected:
-  EndpointBase() { established_work_.run = &Established; }
-
   // The CM phase is over (mutex_ held): the QP phase runs on the work pool. A transport that
   // does more at that point hides this with its own, which calls it.
   void FinishDisconnect(int32_t status) NDWV_REQUIRES(mutex_) {
@@ -340,31 +338,6 @@ class EndpointBase : public ConnectEndpoint {
 
   // Listening: requests not yet taken, and GetRequests.
   ListenQueue<Endpoint> requests_ NDWV_GUARDED_BY(mutex_);
-
-  // Passive: the connection is established (iWARP: the RTR arrived; RoCE: the RTU, the first
-  // packet or a DREQ): the QP to RTS, then Accept completes. Pre-allocated; run on the work
-  // pool, not on the thread that saw the event. Not guarded: filled under mutex_, then read by
-  // Established without it (Engine::Defer orders the two).
-  struct EstablishedWork : WorkItem {
-    std::shared_ptr<Endpoint> endpoint;
-    std::shared_ptr<QueuePair> qp;
-  } established_work_;
-
- private:
-  static void Established(WorkItem* item) {
-    auto* work = static_cast<EstablishedWork*>(item);
-    auto endpoint = std::move(work->endpoint);
-    auto qp = std::move(work->qp);
-    // If the peer already closed the connection (the QP went to Error first), Accept still
-    // succeeded, and the close is reported after it.
-    qp->Modify(QpState::Rts);
-    AsyncOp* op;
-    {
-      base::MutexLock lock(endpoint->mutex_);
-      op = std::exchange(endpoint->accept_op_, nullptr);
-    }
-    if (op) op->Complete(WV_SUCCESS);
-  }
 };
 
 }  // namespace ndwv::dev

@@ -177,12 +177,10 @@ size_t QueuePair::Flush() {
 
 int32_t QueuePair::PostSend(const SendWqe& request) {
   QpState state = this->state();
-  // In RTR with a link: the passive side of a connection whose Accept has not completed. A
-  // receive may have completed already (the peer sends as soon as it is connected), and an
-  // answer posted then is taken, as an HCA does; the link holds it until the QP reaches RTS.
-  if (state != QpState::Rts && state != QpState::Sqd && state != QpState::Error &&
-      !(state == QpState::Rtr && HasLink()))
-    return WV_CONNECTION_INVALID;
+  // The passive side's QP is in RTS from its Accept on: an answer to a message that arrived
+  // before the Accept completed is taken, as an HCA does, and its link holds it until the
+  // connection is established (Link::HeldUntilEstablished).
+  if (state != QpState::Rts && state != QpState::Sqd && state != QpState::Error) return WV_CONNECTION_INVALID;
   bool is_inline = request.flags & kInline;
   if (is_inline ? request.length > caps_.max_inline : request.num_sge > caps_.send_sge)
     return is_inline ? WV_BUFFER_OVERFLOW : WV_DATA_OVERRUN;

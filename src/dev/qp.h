@@ -105,8 +105,23 @@ class Link : public ProgressSource {
   // The connection's counters and identity: the transport counts, the QP adds its flushes.
   ConnectionCounters& counters() { return counters_; }
 
+  // The passive side's QP is in RTS from its Accept on (as rdma_cm's accept moves it), but the
+  // link sends nothing posted until the connection is established (iWARP: the peer's RTR; RoCE:
+  // the RTU, the first packet or a DREQ). Establishment then changes no QP state, which the
+  // engine, where it is seen, may not do: it lifts this hold, and the Accept completes there
+  // and then, without a hand-off to the work pool.
+  bool HeldUntilEstablished() const { return held_until_established_.load(std::memory_order_acquire); }
+  void Established() {
+    held_until_established_.store(false, std::memory_order_release);
+    Kick();
+  }
+
  protected:
+  explicit Link(bool held_until_established = false) : held_until_established_(held_until_established) {}
   ConnectionCounters counters_;
+
+ private:
+  std::atomic<bool> held_until_established_;
 };
 
 class QueuePair : public std::enable_shared_from_this<QueuePair> {
@@ -143,10 +158,6 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   // (or Reset) already: the link must not run.
   [[nodiscard]] bool Attach(std::shared_ptr<Link> link);
   std::shared_ptr<Link> link() const;
-  bool HasLink() const {
-    base::MutexLock lock(state_mutex_);
-    return link_ != nullptr;
-  }
   // The send queue is a ring indexed by ever-growing positions.
   uint64_t send_tail() const { return sq_tail_.load(std::memory_order_acquire); }
   SendWqe& send_at(uint64_t position) { return sq_[position]; }

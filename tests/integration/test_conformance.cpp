@@ -1421,8 +1421,8 @@ TEST(ConformanceAdapter, ReleaseEverythingRightAfterAnUnawaitedDisconnect) {
 
 // nd-tools.md §9 (NdDualConnection), §14.1 Accept: an Accept stays pending for 10 s without the
 // active side's CompleteConnect, then completes ND_SUCCESS once it comes, and the connection
-// carries a message. RoCE: no keepalive probes the peer before the RTU (the passive QP waits in
-// RTR); the active CM answers the REP's retries with MRAs.
+// carries a message. RoCE: no keepalive probes the peer before the RTU (the passive side's link
+// holds until established); the active CM answers the REP's retries with MRAs.
 TEST(ConformanceConnector, AcceptWaitsTenSecondsForCompleteConnect) {
   RunLocal([] {
     LocalPair p;

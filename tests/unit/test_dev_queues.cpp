@@ -302,6 +302,7 @@ TEST(CqResize, KeepsEveryEntryAndRefusesBelowOccupancy) {
 
 // A transport that counts what the CQ asks of it.
 struct CountingSource : Link {
+  explicit CountingSource(bool held_until_established = false) : Link(held_until_established) {}
   int progress = 0, reaped = 0, peer_messages = 0, still = 0, armed = 0, kicks = 0;
   void PollProgress() override { ++progress; }
   void Reaped(bool peer_message) override { ++reaped; peer_messages += peer_message; }
@@ -465,17 +466,22 @@ TEST(CqSources, ASourceOfTwoCqsIsLentOnlyWhileNeitherHasTooMany) {
   small.DetachSource(&both);
 }
 
-// A send posted on the passive side before Accept completed (the QP in RTR, its link attached)
-// is taken and waits; the move to RTS kicks the link to send it.
-TEST_F(QpTest, ASendPostedInRtrWithALinkWaitsForRts) {
+// The passive side: a send posted before Accept completed (the QP in RTS since the Accept, its
+// link holding until established) is taken; establishment lifts the hold and kicks the link.
+// In RTR a send is refused, link or not.
+TEST_F(QpTest, ASendPostedBeforeEstablishmentIsTakenAndEstablishmentKicksTheLink) {
   ASSERT_EQ(qp->Modify(QpState::Init), WV_SUCCESS);
   ASSERT_EQ(qp->Modify(QpState::Rtr), WV_SUCCESS);
   EXPECT_EQ(qp->PostSend(Send(1)), WV_CONNECTION_INVALID);  // no connection yet
-  auto link = std::make_shared<CountingSource>();
+  auto link = std::make_shared<CountingSource>(true);
   ASSERT_TRUE(qp->Attach(link));
+  EXPECT_EQ(qp->PostSend(Send(1)), WV_CONNECTION_INVALID);  // still RTR
+  ASSERT_EQ(qp->Modify(QpState::Rts), WV_SUCCESS);
+  EXPECT_TRUE(link->HeldUntilEstablished());
   EXPECT_EQ(qp->PostSend(Send(2)), WV_SUCCESS);
   int kicks = link->kicks;
-  ASSERT_EQ(qp->Modify(QpState::Rts), WV_SUCCESS);
+  link->Established();
+  EXPECT_FALSE(link->HeldUntilEstablished());
   EXPECT_EQ(link->kicks, kicks + 1);
   ASSERT_EQ(qp->Modify(QpState::Error), WV_SUCCESS);
   std::vector<Completion> flushed = Drain();

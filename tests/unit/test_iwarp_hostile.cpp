@@ -1053,6 +1053,36 @@ INSTANTIATE_TEST_SUITE_P(
         ShortCase{"Empty", 0, 0}),
     [](const ::testing::TestParamInfo<ShortCase>& info) { return std::string(info.param.name); });
 
+// MPA (RFC 6581): the responder sends nothing before the initiator's RTR. The QP is in RTS from
+// the Accept on; a Write posted then waits in the stream and goes once the RTR has come.
+TEST_F(IwarpHostile, WhatIsPostedBeforeTheRtrIsSentOnlyAfterIt) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(c.PostReceives(kRecvs));
+  ASSERT_NO_FATAL_FAILURE(Request(c));
+  ASSERT_NO_FATAL_FAILURE(AcceptAndReadReply(c));
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+  SendWqe write{};
+  write.wr_id = 7;
+  write.opcode = WrOpcode::Write;
+  write.flags = kSignaled;
+  write.num_sge = 1;
+  write.sge[0] = {c.local.addr(), 64, c.local.key};
+  write.length = 64;
+  write.remote_addr = 0x2000;
+  write.rkey = 0x4343;
+  ASSERT_EQ(c.qp->PostSend(write), WV_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // time enough to send it, were it allowed
+  uint8_t byte;
+  EXPECT_EQ(recv(c.peer.fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT), -1) << "bytes before the RTR";
+  EXPECT_EQ(c.accept.count(), 0u);
+  ASSERT_NO_FATAL_FAILURE(SendRtr(c));
+  Segment placed;
+  ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, placed));
+  EXPECT_EQ(placed.hdr.opcode, RdmapOpcode::RdmaWrite);
+  EXPECT_EQ(placed.payload.size(), 64u);
+  EXPECT_EQ(c.accept.Wait(), std::optional<int32_t>(WV_SUCCESS));
+}
+
 TEST_F(IwarpHostile, FirstFpduThatIsNotTheRtrIsRefusedAndItsWriteNotPlaced) {
   Conn& c = NewConn();
   ASSERT_NO_FATAL_FAILURE(c.PostReceives(kRecvs));

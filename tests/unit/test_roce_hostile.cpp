@@ -558,7 +558,10 @@ class RoceHostile : public ::testing::Test {
     c.rep = rep.rep;
     c.peer.device_qpn = rep.rep.local_qpn;
     c.next_psn = rep.rep.starting_psn;
-    EXPECT_EQ(c.qp->state(), QpState::Rtr);
+    // In RTS from Accept on, as rdma_cm moves it; the Accept waits for the RTU (and the link
+    // holds what is posted until then).
+    EXPECT_EQ(c.qp->state(), QpState::Rts);
+    EXPECT_EQ(c.accept.count(), 0u);
 
     ib::CmMessage rtu;
     rtu.attr = ib::CmAttr::Rtu;

@@ -568,6 +568,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   reply.private_data = {params.data, params.data_length};
   if (qp->state() == QpState::Reset) qp->Modify(QpState::Init);
   qp->Modify(QpState::Rtr);
+  qp->Modify(QpState::Rts);  // the stream holds what is posted until the RTR (Link)
   if (!SendMpaFrame(reply)) {
     SetState(State::Disconnected);
     qp->Modify(QpState::Error);
@@ -578,7 +579,6 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   SetState(State::PassiveAccepting);
   stream_ = base::MakePooled<Stream>(std::exchange(fd_, -1), qp, MakeStreamParams(true), weak_from_this(),
                                      std::move(capture_), &local_, &peer_);
-  established_work_.qp = std::move(qp);
   // A peer that never completes the connection must not hold the Accept forever.
   ArmTimer(6 * Config().cm_timeout_ms);
   std::shared_ptr<Stream> stream = stream_;
@@ -685,12 +685,12 @@ void Endpoint::OnIo(uint32_t events) {
 }
 
 void Endpoint::OnRtr() {
+  Finisher finish;
   base::MutexLock lock(mutex_);
   if (state_ != State::PassiveAccepting) return;
   DisarmTimer();
   SetState(State::Connected);
-  established_work_.endpoint = shared_from_this();
-  Engine::Get().Defer(&established_work_);
+  finish.Add(std::exchange(accept_op_, nullptr), WV_SUCCESS);
 }
 
 void Endpoint::OnPeerClosed() {

@@ -480,6 +480,7 @@ bool Stream::FinishSegment() {
 
   if (params_.expect_rtr) {
     params_.expect_rtr = false;
+    Established();  // what was posted meanwhile goes now
     NotifyObserver(&StreamObserver::OnRtr);
     return true;
   }

@@ -366,8 +366,8 @@ bool Stream::FillBatch() {
       break;
     }
     // Posted before the RTR arrived (an answer to the first message while Accept completes): it
-    // waits for the move to RTS, which kicks us.
-    if (qp_->state() == QpState::Rtr) break;
+    // waits for the RTR (MPA: the responder sends nothing before it), which kicks us.
+    if (HeldUntilEstablished()) break;
     SendWqe& wqe = qp_->send_at(tx_.next);
     if (tx_.probe_due && wqe.opcode != WrOpcode::Write && wqe.opcode != WrOpcode::Send) {
       if (!AddProbe(ReadsOutstanding())) break;

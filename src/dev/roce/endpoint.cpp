@@ -376,6 +376,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   local_params_ = params;
   if (qp->state() == QpState::Reset) qp->Modify(QpState::Init);
   qp->Modify(QpState::Rtr);
+  qp->Modify(QpState::Rts);  // the link holds what is posted until established (Link)
   qpn_ = qp->qpn();
   qp_ = qp;
   rq_psn_ = RandomPsn();
@@ -383,6 +384,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   link.dest_qpn = req_.local_qpn;
   link.sq_psn = req_.starting_psn;  // the PSN the active side expects
   link.probes_first = false;
+  link.held_until_established = true;
   link.rq_psn = rq_psn_;
   // Our IRD covers what the requester may issue (0: no Reads); our ORD stays within what it
   // accepts (§3.9).
@@ -413,7 +415,6 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     return WV_CONNECTION_ABORTED;
   }
   accept_op_ = op;
-  established_work_.qp = std::move(qp);
   SetState(State::Accepting);
   return WV_PENDING;
 }
@@ -465,8 +466,7 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
     case CmEventKind::Established:
       if (state_ != State::Accepting) return;
       SetState(State::Connected);
-      established_work_.endpoint = shared_from_this();
-      Engine::Get().Defer(&established_work_);
+      Establish(finish);
       return;
     case CmEventKind::Rejected:
       if (state_ == State::Connecting) {
@@ -476,7 +476,6 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
         finish.Add(std::exchange(connect_op_, nullptr), WV_CONNECTION_REFUSED);
       } else if (state_ == State::Accepting) {  // the active side refused our REP
         SetState(State::Disconnected);
-        established_work_.qp.reset();
         link_->Fail();
         finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_REFUSED);
       } else if (state_ == State::Connected || state_ == State::LinkFailed) {
@@ -494,7 +493,6 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
     case CmEventKind::RepTimeout:
       if (state_ != State::Accepting) return;
       SetState(State::Disconnected);
-      established_work_.qp.reset();
       link_->Fail();
       finish.Add(std::exchange(accept_op_, nullptr), WV_IO_TIMEOUT);
       return;
@@ -505,10 +503,7 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
         return;
       }
       if (state_ != State::Connected && state_ != State::Accepting && state_ != State::LinkFailed) return;
-      if (state_ == State::Accepting) {  // a DREQ implies the REP arrived (the agent reported it)
-        established_work_.endpoint = shared_from_this();
-        Engine::Get().Defer(&established_work_);
-      }
+      if (state_ == State::Accepting) Establish(finish);  // a DREQ implies the REP arrived (the agent reported it)
       if (link_) link_->FlushAcks();
       port_->Cm([id = comm_id_](CmAgent& agent) { return agent.Disconnect(id); });  // the DREP
       PeerDisconnected(finish);
@@ -591,7 +586,6 @@ void Endpoint::OnLinkFailed() {
     return;
   base::MutexLock lock(mutex_, std::adopt_lock);
   if (state_ == State::Accepting) {
-    established_work_.qp.reset();
     finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_ABORTED);
   } else if (state_ != State::Connected) {
     return;
@@ -601,6 +595,12 @@ void Endpoint::OnLinkFailed() {
 }
 
 // -------------------------------------------------------------------------------- teardown
+
+void Endpoint::Establish(Finisher& finish) {
+  mutex_.AssertHeld();
+  if (link_) link_->Established();
+  finish.Add(std::exchange(accept_op_, nullptr), WV_SUCCESS);
+}
 
 void Endpoint::PeerDisconnected(Finisher& finish) {
   mutex_.AssertHeld();

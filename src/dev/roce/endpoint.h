@@ -128,6 +128,8 @@ class Endpoint final : public EndpointBase<Endpoint>,
   // False if the QP failed meanwhile (the link is not started).
   [[nodiscard]] bool StartLink(const RcParams& params, std::shared_ptr<Port> data_port = nullptr)
       NDWV_REQUIRES(mutex_);
+  // Passive: the RTU, the first packet or a DREQ came; the QP is in RTS since Accept.
+  void Establish(Finisher& finish) NDWV_REQUIRES(mutex_);
   void PeerDisconnected(Finisher& finish) NDWV_REQUIRES(mutex_);  // the close exchange is over: flush and tell
   RcParams BaseLinkParams() const NDWV_REQUIRES(mutex_);
 

@@ -133,7 +133,8 @@ WcStatus StatusForNak(uint8_t code) {
 
 RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const RcParams& params,
                std::weak_ptr<RcObserver> observer)
-    : port_(std::move(port)),
+    : Link(params.held_until_established),
+      port_(std::move(port)),
       qp_(std::move(qp)),
       params_(Checked(params)),
       observer_(std::move(observer)),
@@ -382,7 +383,7 @@ bool RcLink::SendRequests() {
       continue;
     }
     if (next_position_ == qp_->send_tail()) break;
-    if (qp_->state() == QpState::Rtr) break;  // posted before establishment: the move to RTS kicks us
+    if (HeldUntilEstablished()) break;  // posted before establishment: Established kicks us
     uint32_t oldest = flights_.empty() ? next_psn_ : flights_.front().first_psn;
     if (uint32_t(PsnDiff(next_psn_, oldest)) >= kWindow) break;
     SendWqe& wqe = qp_->send_at(next_position_);
@@ -530,7 +531,7 @@ void RcLink::OnPackets(std::span<const Packet> packets) {
       if (op == Opcode::Acknowledge) OnAck(packet);
       else if (IsReadResponse(op)) OnReadResponse(packet);
       else OnRequest(packet);
-      if (!shut_ && state == QpState::Rtr && !first_packet_seen_) first_packet = first_packet_seen_ = true;
+      if (!shut_ && HeldUntilEstablished() && !first_packet_seen_) first_packet = first_packet_seen_ = true;
     }
     Pump(!t_polling);  // also sends what the receive path queued (NAKs)
     if (params_.keepalive_ms) last_rx_ = CoarseNow();
@@ -965,10 +966,10 @@ void RcLink::HandleTimer() {
   if (shut_) return;
   if (params_.keepalive_ms && flights_.empty() && !failed_) {
     // Idle: has the peer been heard from lately? If not, ask it for an acknowledgement. Not
-    // before the connection is established (the passive QP waits in RTR for the RTU): the
-    // active QP may not exist yet, and the CM's own timers watch the peer until then.
+    // before the connection is established (the passive side waits for the RTU): the active QP
+    // may not exist yet, and the CM's own timers watch the peer until then.
     auto due = KeepaliveDue(last_rx_, params_);
-    if (now >= due && qp_->state() != QpState::Rts) {
+    if (now >= due && (HeldUntilEstablished() || qp_->state() != QpState::Rts)) {
       last_rx_ = now;
       EnsureTimer(KeepaliveDue(now, params_));
     } else if (now >= due) {

@@ -49,12 +49,13 @@ struct RcParams {
   // The active side probes when due; the passive side two grid steps later (rc.cpp), so that
   // while both are alive the active side's probe is the only one.
   bool probes_first = true;
+  bool held_until_established = false;  // the passive side's (Link::HeldUntilEstablished)
 };
 
 class RcObserver {
  public:
-  // The first packet arrived while the QP was in RTR: the connection is established even if the
-  // RTU was lost (design-facts §6 item 8).
+  // The first packet arrived while the link was held until established: the connection is
+  // established even if the RTU was lost (design-facts §6 item 8).
   virtual void OnFirstPacket() = 0;
   // The QP failed (retries exhausted, a fatal NAK, the peer gone) and is moving to Error.
   virtual void OnLinkFailed() = 0;
