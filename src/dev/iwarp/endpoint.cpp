@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -419,6 +420,7 @@ StreamParams Endpoint::MakeStreamParams(bool passive) const {
 
 int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
                           const ConnectParams& params, AsyncOp* op) {
+  Finisher finish;  // a request that cannot be sent at once completes the Connect after the lock
   base::MutexLock lock(mutex_);
   if (state_ != State::Idle && state_ != State::Bound) return WV_CONNECTION_ACTIVE;
   if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
@@ -450,17 +452,23 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
            : error == ECONNREFUSED ? WV_CONNECTION_REFUSED
                                    : WV_HOST_UNREACHABLE;
   }
-  if (ephemeral_) {  // the kernel chose the port just now
-    local_len_ = sizeof local_;
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&local_), &local_len_);
-  }
+  // The address the kernel chose (port, or source address of a wildcard bind) is fixed now.
+  local_len_ = sizeof local_;
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&local_), &local_len_);
   qpn_ = qp->qpn();
   qp_ = std::move(qp);
   connect_op_ = op;
   mpa_.Reset(MpaKind::Reply);
   SetState(State::ActiveConnecting);
-  ArmTimer(Config().cm_timeout_ms);
   watching_ = true;
+  // To a near peer (this host) the TCP handshake is over when connect() returns: the MPA request
+  // goes now, from this thread, and the engine is not woken for a writable socket.
+  if (pollfd ready{fd_, POLLOUT, 0}; poll(&ready, 1, 0) == 1 && ready.revents == POLLOUT) {
+    Engine::Get().Watch(fd_, EPOLLIN | EPOLLRDHUP, weak_from_this());
+    SendMpaRequest(finish);
+    return WV_PENDING;
+  }
+  ArmTimer(Config().cm_timeout_ms);
   Engine::Get().Watch(fd_, EPOLLOUT | EPOLLIN | EPOLLRDHUP, weak_from_this());
   return WV_PENDING;
 }
@@ -485,8 +493,13 @@ void Endpoint::OnConnectReady(Finisher& finish) {
                                                : WV_HOST_UNREACHABLE);
     return;
   }
-  local_len_ = sizeof local_;
-  getsockname(fd_, reinterpret_cast<sockaddr*>(&local_), &local_len_);
+  DisarmTimer();
+  Engine::Get().Modify(fd_, EPOLLIN | EPOLLRDHUP);
+  SendMpaRequest(finish);
+}
+
+void Endpoint::SendMpaRequest(Finisher& finish) {
+  mutex_.AssertHeld();
   capture_ = base::TcpCapture::Start(fd_);
   MpaFrame request;
   request.reply = false;
@@ -496,7 +509,6 @@ void Endpoint::OnConnectReady(Finisher& finish) {
   request.ird = uint16_t(std::min<uint32_t>(local_params_.ird, kMpaIrdOrdMask));
   request.ord = uint16_t(std::min<uint32_t>(local_params_.ord, kMpaIrdOrdMask));
   request.private_data = {local_params_.data, local_params_.data_length};
-  Engine::Get().Modify(fd_, EPOLLIN | EPOLLRDHUP);
   SetState(State::ActiveMpaSent);
   if (!SendMpaFrame(request)) {
     FailConnect(finish, WV_CONNECTION_REFUSED);
@@ -507,7 +519,6 @@ void Endpoint::OnConnectReady(Finisher& finish) {
   // Reject however long it takes (nd2-spi 14.1: not timed out for a slow Accept), as the IB CM
   // waits on MRAs. A dead peer or link still ends it: keepalives and TCP_USER_TIMEOUT
   // (NDWV_IWARP_TIMEOUT_MS) close the socket, and a released listener resets it.
-  DisarmTimer();
 }
 
 void Endpoint::OnMpaReply(Finisher& finish) {

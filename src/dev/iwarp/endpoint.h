@@ -130,6 +130,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
   void ExpireLocked() NDWV_REQUIRES(mutex_);          // handshakes and requests past their time
   void ArmListenTimerLocked() NDWV_REQUIRES(mutex_);  // for the next expiry, or the end of an accept pause
   void OnConnectReady(Finisher& finish) NDWV_REQUIRES(mutex_);
+  void SendMpaRequest(Finisher& finish) NDWV_REQUIRES(mutex_);  // TCP is connected
   bool ReadMpaFrame(wire::MpaKind kind) NDWV_REQUIRES(mutex_);  // true when mpa_ holds a whole frame
   void OnMpaReply(Finisher& finish) NDWV_REQUIRES(mutex_);
   // Both release mutex_ while they report to the listener, whose lock comes first.
