@@ -38,9 +38,16 @@ Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params
 
 Stream::~Stream() { Shutdown(); }
 
-namespace {
-constexpr uint32_t kWatched = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-}  // namespace
+uint32_t Stream::WatchedEvents() const {
+  return EPOLLIN | EPOLLRDHUP | EPOLLET | (writable_watched_.load(std::memory_order_relaxed) ? uint32_t(EPOLLOUT) : 0u);
+}
+
+void Stream::WatchWritable() {
+  base::MutexLock lock(handoff_.mutex());
+  writable_watched_.store(true, std::memory_order_relaxed);
+  // A socket that has room again by now is reported at once (epoll looks when the interest changes).
+  ApplyWatchLocked();
+}
 
 bool Stream::TakeWaitingTransmit() {
   // Loads first: an empty poll asks this every time, and mostly nothing waits.
@@ -70,7 +77,7 @@ void Stream::OnNotifyArmed() {
 void Stream::ApplyWatchLocked() {
   handoff_.mutex().AssertHeld();
   // A stream that shut down keeps the interest its lingering set (Shutdown).
-  if (!shut_) Engine::Get().Modify(fd_, handoff_.engine_reads() ? kWatched : 0);  // the poller drives both directions
+  if (!shut_) Engine::Get().Modify(fd_, handoff_.engine_reads() ? WatchedEvents() : 0);  // the poller drives both directions
 }
 
 void Stream::EngineReturned(bool by_timer) {
@@ -89,7 +96,7 @@ void Stream::Start() {
     Abort();  // the QP failed (Flush) before its connection started: the connection ends
     return;
   }
-  Engine::Get().Watch(fd_, kWatched, weak_from_this());
+  Engine::Get().Watch(fd_, WatchedEvents(), weak_from_this());
   DriveReceive();  // bytes may have arrived before the socket was watched
 }
 

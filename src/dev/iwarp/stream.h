@@ -167,6 +167,8 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // Under handoff_.mutex(), asserted (at the hand-off's call the analysis cannot tell that its
   // lock is this handoff_'s).
   void ApplyWatchLocked();
+  uint32_t WatchedEvents() const;  // while the engine reads the socket
+  void WatchWritable();  // a transmit found it full (takes handoff_.mutex(): after tx_mutex_)
   void EngineReturned(bool by_timer) NDWV_EXCLUDES(rx_mutex_);
   // The receive path ended a message the peer started.
   void PlacedPeerMessage() NDWV_REQUIRES(rx_mutex_);
@@ -281,6 +283,10 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   std::atomic<bool> broken_{false};
   std::atomic<bool> timed_out_{false};   // the socket ended with ETIMEDOUT (NDWV_IWARP_TIMEOUT_MS)
   std::atomic<bool> tx_stalled_{false};  // the last sendmsg found the socket full
+  // Room in the socket is watched for (EPOLLOUT) from its first stall on, not before: a socket
+  // added to epoll with EPOLLOUT is ready at once, which woke the engine for nothing at every
+  // connection's start. Set under handoff_.mutex(), like the interest it changes.
+  std::atomic<bool> writable_watched_{false};
   std::atomic<bool> response_owed_{false};  // a Read Response waits for the poller's next kick
   // The bytes of the requests Posted() left queued (nonzero: some wait); the next kick sends them.
   std::atomic<uint64_t> deferred_bytes_{0};

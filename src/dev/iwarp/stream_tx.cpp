@@ -42,6 +42,8 @@ void Stream::Kick() {
   // The receive side reports it (Broken runs under its lock). Not by taking that lock in the
   // runner: the receive path itself kicks us (a Read slot freed), and would wait for itself.
   if (broken) DriveReceive();
+  else if (tx_stalled_.load(std::memory_order_relaxed) && !writable_watched_.load(std::memory_order_relaxed))
+    WatchWritable();
 }
 
 void Stream::Posted(const SendWqe& request) {
