@@ -11,7 +11,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -20,6 +19,7 @@
 
 #include "base/capture.h"
 #include "base/kicked_runner.h"
+#include "base/lazy_deque.h"
 #include "base/mutex.h"
 #include "dev/cq.h"
 #include "dev/engine.h"
@@ -258,13 +258,13 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     std::shared_ptr<Stream> linger_self;  // alive while lingering
   };
   TxState tx_ NDWV_GUARDED_BY(tx_mutex_);
-  std::deque<OutstandingRead> reads_outstanding_ NDWV_GUARDED_BY(reads_mutex_);
+  base::LazyDeque<OutstandingRead> reads_outstanding_ NDWV_GUARDED_BY(reads_mutex_);
   struct Unconfirmed {
     uint64_t position;
     uint32_t msn;  // Sends: the message's MSN
   };
   // Sends and Writes sent, not yet confirmed.
-  std::deque<Unconfirmed> unconfirmed_ NDWV_GUARDED_BY(reads_mutex_);
+  base::LazyDeque<Unconfirmed> unconfirmed_ NDWV_GUARDED_BY(reads_mutex_);
   std::atomic<uint32_t> probes_answered_{0};  // their Read Responses received (receive path)
   bool AddProbe(size_t reads) NDWV_REQUIRES(tx_mutex_);
   size_t ReadsOutstanding();
@@ -272,7 +272,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   void FailUnconfirmed(const wire::TerminateMsg& term, WcStatus status) NDWV_EXCLUDES(reads_mutex_);
   // Receive path adds, transmit path takes.
   base::Mutex responses_mutex_{"iwarp::Stream::responses_mutex_"};
-  std::deque<ReadResponse> responses_ NDWV_GUARDED_BY(responses_mutex_);
+  base::LazyDeque<ReadResponse> responses_ NDWV_GUARDED_BY(responses_mutex_);
   // The sizes of responses_ and reads_outstanding_, readable without their locks: the transmit
   // path looks at both for every message, and they are nearly always empty.
   std::atomic<uint32_t> responses_queued_{0}, reads_queued_{0};
