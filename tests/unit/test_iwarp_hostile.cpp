@@ -517,9 +517,8 @@ class IwarpHostile : public ::testing::Test {
     ASSERT_EQ(request.read.size, length);
   }
 
-  // ndwv Writes 64 bytes of c's local buffer to the raw peer (wr_id `wr_id`); the raw peer reads
-  // the Write and the zero-length Read (the probe) that confirms it.
-  void PostWriteAndReadProbe(Conn& c, uint64_t wr_id, Segment& probe) {
+  // ndwv is asked to Write 64 bytes of c's local buffer to the raw peer (wr_id `wr_id`).
+  void PostWrite(Conn& c, uint64_t wr_id) {
     SendWqe write{};
     write.wr_id = wr_id;
     write.opcode = WrOpcode::Write;
@@ -530,6 +529,12 @@ class IwarpHostile : public ::testing::Test {
     write.remote_addr = 0x2000;
     write.rkey = 0x4343;
     ASSERT_EQ(c.qp->PostSend(write), WV_SUCCESS);
+  }
+
+  // ndwv Writes 64 bytes of c's local buffer to the raw peer (wr_id `wr_id`); the raw peer reads
+  // the Write and the zero-length Read (the probe) that confirms it.
+  void PostWriteAndReadProbe(Conn& c, uint64_t wr_id, Segment& probe) {
+    ASSERT_NO_FATAL_FAILURE(PostWrite(c, wr_id));
     Segment placed;
     ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, placed));
     ASSERT_EQ(placed.hdr.opcode, RdmapOpcode::RdmaWrite);
@@ -1061,16 +1066,7 @@ TEST_F(IwarpHostile, WhatIsPostedBeforeTheRtrIsSentOnlyAfterIt) {
   ASSERT_NO_FATAL_FAILURE(Request(c));
   ASSERT_NO_FATAL_FAILURE(AcceptAndReadReply(c));
   EXPECT_EQ(c.qp->state(), QpState::Rts);
-  SendWqe write{};
-  write.wr_id = 7;
-  write.opcode = WrOpcode::Write;
-  write.flags = kSignaled;
-  write.num_sge = 1;
-  write.sge[0] = {c.local.addr(), 64, c.local.key};
-  write.length = 64;
-  write.remote_addr = 0x2000;
-  write.rkey = 0x4343;
-  ASSERT_EQ(c.qp->PostSend(write), WV_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(PostWrite(c, 7));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // time enough to send it, were it allowed
   uint8_t byte;
   EXPECT_EQ(recv(c.peer.fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT), -1) << "bytes before the RTR";
