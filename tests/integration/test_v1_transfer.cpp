@@ -122,13 +122,15 @@ TEST(ConformanceV1Results, TheCallersNdResultsInPostingOrderWithTheirByteCounts)
     ND_MW_DESCRIPTOR remote = ReceiveDescriptor(peer);
     Request send{{}, 10}, read{{}, 11}, write{{}, 12}, bind{{}, 13}, invalidate{{}, 14};
     ND_SGE two[2] = {out.Sge(0, 100), out.Sge(200, 28)};
+    // The Read lands elsewhere: the Write below reads `two` while the Read's data may arrive.
+    ND_SGE sink[2] = {out.Sge(1024, 100), out.Sge(1200, 28)};
     ND_RESULT invalidated;
     Ref<INDMemoryWindow> window = NewWindow(adapter, &invalidated);
     ND_MW_DESCRIPTOR mine;
     IT_OK(client.endpoint->Bind(&bind.result, out.mr.handle(), window.get(), out.data(), 512,
                                 ND_OP_FLAG_ALLOW_READ, &mine));
     IT_OK(client.endpoint->Send(&send.result, two, 2, 0));
-    IT_OK(client.endpoint->Read(&read.result, two, 2, &remote, 16, 0));
+    IT_OK(client.endpoint->Read(&read.result, sink, 2, &remote, 16, 0));
     IT_OK(client.endpoint->Write(&write.result, two, 2, &remote, 1024, 0));
     IT_OK(client.endpoint->Invalidate(&invalidate.result, window.get(), 0));
     V1ExpectResult(client.cq.get(), &bind.result, ND_SUCCESS, 0, "bind");
