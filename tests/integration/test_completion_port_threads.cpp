@@ -341,12 +341,14 @@ class Client {
   static void OnCompleted(Client* self, ClientCycle* cycle, HRESULT hr) {
     if (!self->side_.Check(hr == ND_SUCCESS, "CompleteConnect completion", hr)) return;
     ND2_SGE sge = self->side_.Sge(cycle->slot);
-    hr = cycle->qp->Send(cycle, &sge, 1, 0);
+    // The Send's context is the side, not the cycle: the peer's answer can overtake the Send's
+    // acknowledgement, and the cycle is freed at its Disconnect, which one worker may complete
+    // before another reaps this Send.
+    hr = cycle->qp->Send(&self->side_, &sge, 1, 0);
     self->side_.Check(hr == ND_SUCCESS, "client Send", hr);
   }
   static void OnSend(void* context, HRESULT status) {
-    ClientCycle* cycle = static_cast<ClientCycle*>(context);
-    cycle->side->Check(status == ND_SUCCESS, "client send completion", status);
+    static_cast<Side*>(context)->Check(status == ND_SUCCESS, "client send completion", status);
   }
   static void OnReceive(void* context, HRESULT status, ULONG bytes) {
     ClientCycle* cycle = static_cast<ClientCycle*>(context);
