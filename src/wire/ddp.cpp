@@ -201,6 +201,10 @@ bool IsUntaggedReadRequest(const uint8_t* ddp) {
 
 }  // namespace
 
+size_t TerminateMsg::length() const {
+  return kTerminateCtrlLen + ((ctrl.m || ctrl.d) ? 2 : 0) + ddp_header.size() + rdmap_header.size();
+}
+
 DdpError DecodeTerminatePayload(std::span<const uint8_t> in, TerminateMsg& out) {
   out = TerminateMsg{};
   if (in.size() < kTerminateCtrlLen) return DdpError::Truncated;
@@ -275,10 +279,7 @@ DdpError DecodeDdpSegment(std::span<const uint8_t> ulpdu, DdpSegment& out, Reser
       const DdpError terr = DecodeTerminatePayload(rest, out.term);
       if (terr != DdpError::Ok) return terr;
       // Whatever follows the announced headers is left as payload.
-      const size_t used = kTerminateCtrlLen +
-                          ((out.term.ctrl.m || out.term.ctrl.d) ? 2 : 0) +
-                          out.term.ddp_header.size() + out.term.rdmap_header.size();
-      rest = rest.subspan(used);
+      rest = rest.subspan(out.term.length());
       break;
     }
     default: break;

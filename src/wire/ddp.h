@@ -331,6 +331,8 @@ struct TerminateMsg {
   std::span<const uint8_t> ddp_header;  // the offending DDP header (14 or 18 bytes), if d
   std::span<const uint8_t> rdmap_header;  // the offending Read Request (28 bytes), if r and it
                                           // was one (other RDMAP headers live in the DDP header)
+  // The bytes the control word and the headers its flags announce take: all a Terminate holds.
+  size_t length() const;
 };
 // Decodes what follows a Terminate's untagged header (the control word and anything after it).
 DdpError DecodeTerminatePayload(std::span<const uint8_t> in, TerminateMsg& out);

@@ -1205,6 +1205,24 @@ TEST_F(IwarpHostile, SendWhoseOpcodeChangesWithinTheMessageIsTerminated) {
   EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, part.size(), part)) << "the second segment was placed";
 }
 
+// Likewise the key of a Send with Invalidate: every segment names the one window it unbinds. One
+// whose key changes is refused before its bytes are placed. (Before: the last segment's key
+// alone was used.)
+TEST_F(IwarpHostile, SendWithInvalidateWhoseKeyChangesWithinTheMessageIsTerminated) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  std::vector<uint8_t> part = Bytes(32, 26);
+  DdpHeader h = DdpHeader::Untagged(RdmapOpcode::SendInvalidate, 1, 32, true, 0x2222);
+  c.peer.Send(Concat({Fpdu(DdpHeader::Untagged(RdmapOpcode::SendInvalidate, 1, 0, false, 0x1111), part, c.peer.crc),
+                      Fpdu(h, part, c.peer.crc)}));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(
+      c, w::MakeTerm(w::RdmapErrorType::RemoteProtection, w::RdmapErrorCode::CannotInvalidate),
+      c.AllReceivesFlushed(), term));
+  ExpectNamesSegment(term, h, h.length() + part.size());
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, part.size(), part)) << "the second segment was placed";
+}
+
 // A receive names its buffer by an L_Key, and the grant is the region the key names: a Send must
 // not land outside it, whatever the SGE says. Either the post is refused, or the receive
 // completes with an error when the data comes (and the connection ends); the bytes after the
@@ -1301,24 +1319,30 @@ TEST_F(IwarpHostile, ReadRequestWithAnUnexpectedMsnIsTerminated) {
 }
 
 // A Read Request is one whole DDP segment (its queue's buffer holds exactly its 28 bytes): one
-// with MO != 0 is "invalid MO", one whose L bit says more follows is "message too long". Neither
-// is answered. (Before: both were answered, and the second counted as a whole request.)
+// with MO != 0 is "invalid MO"; one whose L bit says more follows, or with bytes after its
+// header, is "message too long". None is answered. (Before: the first two were answered, and the
+// second counted as a whole request; the third was "invalid MSN range".)
 TEST_F(IwarpHostile, ReadRequestThatIsNotOneWholeSegmentIsTerminated) {
   struct Case {
+    const char* name;
     uint32_t mo;
     bool last;
+    size_t extra;
     w::DdpUntaggedCode code;
   };
-  for (Case k : {Case{8, true, w::DdpUntaggedCode::InvalidMo}, Case{0, false, w::DdpUntaggedCode::MessageTooLong}}) {
-    SCOPED_TRACE(k.last ? "MO 8" : "L bit clear");
+  for (Case k : {Case{"MO 8", 8, true, 0, w::DdpUntaggedCode::InvalidMo},
+                 Case{"L bit clear", 0, false, 0, w::DdpUntaggedCode::MessageTooLong},
+                 Case{"4 bytes after it", 0, true, 4, w::DdpUntaggedCode::MessageTooLong}}) {
+    SCOPED_TRACE(k.name);
     Conn& c = NewConn();
     ASSERT_NO_FATAL_FAILURE(Establish(c));
     w::ReadRequest read{0x77, 0, 64, c.readable.rkey, c.readable.addr()};
     DdpHeader h = DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, k.mo, k.last);
-    c.peer.Send(Fpdu(h, {}, c.peer.crc, &read));
+    c.peer.Send(Fpdu(h, Bytes(k.extra, 27), c.peer.crc, &read));
     Segment term;
     ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, w::MakeTerm(k.code), c.AllReceivesFlushed(), term));
-    ExpectNamesSegment(term, h, h.length() + w::kReadRequestLen);
+    ExpectNamesSegment(term, h, h.length() + w::kReadRequestLen + k.extra);
+    c.ExpectMemoryUntouched();
   }
 }
 
@@ -1434,6 +1458,22 @@ TEST_F(IwarpHostile, TerminateThatDoesNotDecodeBlamesNoRequestAndIsCounted) {
   ASSERT_NO_FATAL_FAILURE(SendTerminateExpectUnanswered(c, term, expected));
   EXPECT_EQ(stream->counters().Get(Counter::DropsBadDdp), 1u);
   EXPECT_EQ(stream->counters().Get(Counter::TerminatesReceivedRdmap), 0u);
+}
+
+// A Terminate holds its control word and the headers its flags announce, nothing more: one with
+// bytes after them is malformed (counted, unanswered, blames no request). (Before: up to 48 such
+// bytes were taken with it.)
+TEST_F(IwarpHostile, TerminateWithBytesItsFlagsDoNotAnnounceIsCountedAsMalformed) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  auto stream = std::dynamic_pointer_cast<iwarp::Stream>(c.qp->link());
+  ASSERT_TRUE(stream);
+  std::vector<uint8_t> term = TerminateUlpdu(w::kTermRdmapCatastrophic);
+  term.resize(term.size() + 8, 0xAB);
+  ASSERT_NO_FATAL_FAILURE(SendTerminateExpectUnanswered(c, term, c.AllReceivesFlushed()));
+  EXPECT_EQ(stream->counters().Get(Counter::DropsBadDdp), 1u);
+  EXPECT_EQ(stream->counters().Get(Counter::TerminatesReceivedRdmap), 0u);
+  c.ExpectMemoryUntouched();
 }
 
 // A Terminate from the peer ends the connection; it is not answered with one.

@@ -321,6 +321,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     uint32_t read_req_msn = 1;
     uint64_t recv_bytes = 0;
     wire::RdmapOpcode recv_opcode = wire::RdmapOpcode::Send;  // its first segment's: all must carry it
+    uint32_t recv_inv_stag = 0;  // likewise, for a Send with Invalidate
     OutstandingRead read = {};  // the Read whose response is arriving
     uint64_t response_bytes = 0;  // of its response, placed so far (the next TO)
     bool peer_closed = false;

@@ -256,13 +256,14 @@ bool Stream::StartReadResponse() {
 bool Stream::StartReadRequest() {
   rx_mutex_.AssertHeld();
   DecodeReadRequest({rx_.raw_hdr + 2 + kDdpUntaggedHeaderLen, kReadRequestLen}, rx_.read_req);
-  if (rx_.payload_len || rx_.hdr.msn != rx_.read_req_msn) {
+  if (rx_.hdr.msn != rx_.read_req_msn) {
     Fail(MakeTerm(DdpUntaggedCode::InvalidMsnRange), WcStatus::Flushed);
     return false;
   }
   // One whole segment: the Read Request queue's buffer holds exactly its header, so a segment
-  // elsewhere in the message, or one announcing more to follow, has no room.
-  if (rx_.hdr.mo != 0 || !rx_.hdr.last) {
+  // elsewhere in the message, one announcing more to follow, or one with bytes after the header
+  // has no room.
+  if (rx_.hdr.mo != 0 || !rx_.hdr.last || rx_.payload_len) {
     Fail(MakeTerm(rx_.hdr.mo != 0 ? DdpUntaggedCode::InvalidMo : DdpUntaggedCode::MessageTooLong),
          WcStatus::Flushed);
     return false;
@@ -303,11 +304,17 @@ bool Stream::StartSend() {
     rx_.have_recv = true;
     rx_.recv_bytes = 0;
     rx_.recv_opcode = rx_.hdr.opcode;
+    rx_.recv_inv_stag = rx_.hdr.inv_stag;
   }
   // Every segment of a message carries its opcode: a Send that turns solicited, or into a Send
   // with Invalidate, on its last segment would have its completion decided by that one alone.
   if (rx_.hdr.opcode != rx_.recv_opcode) {
     Fail(MakeTerm(RdmapErrorType::RemoteOperation, RdmapErrorCode::UnexpectedOpcode), WcStatus::Flushed);
+    return false;
+  }
+  // So does a Send with Invalidate its key: which window it unbinds is not the last segment's say.
+  if (CarriesInvalidateStag(rx_.hdr.opcode) && rx_.hdr.inv_stag != rx_.recv_inv_stag) {
+    Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::CannotInvalidate), WcStatus::Flushed);
     return false;
   }
   if (rx_.hdr.mo != rx_.recv_bytes) {
@@ -589,10 +596,13 @@ void Stream::DropBadTerminate(const char* what) {
 bool Stream::FinishTerminate() {
   rx_mutex_.AssertHeld();
   TerminateMsg term;
-  if (DecodeTerminatePayload({rx_.raw_hdr + 2 + kDdpUntaggedHeaderLen,
-                              rx_.hdr_len - kDdpUntaggedHeaderLen + rx_.payload_len},
-                             term) != DdpError::Ok) {
+  const size_t length = rx_.hdr_len - kDdpUntaggedHeaderLen + rx_.payload_len;
+  if (DecodeTerminatePayload({rx_.raw_hdr + 2 + kDdpUntaggedHeaderLen, length}, term) != DdpError::Ok) {
     DropBadTerminate("the headers its flags announce are missing");
+    return false;
+  }
+  if (term.length() != length) {
+    DropBadTerminate("it carries bytes its flags do not announce");
     return false;
   }
   NDWV_LOG(Info, "%s: peer sent Terminate (%s)", counters_.identity(), Describe(term.ctrl.code));
