@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <new>
@@ -16,6 +15,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "base/mutex.h"
 #include "base/overlapped.h"
 #include "ndwv/ndstatus.h"
 #include "ndwv/win32.h"
@@ -54,28 +54,26 @@ class Event final : public HandleObject {
       : HandleObject(kKind), manualReset_(manualReset), signaled_(signaled) {}
 
   void Set() {
-    std::lock_guard lock(mutex_);
-    signaled_ = true;
-    if (manualReset_) {
-      changed_.notify_all();
-    } else {
-      changed_.notify_one();
+    int wake;
+    {
+      MutexLock lock(mutex_);
+      signaled_ = true;
+      wake = manualReset_ ? changed_.SignalAll(mutex_) : changed_.SignalOne(mutex_);
     }
+    changed_.Wake(wake);
   }
 
   void Reset() {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     signaled_ = false;
   }
 
   DWORD Wait(DWORD milliseconds) {
-    std::unique_lock lock(mutex_);
-    auto isSignaled = [this] { return signaled_; };
-    if (milliseconds == INFINITE) {
-      changed_.wait(lock, isSignaled);
-    } else if (!changed_.wait_until(lock, Clock::now() + std::chrono::milliseconds(milliseconds),
-                                    isSignaled)) {
-      return WAIT_TIMEOUT;
+    MutexLock lock(mutex_);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(milliseconds);
+    while (!signaled_) {
+      if (milliseconds == INFINITE) changed_.Wait(mutex_);
+      else if (!changed_.WaitUntil(mutex_, deadline) && !signaled_) return WAIT_TIMEOUT;
     }
     if (!manualReset_) signaled_ = false;  // an auto-reset event releases one waiter
     return WAIT_OBJECT_0;
@@ -83,9 +81,9 @@ class Event final : public HandleObject {
 
  private:
   const bool manualReset_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool signaled_;
+  Mutex mutex_{"Event::mutex_"};
+  CondVar changed_;
+  bool signaled_ NDWV_GUARDED_BY(mutex_);
 };
 
 struct Packet {
@@ -101,31 +99,24 @@ class Port final : public HandleObject {
   Port() : HandleObject(kKind) {}
 
   void Enqueue(const Packet& packet) {
+    int wake;
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       if (closed_) return;  // nobody can dequeue it any more
       packets_.push_back(packet);
-      if (waiters_ == 0) return;  // whoever dequeues next finds it without waiting
+      wake = ready_.SignalOne(mutex_);
     }
-    // Woken after the lock is let go: a waiter woken under it would block on it at once (two
-    // more system calls and a switch per completion).
-    ready_.notify_one();
+    ready_.Wake(wake);
   }
 
   // ERROR_SUCCESS with *packet filled, WAIT_TIMEOUT, or ERROR_ABANDONED_WAIT_0 if the port was
   // closed meanwhile.
   DWORD Dequeue(DWORD milliseconds, Packet* packet) {
-    std::unique_lock lock(mutex_);
-    auto isReady = [this] { return closed_ || !packets_.empty(); };
-    if (!isReady()) {
-      ++waiters_;
-      bool ready = true;
-      if (milliseconds == INFINITE)
-        ready_.wait(lock, isReady);
-      else
-        ready = ready_.wait_until(lock, Clock::now() + std::chrono::milliseconds(milliseconds), isReady);
-      --waiters_;
-      if (!ready) return WAIT_TIMEOUT;
+    MutexLock lock(mutex_);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(milliseconds);
+    while (!closed_ && packets_.empty()) {
+      if (milliseconds == INFINITE) ready_.Wait(mutex_);
+      else if (!ready_.WaitUntil(mutex_, deadline) && !closed_ && packets_.empty()) return WAIT_TIMEOUT;
     }
     if (closed_) return ERROR_ABANDONED_WAIT_0;
     *packet = packets_.front();
@@ -134,18 +125,21 @@ class Port final : public HandleObject {
   }
 
   void OnClosed() override {
-    std::lock_guard lock(mutex_);
-    closed_ = true;
-    packets_.clear();
-    ready_.notify_all();
+    int wake;
+    {
+      MutexLock lock(mutex_);
+      closed_ = true;
+      packets_.clear();
+      wake = ready_.SignalAll(mutex_);
+    }
+    ready_.Wake(wake);
   }
 
  private:
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<Packet> packets_;
-  int waiters_ = 0;  // threads in Dequeue waiting for a packet
-  bool closed_ = false;
+  Mutex mutex_{"Port::mutex_"};
+  CondVar ready_;
+  std::deque<Packet> packets_ NDWV_GUARDED_BY(mutex_);
+  bool closed_ NDWV_GUARDED_BY(mutex_) = false;
 };
 
 class File final : public HandleObject {
@@ -310,8 +304,8 @@ HRESULT DecodeStatus(ULONG_PTR internal) {
 // completer only touches a bucket when someone waits in it, and never dereferences the
 // OVERLAPPED after publishing its status (the application may reuse it at once).
 struct alignas(64) WaitBucket {
-  std::mutex mutex;
-  std::condition_variable completed;
+  Mutex mutex{"WaitBucket::mutex"};
+  CondVar completed;
   std::atomic<uint32_t> waiters{0};
 };
 constexpr size_t kWaitBuckets = 16;
@@ -370,8 +364,12 @@ void CompleteOverlapped(HANDLE file, OVERLAPPED* ov, HRESULT status, ULONG_PTR b
   WaitBucket& bucket = BucketFor(ov);
   if (bucket.waiters.load(std::memory_order_seq_cst) != 0) {
     // Taking the lock orders this wake-up after a waiter's check of Internal.
-    { std::lock_guard lock(bucket.mutex); }
-    bucket.completed.notify_all();
+    int wake;
+    {
+      MutexLock lock(bucket.mutex);
+      wake = bucket.completed.SignalAll(bucket.mutex);
+    }
+    bucket.completed.Wake(wake);
   }
   if (auto event = Held<Event>::Lookup(hEvent)) event->Set();
   if (port != nullptr) port->Enqueue(Packet{ov, key, bytes, status});
@@ -384,10 +382,10 @@ HRESULT WaitOverlapped(OVERLAPPED* ov, bool wait) {
   WaitBucket& bucket = BucketFor(ov);
   bucket.waiters.fetch_add(1, std::memory_order_seq_cst);
   {
-    std::unique_lock lock(bucket.mutex);
+    MutexLock lock(bucket.mutex);
     while ((internal = InternalOf(ov).load(std::memory_order_seq_cst)) ==
            EncodeStatus(ND_PENDING)) {
-      bucket.completed.wait(lock);
+      bucket.completed.Wait(bucket.mutex);
     }
   }
   bucket.waiters.fetch_sub(1, std::memory_order_relaxed);

@@ -116,6 +116,8 @@ class Engine {
   // the futex calls of its lock and unlock showed up per item in the profile of a connection
   // setup).
   std::atomic<uint32_t> work_wakes_{0};
+  std::atomic<uint32_t> workers_in_futex_{0};  // of those asleep, the ones Defer must wake by system call
+  static constexpr int kLooksBeforeSleep = 4;
   unsigned workers_asleep_ NDWV_GUARDED_BY(work_mutex_) = 0;
   unsigned wakes_on_the_way_ NDWV_GUARDED_BY(work_mutex_) = 0;
 };

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <deque>
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
@@ -143,6 +144,100 @@ TEST(BaseSharedMutex, WritersExcludeEachOtherAndReadersSeeWholeUpdates) {
   EXPECT_EQ(a, 400000u);
   EXPECT_EQ(b, 400000u);
   EXPECT_EQ(torn.load(), 0u);
+}
+
+// ---- CondVar
+
+// A signal wakes a sleeper; a second one before it has run is not another wake for it (the
+// sleeper is already on its way): no second system call, as with glibc's condition variable.
+TEST(BaseCondVar, ASignalWakesTheSleeperAndASecondFindsItAlreadyOnItsWay) {
+  Mutex mutex;
+  CondVar changed;
+  bool flag = false;
+  std::atomic<int> woken{0};
+  std::thread sleeper([&] {
+    MutexLock lock(mutex);
+    while (!flag) changed.Wait(mutex);
+    ++woken;
+  });
+  int first = 0, second = -1;
+  ASSERT_TRUE(WaitUntil([&] {
+    MutexLock lock(mutex);
+    first = changed.SignalOne(mutex);  // 0 until the sleeper sleeps
+    if (first) {
+      flag = true;
+      second = changed.SignalOne(mutex);
+    }
+    return first == 1;
+  }));
+  EXPECT_EQ(second, 0);
+  changed.Wake(first);
+  EXPECT_TRUE(WaitUntil([&] { return woken.load() == 1; }));
+  sleeper.join();
+  MutexLock lock(mutex);
+  EXPECT_EQ(changed.SignalAll(mutex), 0) << "nobody sleeps any more";
+}
+
+TEST(BaseCondVar, WaitUntilReturnsFalseAtItsDeadlineWithTheLockHeld) {
+  Mutex mutex;
+  CondVar changed;
+  MutexLock lock(mutex);
+  auto start = CondVar::Clock::now();
+  EXPECT_FALSE(changed.WaitUntil(mutex, start + std::chrono::milliseconds(20)));
+  EXPECT_GE(CondVar::Clock::now() - start, std::chrono::milliseconds(20));
+  mutex.AssertHeld();
+  EXPECT_FALSE(mutex.try_lock());
+}
+
+// Producers hand items one by one to consumers that sleep between them: every item is taken,
+// and no consumer waits out its (long) deadline, which only a lost wake-up would make it do. With
+// one consumer a lost wake-up cannot hide behind another consumer's being awake.
+TEST(BaseCondVar, ProducersAndSleepingConsumersLoseNoWakeUp) {
+  for (int consumers : {1, 3}) {
+    SCOPED_TRACE(std::to_string(consumers) + " consumers");
+    Mutex mutex;
+    CondVar ready;
+    std::deque<int> items;
+    bool done = false;
+    constexpr int kProducers = 2, kEach = 20000;
+    std::atomic<int> taken{0}, timeouts{0};
+    std::vector<std::thread> threads;
+    for (int c = 0; c < consumers; ++c)
+      threads.emplace_back([&] {
+        MutexLock lock(mutex);
+        for (;;) {
+          while (items.empty() && !done)
+            if (!ready.WaitUntil(mutex, CondVar::Clock::now() + std::chrono::seconds(30))) ++timeouts;
+          if (items.empty()) return;
+          items.pop_front();
+          ++taken;
+        }
+      });
+    for (int p = 0; p < kProducers; ++p)
+      threads.emplace_back([&] {
+        for (int i = 0; i < kEach; ++i) {
+          int wake;
+          {
+            MutexLock lock(mutex);
+            items.push_back(i);
+            wake = ready.SignalOne(mutex);
+          }
+          ready.Wake(wake);
+          if (i % 64 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));  // let them sleep
+        }
+      });
+    EXPECT_TRUE(WaitUntil([&] { return taken.load() == kProducers * kEach; }, std::chrono::seconds(20)));
+    int wake;
+    {
+      MutexLock lock(mutex);
+      done = true;
+      wake = ready.SignalAll(mutex);
+    }
+    ready.Wake(wake);
+    for (std::thread& thread : threads) thread.join();
+    EXPECT_EQ(taken.load(), kProducers * kEach);
+    EXPECT_EQ(timeouts.load(), 0);
+  }
 }
 
 }  // namespace
