@@ -2,8 +2,8 @@
 //
 // std::atomic::wait reaches the same futex, but libstdc++ first spins, and its last spins are
 // sched_yield calls: four system calls per wait that sleeps, each of which hands the core to
-// another runnable thread. An idle work-pool worker went to sleep that way at every item: a
-// third of the system calls of a connection's life with one connect outstanding, and as many
+// another runnable thread. An idle work-pool worker went to sleep that way at every item: one in
+// six of the system calls of a connection's life with one connect outstanding, and a fifth of its
 // context switches (perf -e syscalls:sys_enter_sched_yield with call graphs). It also counts its
 // waiters in a table shared by all addresses, two atomic operations per wait on a contended line.
 // The callers here keep their own record of who sleeps, so they need neither.
