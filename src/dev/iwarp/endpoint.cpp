@@ -413,6 +413,7 @@ StreamParams Endpoint::MakeStreamParams(bool passive) const {
   params.ord = std::min(local_params_.ord, peer_params_.ird);
   params.max_ulpdu = Config().mpa_max_ulpdu;
   params.expect_rtr = passive;
+  params.port_released = passive;  // accepted: SO_REUSEADDR from the listener (Listen)
   return params;
 }
 

@@ -22,7 +22,8 @@ using namespace ndwv::wire;
 Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params,
                std::weak_ptr<StreamObserver> observer, std::unique_ptr<base::TcpCapture> capture,
                const sockaddr_storage* local, const sockaddr_storage* peer)
-    : Link(params.expect_rtr), fd_(fd), capture_(std::move(capture)), qp_(std::move(qp)), params_(params), observer_(std::move(observer)), qpn_(qp_->qpn()) {
+    : Link(params.expect_rtr), fd_(fd), capture_(std::move(capture)), qp_(std::move(qp)), params_(params), observer_(std::move(observer)), qpn_(qp_->qpn()),
+      port_released_(params.port_released) {
   params_.max_ulpdu = std::min<uint32_t>(params_.max_ulpdu, kFpduMaxUlpdu);
   params_.ird = std::max<uint32_t>(params_.ird, 1);
   params_.ord = std::max<uint32_t>(params_.ord, 1);
@@ -96,8 +97,10 @@ void Stream::Start() {
     Abort();  // the QP failed (Flush) before its connection started: the connection ends
     return;
   }
+  // Bytes that arrived before the socket was watched raise an event at once (epoll looks when a
+  // socket is added); a ByteSource raises none.
   Engine::Get().Watch(fd_, WatchedEvents(), weak_from_this());
-  DriveReceive();  // bytes may have arrived before the socket was watched
+  if (source_) DriveReceive();
 }
 
 void Stream::OnIo(uint32_t events) {
@@ -105,6 +108,7 @@ void Stream::OnIo(uint32_t events) {
     Linger();
     return;
   }
+  if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) rx_to_end_.store(true);
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) DriveReceive();
   if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) Kick();
 }
@@ -168,8 +172,12 @@ void Stream::Shutdown() {
 void Stream::CloseSocket() {
   Engine::Get().Unwatch(fd_);
   if (capture_) [[unlikely]] capture_->SentFin();  // close() sends it, if shutdown() did not
-  ReleaseTcpPort(fd_);
+  ReleasePort();
   base::CloseDescriptor(fd_);
+}
+
+void Stream::ReleasePort() {
+  if (!port_released_.exchange(true, std::memory_order_relaxed)) ReleaseTcpPort(fd_);
 }
 
 void Stream::OnLingerTimer(Timer* timer) { static_cast<Stream*>(timer->owner)->Linger(); }

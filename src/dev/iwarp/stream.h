@@ -37,6 +37,9 @@ struct StreamParams {
   uint32_t ord = 1;          // Read Requests we keep outstanding
   uint32_t max_ulpdu = 65000;
   bool expect_rtr = false;   // passive side: the first FPDU must be the zero-length Write RTR
+  // The socket lets its port be reused already (an accepted one inherits that from its
+  // listener): its TIME_WAIT needs no ReleaseTcpPort.
+  bool port_released = false;
   // Writes (and Sends) complete when a zero-length Read (a probe) confirms they were placed.
   bool confirm_writes = true, confirm_sends = false;
 };
@@ -156,11 +159,12 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // reads nothing leaves the socket full, and closing it then (with its unread bytes) would
   // reset the Terminate away.
   void CloseSocket();
+  void ReleasePort();  // ReleaseTcpPort, once: before the FIN (CloseSend) or the close
   void Linger() NDWV_EXCLUDES(tx_mutex_);
   static void OnLingerTimer(Timer* timer);
 
   void DriveReceive(bool poller = false) NDWV_EXCLUDES(rx_mutex_);
-  ssize_t Receive(void* buffer, size_t length);  // from the socket or the ByteSource
+  ssize_t Receive(void* buffer, size_t length) NDWV_REQUIRES(rx_mutex_);  // the socket or the ByteSource
   void ProcessRx() NDWV_REQUIRES(rx_mutex_);
   // PollerHandoff's calls: the socket's epoll interest, and the engine's return.
   friend class PollerHandoff<Stream>;
@@ -281,6 +285,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // reads_outstanding_ and unconfirmed_: transmit adds, receive retires.
   base::Mutex reads_mutex_{"iwarp::Stream::reads_mutex_"};
   std::atomic<bool> broken_{false};
+  std::atomic<bool> port_released_;
   std::atomic<bool> timed_out_{false};   // the socket ended with ETIMEDOUT (NDWV_IWARP_TIMEOUT_MS)
   std::atomic<bool> tx_stalled_{false};  // the last sendmsg found the socket full
   // Room in the socket is watched for (EPOLLOUT) from its first stall on, not before: a socket
@@ -295,6 +300,14 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // ---- receive (rx_mutex_) ----
   base::Mutex rx_mutex_{"iwarp::Stream::rx_mutex_"};
   base::KickedRunner rx_runner_;  // DriveReceive: one receiver at a time
+  // A read shorter than asked has emptied the socket, and bytes arriving later raise a new edge:
+  // the read after it, which would find nothing (a system call per message received), is skipped
+  // unless DriveReceive was called since. Every call sets rx_called_ (an edge, a poll, the
+  // engine's return, CloseSend's look at what is left), each read clears it before it begins.
+  // Not once the peer's FIN or an error is signalled (rx_to_end_): that shows only as a read of
+  // its own, and its edge may have come with the data's.
+  std::atomic<bool> rx_called_{true};
+  std::atomic<bool> rx_to_end_{false};
   struct RxState {
     // The receive path runs on a poller.
     bool by_poller = false;
@@ -302,6 +315,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     uint8_t staging[4096];
     size_t staging_begin = 0;
     size_t staging_end = 0;
+    bool socket_emptied = false;  // by the last read (rx_called_)
     uint32_t ulpdu_len = 0;
     wire::DdpHeader hdr;
     wire::ReadRequest read_req;

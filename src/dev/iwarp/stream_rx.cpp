@@ -67,6 +67,7 @@ void Stream::QueueTerminate(TermCode code) {
 }
 
 void Stream::DriveReceive(bool poller) {
+  rx_called_.store(true);  // before the runner: a busy one runs again
   rx_runner_.Run(rx_mutex_, [&] {
     rx_mutex_.AssertHeld();
     rx_.by_poller = poller;
@@ -103,8 +104,16 @@ void Stream::ProcessRx() {
 }
 
 ssize_t Stream::Receive(void* buffer, size_t length) {
+  rx_mutex_.AssertHeld();
   if (source_) [[unlikely]] return source_->Read(buffer, length);
-  return recv(fd_, buffer, length, MSG_DONTWAIT);
+  if (rx_.socket_emptied && !rx_called_.load()) {  // nothing can have come since (rx_called_)
+    errno = EAGAIN;
+    return -1;
+  }
+  rx_called_.store(false);  // before the read: a call from now on may be for bytes it misses
+  ssize_t n = recv(fd_, buffer, length, MSG_DONTWAIT);
+  rx_.socket_emptied = n > 0 && size_t(n) < length && !rx_to_end_.load();
+  return n;
 }
 
 bool Stream::Fill(size_t need) {

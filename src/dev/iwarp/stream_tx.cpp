@@ -99,7 +99,7 @@ void Stream::ProcessTx() {
     if (tx_.send_closed || broken_) return;
     if (!FillBatch()) {
       if (tx_.close_send) {
-        ReleaseTcpPort(fd_);     // the FIN may leave a TIME_WAIT behind
+        ReleasePort();           // the FIN may leave a TIME_WAIT behind
         shutdown(fd_, SHUT_WR);  // FIN after the last queued byte
         if (capture_) [[unlikely]] capture_->SentFin();
         tx_.send_closed = true;
