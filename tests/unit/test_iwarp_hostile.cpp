@@ -166,6 +166,15 @@ class RawPeer {
 
   void HalfClose() { shutdown(fd_, SHUT_WR); }
 
+  // `bytes` and the FIN in one segment (held by TCP_CORK until the FIN is tacked on): the
+  // receiver gets one edge for both.
+  void SendWithFin(std::span<const uint8_t> bytes) {
+    int one = 1;
+    ASSERT_EQ(setsockopt(fd_, IPPROTO_TCP, TCP_CORK, &one, sizeof one), 0) << strerror(errno);
+    ASSERT_NO_FATAL_FAILURE(Send(bytes));
+    HalfClose();
+  }
+
   // Exactly n bytes, or a test failure.
   void ReadExact(uint8_t* out, size_t n) {
     auto deadline = Deadline();
@@ -624,6 +633,28 @@ TEST_F(IwarpHostile, ControlWellFormedPeerIsServedAndItsFinFlushesTheRest) {
   EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
   EXPECT_TRUE(Unchanged(c.locked, "region without remote rights"));
   EXPECT_TRUE(Unchanged(c.readable, "readable region"));
+}
+
+// A Send with the FIN right behind it, in one segment: one edge (EPOLLIN with EPOLLRDHUP) for
+// both. Nothing polls the CQ, so the engine reads alone; the read that brings the Send is short
+// and would pass for an empty socket, but the FIN still has to be read: the receive completes,
+// then the connection ends gracefully.
+TEST_F(IwarpHostile, ControlSendAndFinInOneSegmentAreBothTakenByTheEngine) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  std::vector<uint8_t> message = Bytes(100, 1);
+  ASSERT_NO_FATAL_FAILURE(c.peer.SendWithFin(Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, c.peer.crc)));
+  ASSERT_TRUE(WaitUntil([&] { return c.qp->state() == QpState::Error; }, std::chrono::seconds(5)))
+      << "the FIN behind the Send was not seen";
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  auto expected = c.AllReceivesFlushed(kRecvs, 1);
+  expected[kFirstRecvId] = WcStatus::Success;
+  c.ExpectCompletions(expected);
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, message.size(), message));
+  EXPECT_EQ(memcmp(c.recv.region(), message.data(), message.size()), 0) << "the Send was not placed";
+  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
+  Inbound in = Collect(c.peer);
+  EXPECT_EQ(in.Count(RdmapOpcode::Terminate), 0u);
 }
 
 // A peer that answers ndwv's confirming Reads late. Large Writes posted while a mebibyte sent
