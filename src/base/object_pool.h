@@ -4,7 +4,7 @@
 // Why: an application with thousands of connections allocates thousands of each, and every page
 // of them is new memory the kernel maps on first touch. On a VM that fault costs several
 // microseconds (bench/README.md, "What a connection costs to set up"), and an iWARP stream spans
-// four pages. From a 2 MiB transparent huge page (madvise(MADV_HUGEPAGE), honoured where
+// two pages. From a 2 MiB transparent huge page (madvise(MADV_HUGEPAGE), honoured where
 // /sys/kernel/mm/transparent_hugepage/enabled says "madvise" or "always"), a few hundred objects
 // cost one fault.
 //

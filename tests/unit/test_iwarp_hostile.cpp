@@ -1686,6 +1686,55 @@ TEST_F(IwarpHostile, ReadResponseThatEndsEarlyOrSkipsBytesIsTerminated) {
   }
 }
 
+// Small Sends are built whole in the transmit batch, which a stream borrows from its thread and
+// keeps for itself only when the socket does not take it all. A peer that reads nothing fills
+// the socket mid-batch; another connection then sends from the same thread (its FPDUs built in
+// the same borrowed batch); when the first peer reads, every one of its messages arrives intact
+// and in order: what was left moved with its bytes, not pointing into the batch lent since.
+TEST_F(IwarpHostile, ControlSmallSendsLeftInAFullSocketArriveIntactAfterTheThreadSendsForAnother) {
+  constexpr uint32_t kChunk = 16, kMostChunks = 8192, kSize = 64;
+  Conn& full = NewConn(4 * kChunk);
+  ASSERT_NO_FATAL_FAILURE(Establish(full, kRecvs, /*receive_buffer=*/4096));
+  Conn& other = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(other));
+  auto post = [](Conn& c, uint32_t i, uint8_t seed, bool signaled) {
+    SendWqe send{};
+    send.wr_id = i;
+    send.opcode = WrOpcode::Send;
+    send.flags = kInline | (signaled ? kSignaled : 0);
+    send.length = kSize;
+    std::vector<uint8_t> bytes = Bytes(kSize, uint8_t(seed + i));  // copied by the post
+    send.num_sge = 1;
+    send.sge[0] = {reinterpret_cast<uintptr_t>(bytes.data()), kSize, 0};
+    ASSERT_EQ(c.qp->PostSend(send), WV_SUCCESS) << "send " << i;
+  };
+  // Chunks of Sends, the last of each signaled, until one does not complete (a Send completes
+  // once TCP has all of it): the socket is full.
+  uint32_t sent = 0, chunks = 0;
+  for (; chunks < kMostChunks && full.completions.size() == chunks; ++chunks) {
+    for (uint32_t k = 0; k < kChunk; ++k, ++sent) ASSERT_NO_FATAL_FAILURE(post(full, sent, 1, k == kChunk - 1));
+    full.Drain();
+  }
+  ASSERT_LT(full.completions.size(), chunks) << "the socket never filled: nothing to check";
+
+  for (uint32_t i = 0; i < kChunk; ++i) ASSERT_NO_FATAL_FAILURE(post(other, i, 100, false));
+  for (uint32_t i = 0; i < kChunk; ++i) {
+    Segment got;
+    ASSERT_NO_FATAL_FAILURE(ReadFpdu(other.peer, got));
+    ASSERT_EQ(got.payload, Bytes(kSize, uint8_t(100 + i)));
+  }
+
+  for (uint32_t i = 0; i < sent; ++i) {
+    Segment got;
+    ASSERT_NO_FATAL_FAILURE(ReadFpdu(full.peer, got)) << "message " << i;
+    ASSERT_EQ(got.hdr.opcode, RdmapOpcode::Send) << "message " << i;
+    ASSERT_EQ(got.hdr.msn, i + 1) << "message " << i;
+    ASSERT_EQ(got.payload, Bytes(kSize, uint8_t(1 + i))) << "message " << i;
+  }
+  ASSERT_TRUE(full.PollUntil([&] { return full.completions.size() == chunks; }));
+  for (const Completion& c : full.completions) EXPECT_EQ(c.status, WcStatus::Success);
+}
+
 // Zero-length Read Requests count against the IRD like any other. A peer that sends them and
 // reads nothing, so that the answers cannot leave, makes ndwv hold at most IRD answers; the next
 // request is refused with a Terminate ("no buffer" on the Read Request queue) that follows the

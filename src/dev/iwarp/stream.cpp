@@ -188,10 +188,11 @@ void Stream::Linger() {
   {
     base::MutexLock tx(tx_mutex_);
     if (!tx_.lingering) return;
+    BatchInUse batch(*this);
     // What was begun goes out whole, then the Terminate, then the FIN; nothing else.
     bool done = false;
     for (;;) {
-      if (!tx_.batch.empty() && !FlushBatch()) {
+      if (!tx_.batch->empty() && !FlushBatch()) {
         done = broken_;  // the socket failed; else it is full: EPOLLOUT or the timer comes back
         break;
       }

@@ -140,6 +140,10 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     uint8_t trailers[kBatchFpdus][8];
     uint8_t gathered[512];  // a few small pieces copied together, to leave in one send()
     bool empty() const { return iov_done == iov_count; }
+    void Clear() {
+      iov_count = iov_done = fpdus = finished_count = source_count = 0;
+      terminate = false;
+    }
   };
 
   void ProcessTx() NDWV_REQUIRES(tx_mutex_);
@@ -241,7 +245,10 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     uint32_t sink_stag;  // what its response must name: this Read's own, no earlier one's
   };
   struct TxState {
-    TxBatch batch;
+    TxBatch* batch = nullptr;  // inside a BatchInUse: the one being built and flushed
+    // The stream's own, from its socket's first refusal on (the pool's; kept for good: a stream
+    // that filled its socket once streams, and would need one again).
+    std::unique_ptr<TxBatch, void (*)(TxBatch*)> own_batch{nullptr, nullptr};
     uint64_t next = 0;  // next send queue position to start
     uint32_t send_msn = 1;
     uint32_t read_msn = 1;
@@ -262,6 +269,26 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     std::shared_ptr<Stream> linger_self;  // alive while lingering
   };
   TxState tx_ NDWV_GUARDED_BY(tx_mutex_);
+  // The batch a transmit step (ProcessTx, Linger) builds and flushes: the stream's own if it has
+  // one, else the thread's. On leaving, what the socket did not take moves to the stream's own.
+  // So a connection holds a batch only once its socket has filled: an idle or lightly used one
+  // costs 6 KiB less (10,000 connections: 60 MiB a process).
+  class BatchInUse {
+   public:
+    explicit BatchInUse(Stream& stream) NDWV_REQUIRES(stream.tx_mutex_);
+    ~BatchInUse();
+    BatchInUse(const BatchInUse&) = delete;
+    BatchInUse& operator=(const BatchInUse&) = delete;
+
+   private:
+    struct Borrowed {
+      std::unique_ptr<TxBatch> batch;
+      bool busy = false;  // lent to a transmit step
+    };
+    static Borrowed& Thread();
+    static TxBatch* Own(TxState& tx);
+    Stream& stream_;
+  };
   base::LazyDeque<OutstandingRead> reads_outstanding_ NDWV_GUARDED_BY(reads_mutex_);
   struct Unconfirmed {
     uint64_t position;

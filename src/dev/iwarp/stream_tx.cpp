@@ -6,8 +6,12 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
 
 #include "base/log.h"
+#include "base/object_pool.h"
 #include "dev/address.h"
 #include "dev/iwarp/stream.h"
 #include "dev/iwarp/stream_internal.h"
@@ -30,6 +34,55 @@ RdmapOpcode SendOpcode(uint32_t flags) {
 }
 
 }  // namespace
+
+// ---- the batch a transmit step uses (stream.h, BatchInUse)
+
+Stream::BatchInUse::BatchInUse(Stream& stream) : stream_(stream) {
+  TxState& tx = stream.tx_;
+  Borrowed& thread = Thread();
+  if (tx.own_batch || thread.busy) {  // busy: a transmit inside another's on this thread (rare)
+    tx.batch = Own(tx);
+    return;
+  }
+  if (!thread.batch) thread.batch = std::make_unique<TxBatch>();
+  thread.busy = true;
+  tx.batch = thread.batch.get();
+}
+
+Stream::BatchInUse::~BatchInUse() {
+  stream_.tx_mutex_.AssertHeld();
+  TxState& tx = stream_.tx_;
+  TxBatch* used = std::exchange(tx.batch, nullptr);
+  Borrowed& thread = Thread();
+  if (used != thread.batch.get()) return;
+  thread.busy = false;
+  if (used->empty()) return;
+  // The socket did not take it all: the rest moves to the stream, the iovecs into the batch's
+  // own bytes (headers, trailers, gathered pieces) with it.
+  TxBatch* own = Own(tx);
+  *own = *used;
+  const auto* from = reinterpret_cast<const uint8_t*>(used);
+  for (int i = own->iov_done; i < own->iov_count; ++i) {
+    auto* base = static_cast<uint8_t*>(own->iov[i].iov_base);
+    if (base >= from && base < from + sizeof(TxBatch))
+      own->iov[i].iov_base = reinterpret_cast<uint8_t*>(own) + (base - from);
+  }
+  used->Clear();
+}
+
+Stream::BatchInUse::Borrowed& Stream::BatchInUse::Thread() {
+  static thread_local Borrowed borrowed;
+  return borrowed;
+}
+
+Stream::TxBatch* Stream::BatchInUse::Own(TxState& tx) {
+  if (!tx.own_batch)
+    tx.own_batch = {new (base::PoolAllocate(sizeof(TxBatch))) TxBatch, [](TxBatch* batch) {
+                      batch->~TxBatch();
+                      base::PoolFree(batch, sizeof(TxBatch));
+                    }};
+  return tx.own_batch.get();
+}
 
 void Stream::Kick() {
   bool broken = false;
@@ -91,11 +144,12 @@ void Stream::CloseSend() {
 
 void Stream::ProcessTx() {
   tx_mutex_.AssertHeld();
+  BatchInUse batch(*this);
   // What waited is sent below: taking the count with an exchange makes the requests posted
   // before it visible here.
   if (deferred_bytes_.load(std::memory_order_relaxed)) deferred_bytes_.exchange(0, std::memory_order_acq_rel);
   for (;;) {
-    if (!tx_.batch.empty() && !FlushBatch()) return;
+    if (!tx_.batch->empty() && !FlushBatch()) return;
     if (tx_.send_closed || broken_) return;
     if (!FillBatch()) {
       if (tx_.close_send) {
@@ -111,8 +165,8 @@ void Stream::ProcessTx() {
 
 bool Stream::SourcesGranted() const {
   tx_mutex_.AssertHeld();
-  for (int i = 0; i < tx_.batch.source_count; ++i) {
-    const Source& s = tx_.batch.sources[i];
+  for (int i = 0; i < tx_.batch->source_count; ++i) {
+    const Source& s = tx_.batch->sources[i];
     if (qp_->pd().CheckRemoteLocked(s.stag, qpn_, s.addr, s.length, kRemoteRead) != KeyCheck::Ok) return false;
   }
   return true;
@@ -123,7 +177,7 @@ bool Stream::FlushBatch() {
   // Memory read for the peer is re-checked whenever bytes leave, with deregistration held off, so
   // a region deregistered (and freed) after the Read Request was checked is never sent.
   std::shared_lock<base::SharedMutex> sources;
-  if (tx_.batch.source_count) {
+  if (tx_.batch->source_count) {
     sources = std::shared_lock(qp_->pd().placement_lock());
     qp_->pd().placement_lock().AssertReaderHeld();  // the analysis does not see std::shared_lock
     if (!SourcesGranted()) {
@@ -131,10 +185,10 @@ bool Stream::FlushBatch() {
       return false;
     }
   }
-  while (!tx_.batch.empty()) {
+  while (!tx_.batch->empty()) {
     msghdr msg{};
-    msg.msg_iov = tx_.batch.iov + tx_.batch.iov_done;
-    msg.msg_iovlen = std::min(tx_.batch.iov_count - tx_.batch.iov_done, IOV_MAX);
+    msg.msg_iov = tx_.batch->iov + tx_.batch->iov_done;
+    msg.msg_iovlen = std::min(tx_.batch->iov_count - tx_.batch->iov_done, IOV_MAX);
     // What is small leaves from one buffer through send(), which the kernel takes faster than
     // sendmsg (no message header or iovec array to copy in: ~0.2 us a call on the test VM).
     // A small FPDU is built whole already; a few small ones are gathered here.
@@ -142,10 +196,10 @@ bool Stream::FlushBatch() {
     size_t flat_len = msg.msg_iovlen == 1 ? msg.msg_iov[0].iov_len : 0;
     if (!flat && msg.msg_iovlen <= 8) {
       for (size_t i = 0; i < msg.msg_iovlen; ++i) flat_len += msg.msg_iov[i].iov_len;
-      if (flat_len <= sizeof tx_.batch.gathered) {
+      if (flat_len <= sizeof tx_.batch->gathered) {
         for (size_t i = 0, at = 0; i < msg.msg_iovlen; at += msg.msg_iov[i++].iov_len)
-          memcpy(tx_.batch.gathered + at, msg.msg_iov[i].iov_base, msg.msg_iov[i].iov_len);
-        flat = tx_.batch.gathered;
+          memcpy(tx_.batch->gathered + at, msg.msg_iov[i].iov_base, msg.msg_iov[i].iov_len);
+        flat = tx_.batch->gathered;
       }
     }
     auto send_call = [&] {
@@ -164,24 +218,24 @@ bool Stream::FlushBatch() {
       return false;  // EPOLLOUT (edge), or a poller, kicks us again when there is room
     }
     while (n > 0) {
-      iovec& v = tx_.batch.iov[tx_.batch.iov_done];
+      iovec& v = tx_.batch->iov[tx_.batch->iov_done];
       size_t step = std::min<size_t>(v.iov_len, size_t(n));
       v.iov_base = static_cast<uint8_t*>(v.iov_base) + step;
       v.iov_len -= step;
       n -= step;
-      if (v.iov_len == 0) tx_.batch.iov_done++;
+      if (v.iov_len == 0) tx_.batch->iov_done++;
     }
-    while (tx_.batch.iov_done < tx_.batch.iov_count && tx_.batch.iov[tx_.batch.iov_done].iov_len == 0)
-      tx_.batch.iov_done++;
+    while (tx_.batch->iov_done < tx_.batch->iov_count && tx_.batch->iov[tx_.batch->iov_done].iov_len == 0)
+      tx_.batch->iov_done++;
   }
   tx_stalled_.store(false, std::memory_order_relaxed);
-  if (tx_.batch.terminate) tx_.terminate_written = true;
+  if (tx_.batch->terminate) tx_.terminate_written = true;
   // Completing takes the send queue's lock, under which an Invalidate posted meanwhile takes the
   // PD exclusively: the placement lock (shared) must be gone first (docs/architecture.md, Locking).
   if (sources.owns_lock()) sources.unlock();
   // Sends and Writes complete once their last byte is in the stream (as on an RNIC).
-  for (int i = 0; i < tx_.batch.finished_count; ++i) qp_->FinishSend(tx_.batch.finished[i], WcStatus::Success);
-  tx_.batch.finished_count = 0;
+  for (int i = 0; i < tx_.batch->finished_count; ++i) qp_->FinishSend(tx_.batch->finished[i], WcStatus::Success);
+  tx_.batch->finished_count = 0;
   return true;
 }
 
@@ -189,12 +243,12 @@ bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_
                      const Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t length) {
   tx_mutex_.AssertHeld();
   int pieces_needed = 2 + (inline_data ? 1 : int(num_sge));
-  if (tx_.batch.fpdus == kBatchFpdus || tx_.batch.iov_count + pieces_needed > kBatchIov) return false;
-  int slot = tx_.batch.fpdus++;
+  if (tx_.batch->fpdus == kBatchFpdus || tx_.batch->iov_count + pieces_needed > kBatchIov) return false;
+  int slot = tx_.batch->fpdus++;
   counters_.Add(Counter::TxPackets);
   counters_.Add(Counter::TxBytes, length);
-  uint8_t* h = tx_.batch.headers[slot];
-  size_t hlen = EncodeDdpHeader(hdr, {h + 2, sizeof tx_.batch.headers[slot] - 2});
+  uint8_t* h = tx_.batch->headers[slot];
+  size_t hlen = EncodeDdpHeader(hdr, {h + 2, sizeof tx_.batch->headers[slot] - 2});
   if (read) hlen += EncodeReadRequest(*read, {h + 2 + hlen, kReadRequestLen});
   size_t ulpdu = hlen + length;
   StoreBe16(h, uint16_t(ulpdu));
@@ -208,7 +262,7 @@ bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_
       built += len;
       return;
     }
-    tx_.batch.iov[tx_.batch.iov_count++] = {base, len};
+    tx_.batch->iov[tx_.batch->iov_count++] = {base, len};
     if (params_.crc) crc.Add({static_cast<const uint8_t*>(base), len});
   };
   if (!whole) add(h, 2 + hlen);
@@ -230,13 +284,13 @@ bool Stream::AddFpdu(const DdpHeader& hdr, const ReadRequest* read, const uint8_
   if (whole) {
     memset(h + built, 0, pad);
     StoreFpduCrc(h + built + pad, params_.crc ? Crc32c(h, built + pad) : 0);  // one pass, pad included
-    tx_.batch.iov[tx_.batch.iov_count++] = {h, built + pad + kFpduCrcLen};
+    tx_.batch->iov[tx_.batch->iov_count++] = {h, built + pad + kFpduCrcLen};
     return true;
   }
-  uint8_t* t = tx_.batch.trailers[slot];
+  uint8_t* t = tx_.batch->trailers[slot];
   memset(t, 0, pad);
   StoreFpduCrc(t + pad, params_.crc ? crc.Finish() : 0);
-  tx_.batch.iov[tx_.batch.iov_count++] = {t, pad + kFpduCrcLen};
+  tx_.batch->iov[tx_.batch->iov_count++] = {t, pad + kFpduCrcLen};
   return true;
 }
 
@@ -298,24 +352,23 @@ void Stream::FailUnconfirmed(const TerminateMsg& term, WcStatus status) {
 
 bool Stream::FillBatch() {
   tx_mutex_.AssertHeld();
-  tx_.batch.iov_count = tx_.batch.iov_done = tx_.batch.fpdus = tx_.batch.finished_count = tx_.batch.source_count = 0;
-  tx_.batch.terminate = false;
+  tx_.batch->Clear();
   if (tx_.terminate_len) {
     // The Terminate is the last FPDU of the stream: send it alone, then close.
-    uint8_t* h = tx_.batch.headers[tx_.batch.fpdus++];
+    uint8_t* h = tx_.batch->headers[tx_.batch->fpdus++];
     StoreBe16(h, uint16_t(tx_.terminate_len));
     memcpy(h + 2, tx_.terminate, tx_.terminate_len);
     FpduCrcBuilder crc;
     crc.Add({h, tx_.terminate_len + 2});
     size_t pad = FpduPad(tx_.terminate_len);
-    uint8_t* t = tx_.batch.trailers[0];
+    uint8_t* t = tx_.batch->trailers[0];
     memset(t, 0, pad);
     StoreFpduCrc(t + pad, params_.crc ? crc.Finish() : 0);
-    tx_.batch.iov[tx_.batch.iov_count++] = {h, tx_.terminate_len + 2};
-    tx_.batch.iov[tx_.batch.iov_count++] = {t, pad + kFpduCrcLen};
+    tx_.batch->iov[tx_.batch->iov_count++] = {h, tx_.terminate_len + 2};
+    tx_.batch->iov[tx_.batch->iov_count++] = {t, pad + kFpduCrcLen};
     tx_.terminate_len = 0;
     tx_.close_send = true;
-    tx_.batch.terminate = true;
+    tx_.batch->terminate = true;
     counters_.Add(Counter::TxPackets);
     return true;
   }
@@ -350,7 +403,7 @@ bool Stream::FillBatch() {
                      nullptr, nullptr, &source, 1, response->sent, chunk))
           break;
       }
-      if (chunk) tx_.batch.sources[tx_.batch.source_count++] = piece;
+      if (chunk) tx_.batch->sources[tx_.batch->source_count++] = piece;
       response->sent += chunk;
       if (last) {
         base::MutexLock lock(responses_mutex_);
@@ -419,12 +472,12 @@ bool Stream::FillBatch() {
         unconfirmed_bytes_.fetch_add(wqe.length, std::memory_order_relaxed);
         tx_.probe_due = true;
       } else {
-        tx_.batch.finished[tx_.batch.finished_count++] = tx_.next++;
+        tx_.batch->finished[tx_.batch->finished_count++] = tx_.next++;
       }
       if (is_send) tx_.send_msn++;
     }
   }
-  return tx_.batch.iov_count > 0;
+  return tx_.batch->iov_count > 0;
 }
 
 void Stream::SendTerminate(TermCode code, std::span<const uint8_t> offending) {
