@@ -40,6 +40,22 @@ bool SameAddress(const sockaddr_storage& a, const sockaddr_storage& b) {
   return false;
 }
 
+bool IsWildcard(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr == htonl(INADDR_ANY);
+  return a.ss_family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr);
+}
+
+bool RouteSource(const sockaddr_storage& peer, sockaddr_storage* local) {
+  int fd = base::OpenSocket(peer.ss_family, SOCK_DGRAM | SOCK_CLOEXEC);
+  if (fd < 0) return false;
+  socklen_t len = sizeof *local;
+  bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr*>(local), &len) == 0;
+  base::CloseDescriptor(fd);
+  SetPort(*local, 0);
+  return ok;
+}
+
 size_t AddressHash(const sockaddr_storage& a) {
   // FNV-1a over what SameAddress compares.
   uint64_t h = 0xcbf29ce484222325ull;

@@ -11,6 +11,9 @@ uint16_t PortOf(const sockaddr_storage& a);
 void SetPort(sockaddr_storage& a, uint16_t port);
 socklen_t AddressLength(const sockaddr_storage& a);  // of its family; 0 if neither IPv4 nor IPv6
 bool SameAddress(const sockaddr_storage& a, const sockaddr_storage& b);  // address and port
+bool IsWildcard(const sockaddr_storage& a);  // INADDR_ANY or in6addr_any
+// The local address the host would send to `peer` from (port 0); false if it has no route.
+bool RouteSource(const sockaddr_storage& peer, sockaddr_storage* local);
 size_t AddressHash(const sockaddr_storage& a);  // equal for SameAddress addresses
 std::string Describe(const sockaddr_storage& a);  // "addr:port"
 

@@ -71,7 +71,13 @@ struct LocalPair {
   void Connect(ULONG ird = 4, ULONG ord = 4) { Connect(ird, ord, ird, ord); }
   // The same with each side's own read limits (Connect's, then Accept's).
   void Connect(ULONG activeIrd, ULONG activeOrd, ULONG passiveIrd, ULONG passiveOrd) {
-    uint16_t port = StartListening(adapterB, b.listener);
+    b.listener = adapterB.CreateListener();
+    IT_OK(b.listener->Bind(Sa(&listenAt), sizeof listenAt));
+    IT_OK(b.listener->Listen(0));
+    sockaddr_in bound{};
+    ULONG size = sizeof bound;
+    IT_OK(b.listener->GetLocalAddress(Sa(&bound), &size));
+    uint16_t port = PortOf(bound);
     b.connector = adapterB.CreateConnector();
     Ov request;
     HRESULT hrRequest =
@@ -93,6 +99,7 @@ struct LocalPair {
 
   Adapter adapterA, adapterB;
   Endpoint a, b;
+  sockaddr_in listenAt = Loopback(0);  // where b listens (the port: the kernel's choice)
 };
 
 // Registers `buffer` on `mr` and waits.
@@ -1087,6 +1094,48 @@ TEST(ConformanceListener, ConnectionRequestsCompleteInOrder) {
     IT_OK(s2->Reject(nullptr, 0));
     IT_CHECK_HR(ND_CONNECTION_REFUSED, k1.Finish(hc1, "Connect 1"));
     IT_CHECK_HR(ND_CONNECTION_REFUSED, k2.Finish(hc2, "Connect 2"));
+  });
+}
+
+// §14.2: a listener bound to the wildcard address listens on every address of the adapter. A
+// connection that reached it on one carries messages both ways (on RoCE the ICRC covers the IP
+// addresses: each datagram is checked against the address it came to, and leaves from the one
+// its peer reached), and its passive connector reports that address as its own.
+TEST(ConformanceListener, AListenerOnEveryAddressServesAConnectionReachedOnOne) {
+  RunLocal([] {
+    for (bool wildcard : {false, true}) {
+      const char* what = wildcard ? "listening on 0.0.0.0" : "listening on 127.0.0.1";
+      std::vector<uint8_t> out(64), in(64, 0);
+      LocalPair p;
+      if (wildcard) p.listenAt.sin_addr.s_addr = htonl(INADDR_ANY);
+      Mr outA(p.adapterA, out.data(), out.size(), kSinkFlags), inB(p.adapterB, in.data(), in.size(), kSinkFlags);
+      ND2_SGE receive = {in.data(), 64, inB.token()};
+      IT_OK(p.b.qp->Receive(Ctx(0x10), &receive, 1));
+      p.Connect();
+
+      sockaddr_in local{}, reached{};
+      ULONG size = sizeof local;
+      IT_OK(p.b.connector->GetLocalAddress(Sa(&local), &size));
+      size = sizeof reached;
+      IT_OK(p.a.connector->GetPeerAddress(Sa(&reached), &size));
+      IT_CHECK_EQ(local.sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+      IT_CHECK_EQ(PortOf(local), PortOf(reached));
+
+      FillPattern(out.data(), 64, 7);
+      ND2_SGE send = {out.data(), 64, outA.token()};
+      IT_OK(p.a.qp->Send(Ctx(0x20), &send, 1, 0));
+      ExpectCompletion(p.a.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x20), kA}, what);
+      ExpectCompletion(p.b.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x10), kB, 64}, what);
+      CheckPattern(in.data(), 64, 7, what);
+      // And back, from the passive side.
+      ND2_SGE answer = {in.data(), 64, inB.token()}, into = {out.data(), 64, outA.token()};
+      IT_OK(p.a.qp->Receive(Ctx(0x30), &into, 1));
+      FillPattern(in.data(), 64, 8);
+      IT_OK(p.b.qp->Send(Ctx(0x40), &answer, 1, 0));
+      ExpectCompletion(p.b.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x40), kB}, what);
+      ExpectCompletion(p.a.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x30), kA, 64}, what);
+      CheckPattern(out.data(), 64, 8, what);
+    }
   });
 }
 

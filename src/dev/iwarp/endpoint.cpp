@@ -230,8 +230,13 @@ void Endpoint::OnListenReady() {
     child->capture_ = base::TcpCapture::Start(fd);
     child->peer_ = peer;
     child->peer_len_ = len;
-    child->local_len_ = sizeof child->local_;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&child->local_), &child->local_len_);
+    // A listener bound to an address accepts on it; on a wildcard, the peer chose which.
+    child->local_ = local_;
+    child->local_len_ = local_len_;
+    if (IsWildcard(local_)) {
+      child->local_len_ = sizeof child->local_;
+      getsockname(fd, reinterpret_cast<sockaddr*>(&child->local_), &child->local_len_);
+    }
     child->listener_ = weak_from_this();
     child->SetState(State::PassiveHandshake);
     child->local_params_ = local_params_;

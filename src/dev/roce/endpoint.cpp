@@ -78,18 +78,6 @@ uint8_t PathMtuCode(const sockaddr_storage& peer, const Port* connected) {
   return ProbeRoute(peer, &code) == 0 ? code : 3;
 }
 
-// The local address the host would send to `peer` from (port 0).
-bool RouteSource(const sockaddr_storage& peer, sockaddr_storage* local) {
-  int fd = base::OpenSocket(peer.ss_family, SOCK_DGRAM | SOCK_CLOEXEC);
-  if (fd < 0) return false;
-  socklen_t len = sizeof *local;
-  bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) == 0 &&
-            getsockname(fd, reinterpret_cast<sockaddr*>(local), &len) == 0;
-  base::CloseDescriptor(fd);
-  SetPort(*local, 0);
-  return ok;
-}
-
 ConnectParams PeerParams(uint8_t ird, uint8_t ord, const uint8_t* data) {
   // IB private data has no length: the peer's data comes padded to the ND maximum.
   ConnectParams p;
@@ -188,7 +176,7 @@ void Endpoint::OnRequest(const CmEvent& event) {
     // Fresh, and not yet known to anyone, but its fields are its lock's (listener, then child).
     base::MutexLock child_lock(child->mutex_);
     child->port_ = port_;
-    child->local_ = local_;
+    child->local_ = port_->AddressFor(event.peer);  // a wildcard listener's: the address the peer reached
     child->comm_id_ = event.id;
     child->req_ = req;
     child->peer_qpn_ = req.local_qpn;
@@ -293,6 +281,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   }
   if (local_.ss_family != to.ss_family) return WV_INVALID_ADDRESS;
   if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
+  if (port_->wildcard()) local_ = port_->AddressFor(to);  // bound to every address: the one it leaves from
   // A port of our own serves this connection alone: connected to the listener's port, where the
   // CM exchange and the data all go, its socket knows the route (else a probe socket asks).
   uint8_t mtu_code;

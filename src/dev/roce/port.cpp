@@ -77,7 +77,7 @@ CmConfig AgentConfig() {
 
 }  // namespace
 
-int Port::OpenSocket(int family) {
+int Port::OpenSocket(int family, bool wildcard) {
   int fd = base::OpenSocket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) return -1;
   // Ask for big buffers; as root, past the system limit (a lost datagram costs a retransmit).
@@ -103,6 +103,10 @@ int Port::OpenSocket(int family) {
     setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu);
     setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &one, sizeof one);
   }
+  if (wildcard) {  // the address each datagram came to (the ICRC covers it)
+    if (family == AF_INET) setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one);
+    else setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof one);
+  }
   return fd;
 }
 
@@ -118,7 +122,7 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
       return shared ? found : nullptr;
     }
   }
-  int fd = OpenSocket(local.ss_family);
+  int fd = OpenSocket(local.ss_family, IsWildcard(local));
   if (fd < 0) {
     *status = WV_INSUFFICIENT_RESOURCES;
     return nullptr;
@@ -146,7 +150,7 @@ std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const s
   if (it != Ports().end())
     if (auto flow = it->second.lock()) return flow;
   if (owner->flows_ >= kMaxFlows) return nullptr;
-  int fd = OpenSocket(owner->local_.ss_family);
+  int fd = OpenSocket(owner->local_.ss_family, owner->wildcard_);
   if (fd < 0) {
     NDWV_LOG(Info, "roce port %s: no socket for a flow to %s (%s): the port's own carries it",
              owner->name_.c_str(), Describe(peer).c_str(), strerror(errno));
@@ -180,6 +184,7 @@ std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const s
 Port::Port(int fd, const sockaddr_storage& local, std::string name, std::shared_ptr<Port> owner)
     : fd_(fd),
       local_(local),
+      wildcard_(IsWildcard(local)),
       name_(std::move(name)),
       owner_(std::move(owner)) {
   if (!owner_) agent_ = base::MakePooled<CmAgent>(*this, AgentConfig());
@@ -281,14 +286,95 @@ sockaddr* Port::NameFor(const sockaddr_storage& to, socklen_t* length) const {
   return reinterpret_cast<sockaddr*>(const_cast<sockaddr_storage*>(&to));
 }
 
+namespace {
+
+// A sent message's control data: the source address it must leave from (a wildcard port's), and
+// the segment size of a GSO buffer.
+union OutControl {
+  cmsghdr header;  // alignment
+  char space[CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(uint16_t))];
+};
+
+socklen_t BuildControl(OutControl& control, const sockaddr_storage* source, uint16_t segment) {
+  msghdr m{};
+  m.msg_control = control.space;
+  m.msg_controllen = sizeof control.space;
+  memset(control.space, 0, sizeof control.space);
+  cmsghdr* c = CMSG_FIRSTHDR(&m);
+  socklen_t used = 0;
+  auto add = [&](int level, int type, const void* data, size_t length) {
+    c->cmsg_level = level;
+    c->cmsg_type = type;
+    c->cmsg_len = CMSG_LEN(length);
+    memcpy(CMSG_DATA(c), data, length);
+    used += CMSG_SPACE(length);
+    c = CMSG_NXTHDR(&m, c);
+  };
+  if (source && source->ss_family == AF_INET) {
+    in_pktinfo info{};
+    info.ipi_spec_dst = reinterpret_cast<const sockaddr_in*>(source)->sin_addr;
+    add(IPPROTO_IP, IP_PKTINFO, &info, sizeof info);
+  } else if (source) {
+    in6_pktinfo info{};
+    info.ipi6_addr = reinterpret_cast<const sockaddr_in6*>(source)->sin6_addr;
+    add(IPPROTO_IPV6, IPV6_PKTINFO, &info, sizeof info);
+  }
+  if (segment) add(SOL_UDP, UDP_SEGMENT, &segment, sizeof segment);
+  return used;
+}
+
+}  // namespace
+
+sockaddr_storage Port::AddressFor(const sockaddr_storage& peer) {
+  if (!wildcard_) return local_;
+  Port& owner = Owner();
+  Ip key{peer};
+  SetPort(key.address, 0);
+  {
+    base::MutexLock lock(owner.reached_mutex_);
+    if (auto it = owner.reached_.find(key); it != owner.reached_.end()) return it->second;
+  }
+  // Not heard from yet (we connect to it): the address the kernel would choose, kept.
+  sockaddr_storage source{};
+  if (!RouteSource(peer, &source)) return local_;  // no route: nothing will arrive anyway
+  SetPort(source, PortOf(local_));
+  Learn(peer, source);
+  return source;
+}
+
+void Port::Learn(const sockaddr_storage& peer, const sockaddr_storage& reached) {
+  Port& owner = Owner();
+  Ip key{peer};
+  SetPort(key.address, 0);
+  base::MutexLock lock(owner.reached_mutex_);
+  if (auto it = owner.reached_.find(key); it != owner.reached_.end()) it->second = reached;
+  else if (owner.reached_.size() < kMaxReached) owner.reached_.emplace(key, reached);
+}
+
 bool Port::Send(const sockaddr_storage& to, uint8_t* datagram, size_t size) {
-  IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&local_), reinterpret_cast<const sockaddr*>(&to)};
+  sockaddr_storage pinned;  // a wildcard port's source for `to`
+  const sockaddr_storage& source = wildcard_ ? (pinned = AddressFor(to)) : local_;
+  IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&source), reinterpret_cast<const sockaddr*>(&to)};
   StoreIcrc(addrs, {datagram, size});
-  base::CaptureUdp(local_, to, {datagram, size});
+  base::CaptureUdp(source, to, {datagram, size});
   for (;;) {
     socklen_t length;
     sockaddr* name = NameFor(to, &length);
-    ssize_t n = sendto(fd_, datagram, size, MSG_DONTWAIT | MSG_NOSIGNAL, name, length);
+    ssize_t n;
+    if (wildcard_) {
+      iovec iov{datagram, size};
+      msghdr m{};
+      m.msg_name = name;
+      m.msg_namelen = length;
+      m.msg_iov = &iov;
+      m.msg_iovlen = 1;
+      OutControl control;
+      m.msg_control = control.space;
+      m.msg_controllen = BuildControl(control, &source, 0);
+      n = sendmsg(fd_, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } else {
+      n = sendto(fd_, datagram, size, MSG_DONTWAIT | MSG_NOSIGNAL, name, length);
+    }
     if (n >= 0) {
       Owner().counters_.sent.fetch_add(1, std::memory_order_relaxed);
       return true;
@@ -331,7 +417,9 @@ void CaptureSent(const sockaddr_storage& from, const sockaddr_storage& to, const
 }  // namespace
 
 int Port::SendBatch(const sockaddr_storage& to, OutDatagram* datagrams, int count) {
-  IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&local_), reinterpret_cast<const sockaddr*>(&to)};
+  sockaddr_storage pinned;  // a wildcard port's source for `to`
+  const sockaddr_storage& source = wildcard_ ? (pinned = AddressFor(to)) : local_;
+  IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&source), reinterpret_cast<const sockaddr*>(&to)};
   // One message per run of datagrams: equal sizes (the last may be shorter), sent as one GSO
   // buffer that the kernel cuts into datagrams (a loopback receiver with UDP_GRO gets it whole).
   constexpr size_t kGsoMaxBytes = 65000;
@@ -339,10 +427,7 @@ int Port::SendBatch(const sockaddr_storage& to, OutDatagram* datagrams, int coun
   mmsghdr messages[kMaxBatch];
   iovec iov[kMaxBatch * kMaxPieces];
   int first[kMaxBatch + 1];  // datagram index each message starts at
-  union Control {
-    cmsghdr header;
-    char space[CMSG_SPACE(sizeof(uint16_t))];
-  } control[kMaxBatch];
+  OutControl control[kMaxBatch];
   int nmsg = 0, niov = 0;
   bool gso = gso_.load(std::memory_order_relaxed);
   socklen_t name_length;
@@ -368,15 +453,10 @@ int Port::SendBatch(const sockaddr_storage& to, OutDatagram* datagrams, int coun
     m.msg_hdr.msg_iovlen = size_t(iov + niov - m.msg_hdr.msg_iov);
     m.msg_hdr.msg_name = name;
     m.msg_hdr.msg_namelen = name_length;
-    if (n > 1) {
+    if (n > 1 || wildcard_) {
       m.msg_hdr.msg_control = control[nmsg].space;
-      m.msg_hdr.msg_controllen = sizeof control[nmsg].space;
-      cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr);
-      c->cmsg_level = SOL_UDP;
-      c->cmsg_type = UDP_SEGMENT;
-      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-      uint16_t segment = uint16_t(datagrams[i].size);
-      memcpy(CMSG_DATA(c), &segment, sizeof segment);
+      m.msg_hdr.msg_controllen =
+          BuildControl(control[nmsg], wildcard_ ? &source : nullptr, n > 1 ? uint16_t(datagrams[i].size) : 0);
     }
     first[nmsg++] = i;
     i += n;
@@ -402,7 +482,7 @@ int Port::SendBatch(const sockaddr_storage& to, OutDatagram* datagrams, int coun
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EIO || errno == EINVAL) && messages[done].msg_hdr.msg_controllen && gso) {
+    if (n < 0 && (errno == EIO || errno == EINVAL) && first[done + 1] - first[done] > 1 && gso) {
       // No GSO here (a device without checksum offload): from now on one datagram per message.
       gso_.store(false, std::memory_order_relaxed);
       NDWV_LOG(Info, "roce port %s: UDP GSO refused (%s); sending datagrams one by one",
@@ -413,7 +493,7 @@ int Port::SendBatch(const sockaddr_storage& to, OutDatagram* datagrams, int coun
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) break;
     done++;  // this message is lost (an unreachable peer...), as on a wire; go on with the rest
   }
-  CaptureSent(local_, to, datagrams, first[done]);  // the datagrams the socket took
+  CaptureSent(source, to, datagrams, first[done]);  // the datagrams the socket took
   Owner().counters_.sent.fetch_add(uint64_t(first[done]), std::memory_order_relaxed);
   return first[done];
 }
@@ -471,7 +551,7 @@ struct Port::RxBuffer {
   static constexpr unsigned kSlots = 2;
   struct Slot {
     alignas(64) uint8_t data[kSize];
-    char control[CMSG_SPACE(sizeof(int))];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(in6_pktinfo))];  // GRO, PKTINFO
     iovec iov;
     sockaddr_storage from{};
   };
@@ -538,16 +618,27 @@ void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_st
     Owner().counters_.bad_packet.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  // A GRO buffer holds datagrams of `segment` bytes (the last may be shorter).
+  // A GRO buffer holds datagrams of `segment` bytes (the last may be shorter). On a wildcard
+  // port, the address they came to.
   size_t segment = length;
-  for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c)))
+  sockaddr_storage to = local_;
+  for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
     if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
       int size;
       memcpy(&size, CMSG_DATA(c), sizeof size);
       if (size > 0) segment = size_t(size);
+    } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO && to.ss_family == AF_INET) {
+      in_pktinfo info;
+      memcpy(&info, CMSG_DATA(c), sizeof info);
+      reinterpret_cast<sockaddr_in&>(to).sin_addr = info.ipi_addr;
+    } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO && to.ss_family == AF_INET6) {
+      in6_pktinfo info;
+      memcpy(&info, CMSG_DATA(c), sizeof info);
+      reinterpret_cast<sockaddr_in6&>(to).sin6_addr = info.ipi6_addr;
     }
+  }
   if (length == 0) {  // an empty datagram: a runt, counted as malformed
-    Dispatch(from, {data, 0}, run);
+    Dispatch(from, to, {data, 0}, run);
     return;
   }
   // Answers first (ACK, NAK, Read Response): a peer sends its ACK after the request it travels
@@ -558,7 +649,7 @@ void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_st
     for (size_t at = 0; at < length; at += segment) {
       std::span<const uint8_t> datagram{data + at, std::min(segment, length - at)};
       bool answer = !datagram.empty() && IsAnswer(Opcode(datagram[0]));  // by the BTH's opcode
-      if (answer == bool(answers)) Dispatch(from, datagram, run);
+      if (answer == bool(answers)) Dispatch(from, to, datagram, run);
     }
   Deliver(run);  // the buffer is read again by the next call
 }
@@ -666,12 +757,13 @@ void Port::AddCountersLocked(CounterValues& sum) const {
   add(Counter::CmClampedRnrRetries, cm.Limited(CmLimit::RnrRetry));
 }
 
-void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, Run& run) {
+void Port::Dispatch(const sockaddr_storage& from, const sockaddr_storage& to, std::span<const uint8_t> datagram,
+                    Run& run) {
   rx_mutex_.AssertHeld();
   PortCounters& counts = Owner().counters_;
-  base::CaptureUdp(from, local_, datagram);
+  base::CaptureUdp(from, to, datagram);
   counts.received.fetch_add(1, std::memory_order_relaxed);
-  IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&from), reinterpret_cast<const sockaddr*>(&local_)};
+  IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&from), reinterpret_cast<const sockaddr*>(&to)};
   Packet packet;
   PacketError error = DecodePacket(datagram, &addrs, packet);
   if (error != PacketError::Ok) {
@@ -688,6 +780,7 @@ void Port::Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datag
       return;
     }
     Deliver(run);  // what came before the MAD is processed before it (a DREQ after the data)
+    if (wildcard_) Learn(from, to);  // where our answers leave from
     Owner().OnMad(from, packet.payload.first(kMadLen));
     return;
   }

@@ -33,6 +33,7 @@
 
 #include "base/mutex.h"
 #include "base/object_pool.h"
+#include "dev/address.h"
 #include "dev/counters.h"
 #include "dev/cq.h"
 #include "dev/engine.h"
@@ -90,6 +91,13 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   static void operator delete(void* port, size_t bytes) { base::PoolFree(port, bytes); }
 
   const sockaddr_storage& local() const { return local_; }
+  // A port bound to the wildcard address (a listener on every address of the host): the ICRC
+  // covers the IP addresses (RoCEv2), so each datagram is checked with the address it came to
+  // (IP_PKTINFO) and sent from an address chosen for its peer and pinned (IP_PKTINFO again).
+  bool wildcard() const { return wildcard_; }
+  // Our address (and port) as `peer` reaches it: where its CM messages last came to, else the
+  // route's source for it. For a wildcard port; others answer local().
+  sockaddr_storage AddressFor(const sockaddr_storage& peer);
   // The port serves one connection only (an active connector's own port): the socket is
   // connected to the peer's port, so the kernel routes once, not per datagram, and delivers
   // nothing from anyone else. False if there is no route to the peer (errno says why).
@@ -169,7 +177,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
 
  private:
   Port(int fd, const sockaddr_storage& local, std::string name, std::shared_ptr<Port> owner);
-  static int OpenSocket(int family);  // a UDP socket with the options every port needs
+  // A UDP socket with the options every port needs; `wildcard`: each datagram's destination too.
+  static int OpenSocket(int family, bool wildcard);
   // The port that has the CM and the counters: this one, or a flow's owner.
   Port& Owner() { return owner_ ? *owner_ : *this; }
   void OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad) NDWV_EXCLUDES(cm_mutex_);
@@ -181,8 +190,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // One received message (a datagram, or a GRO buffer of them) to the sinks and the CM.
   void Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_storage& from, Run& run)
       NDWV_REQUIRES(rx_mutex_);
-  void Dispatch(const sockaddr_storage& from, std::span<const uint8_t> datagram, Run& run)
-      NDWV_REQUIRES(rx_mutex_);
+  void Dispatch(const sockaddr_storage& from, const sockaddr_storage& to, std::span<const uint8_t> datagram,
+                Run& run) NDWV_REQUIRES(rx_mutex_);
   static void Deliver(Run& run);
   // The sink of `qpn` (and the peer it takes packets from), or null.
   std::shared_ptr<PacketSink> FindSink(uint32_t qpn, sockaddr_storage* peer) NDWV_REQUIRES(rx_mutex_);
@@ -205,6 +214,20 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
 
   const int fd_;
   const sockaddr_storage local_;
+  const bool wildcard_;
+  // A wildcard port's: our address as each peer (by IP) reaches it (AddressFor). Learned from
+  // CM messages, at most kMaxReached peers (beyond, the route's choice for each datagram).
+  struct Ip {
+    sockaddr_storage address;  // port 0
+    bool operator==(const Ip& other) const { return SameAddress(address, other.address); }
+  };
+  struct IpHash {
+    size_t operator()(const Ip& ip) const { return AddressHash(ip.address); }
+  };
+  static constexpr size_t kMaxReached = 4096;
+  void Learn(const sockaddr_storage& peer, const sockaddr_storage& reached);  // on the owner
+  base::Mutex reached_mutex_{"roce::Port::reached_mutex_"};
+  base::PooledHashMap<Ip, sockaddr_storage, IpHash> reached_ NDWV_GUARDED_BY(reached_mutex_);
   const std::string name_;                // in the process's list of ports
   const std::shared_ptr<Port> owner_;  // a flow's owning port (null for a port)
   std::atomic<bool> connected_{false};
