@@ -20,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <new>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -60,6 +61,22 @@ template <class Key, class Hash = std::hash<Key>>
 using PooledHashSet = std::unordered_set<Key, Hash, std::equal_to<Key>, PoolAllocator<Key>>;
 template <class Key>
 using PooledSet = std::set<Key, std::less<Key>, PoolAllocator<Key>>;
+
+// std::make_unique, from the pool.
+template <class T>
+struct PoolDelete {
+  void operator()(T* object) const noexcept {
+    object->~T();
+    PoolFree(object, sizeof(T));
+  }
+};
+template <class T>
+using PoolPtr = std::unique_ptr<T, PoolDelete<T>>;
+template <class T, class... Args>
+PoolPtr<T> MakePoolUnique(Args&&... args) {
+  static_assert(alignof(T) <= 64, "pool blocks are aligned to 64 bytes");
+  return PoolPtr<T>(new (PoolAllocate(sizeof(T))) T(std::forward<Args>(args)...));
+}
 
 // std::make_shared, from the pool.
 template <class T, class... Args>

@@ -1701,7 +1701,7 @@ TEST_F(IwarpHostile, ControlSmallSendsLeftInAFullSocketArriveIntactAfterTheThrea
     SendWqe send{};
     send.wr_id = i;
     send.opcode = WrOpcode::Send;
-    send.flags = kInline | (signaled ? kSignaled : 0);
+    send.flags = kInline | (signaled ? uint32_t(kSignaled) : 0u);
     send.length = kSize;
     std::vector<uint8_t> bytes = Bytes(kSize, uint8_t(seed + i));  // copied by the post
     send.num_sge = 1;
@@ -1733,6 +1733,43 @@ TEST_F(IwarpHostile, ControlSmallSendsLeftInAFullSocketArriveIntactAfterTheThrea
   }
   ASSERT_TRUE(full.PollUntil([&] { return full.completions.size() == chunks; }));
   for (const Completion& c : full.completions) EXPECT_EQ(c.status, WcStatus::Success);
+}
+
+// A stream reads ahead into staging its thread lends it for the read, and keeps what it has not
+// taken (a segment that arrived in part) in staging of its own. A peer sends a Send but for its
+// last bytes, which the engine reads; another connection then receives on the same
+// engine thread (its segment read into the same lent staging); when the rest of the first Send
+// arrives, it completes byte-exact: the bytes read first moved with the stream, not left in the
+// staging lent since. Nothing polls either CQ until the end, so the engine reads both sockets.
+TEST_F(IwarpHostile, ControlSegmentReadInPartArrivesIntactAfterTheThreadReceivesForAnother) {
+  Conn& split = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(split));
+  Conn& other = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(other));
+  auto split_stream = std::dynamic_pointer_cast<iwarp::Stream>(split.qp->link());
+  auto other_stream = std::dynamic_pointer_cast<iwarp::Stream>(other.qp->link());
+  ASSERT_TRUE(split_stream && other_stream);
+  auto segments = [](const std::shared_ptr<iwarp::Stream>& s) { return s->counters().Get(Counter::RxPackets); };
+  const uint64_t split_before = segments(split_stream), other_before = segments(other_stream);
+  const std::vector<uint8_t> message = Bytes(kRecvSize, 7), other_message = Bytes(kRecvSize, 9);
+  std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), message, split.peer.crc);
+  // All but the last 20 bytes: the payload's last 64 wait in staging for the CRC, so most of them
+  // are read and not yet taken.
+  const size_t first_part = fpdu.size() - 20;
+  split.peer.Send({fpdu.begin(), fpdu.begin() + first_part});
+  ASSERT_TRUE(WaitUntil([&] { return segments(split_stream) > split_before; }, kBound)) << "the header was not read";
+  other.peer.Send(Fpdu(DdpHeader::Untagged(RdmapOpcode::Send, 1, 0, true), other_message, other.peer.crc));
+  ASSERT_TRUE(WaitUntil([&] { return segments(other_stream) > other_before; }, kBound)) << "the other Send was not read";
+  split.peer.Send({fpdu.begin() + first_part, fpdu.end()});
+
+  for (Conn* c : {&split, &other}) {
+    ASSERT_TRUE(c->PollUntil([&] { return !c->completions.empty(); })) << "a Send did not complete";
+    ASSERT_EQ(c->completions.size(), 1u);
+    EXPECT_EQ(c->completions[0].status, WcStatus::Success);
+    EXPECT_EQ(c->completions[0].length, kRecvSize);
+  }
+  EXPECT_TRUE(Unchanged(split.recv, "receive buffers", 0, kRecvSize, message));
+  EXPECT_TRUE(Unchanged(other.recv, "receive buffers", 0, kRecvSize, other_message));
 }
 
 // Zero-length Read Requests count against the IRD like any other. A peer that sends them and

@@ -21,6 +21,7 @@
 #include "base/kicked_runner.h"
 #include "base/lazy_deque.h"
 #include "base/mutex.h"
+#include "base/object_pool.h"
 #include "dev/cq.h"
 #include "dev/engine.h"
 #include "dev/poller_handoff.h"
@@ -167,6 +168,24 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   void Linger() NDWV_EXCLUDES(tx_mutex_);
   static void OnLingerTimer(Timer* timer);
 
+  // What a receive reads ahead into: headers, small payloads and the checked tails of segments
+  // (the rest of a long payload goes straight from the socket to its target).
+  struct RxStaging {
+    uint8_t bytes[4096];
+  };
+  // The staging a receive step (ProcessRx) uses: the stream's own if it has one, else the
+  // thread's; on leaving, bytes not yet taken move to the stream's own.
+  class StagingInUse {
+   public:
+    explicit StagingInUse(Stream& stream) NDWV_REQUIRES(stream.rx_mutex_);
+    ~StagingInUse();
+    StagingInUse(const StagingInUse&) = delete;
+    StagingInUse& operator=(const StagingInUse&) = delete;
+
+   private:
+    Stream& stream_;
+  };
+
   void DriveReceive(bool poller = false) NDWV_EXCLUDES(rx_mutex_);
   ssize_t Receive(void* buffer, size_t length) NDWV_REQUIRES(rx_mutex_);  // the socket or the ByteSource
   void ProcessRx() NDWV_REQUIRES(rx_mutex_);
@@ -248,7 +267,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     TxBatch* batch = nullptr;  // inside a BatchInUse: the one being built and flushed
     // The stream's own, from its socket's first refusal on (the pool's; kept for good: a stream
     // that filled its socket once streams, and would need one again).
-    std::unique_ptr<TxBatch, void (*)(TxBatch*)> own_batch{nullptr, nullptr};
+    base::PoolPtr<TxBatch> own_batch;
     uint64_t next = 0;  // next send queue position to start
     uint32_t send_msn = 1;
     uint32_t read_msn = 1;
@@ -281,12 +300,6 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     BatchInUse& operator=(const BatchInUse&) = delete;
 
    private:
-    struct Borrowed {
-      std::unique_ptr<TxBatch> batch;
-      bool busy = false;  // lent to a transmit step
-    };
-    static Borrowed& Thread();
-    static TxBatch* Own(TxState& tx);
     Stream& stream_;
   };
   base::LazyDeque<OutstandingRead> reads_outstanding_ NDWV_GUARDED_BY(reads_mutex_);
@@ -339,7 +352,11 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
     // The receive path runs on a poller.
     bool by_poller = false;
     RxPhase phase = RxPhase::Header;
-    uint8_t staging[4096];
+    // Bytes read and not yet taken: [staging_begin, staging_end) of the staging a receive step
+    // uses (StagingInUse). Between steps only the stream's own holds any: from the first step
+    // that left some (a segment read in part) on, kept for good like the transmit batch.
+    RxStaging* staging = nullptr;
+    base::PoolPtr<RxStaging> own_staging;
     size_t staging_begin = 0;
     size_t staging_end = 0;
     bool socket_emptied = false;  // by the last read (rx_called_)

@@ -11,6 +11,8 @@
 #include <optional>
 
 #include "base/log.h"
+#include "base/object_pool.h"
+#include "base/thread_loan.h"
 #include "dev/device.h"
 #include "dev/iwarp/stream.h"
 #include "dev/iwarp/stream_internal.h"
@@ -72,11 +74,36 @@ void Stream::DriveReceive(bool poller) {
     rx_mutex_.AssertHeld();
     rx_.by_poller = poller;
     if (!shut_) {
+      StagingInUse staging(*this);
       ProcessRx();
       if (broken_.load()) Broken();  // the transmit side found the socket gone
     }
     return true;
   });
+}
+
+Stream::StagingInUse::StagingInUse(Stream& stream) : stream_(stream) {
+  RxState& rx = stream.rx_;
+  rx.staging = rx.own_staging ? rx.own_staging.get() : base::ThreadLoan<RxStaging>::Borrow();
+  if (!rx.staging) {  // lent to a receive step further up this thread (rare)
+    rx.own_staging = base::MakePoolUnique<RxStaging>();
+    rx.staging = rx.own_staging.get();
+  }
+}
+
+Stream::StagingInUse::~StagingInUse() {
+  stream_.rx_mutex_.AssertHeld();
+  RxState& rx = stream_.rx_;
+  RxStaging* used = std::exchange(rx.staging, nullptr);
+  if (!base::ThreadLoan<RxStaging>::IsLent(used)) return;  // the stream's own
+  const size_t left = rx.staging_end - rx.staging_begin;
+  if (left) {
+    rx.own_staging = base::MakePoolUnique<RxStaging>();
+    memcpy(rx.own_staging->bytes, used->bytes + rx.staging_begin, left);
+  }
+  rx.staging_begin = 0;
+  rx.staging_end = left;
+  base::ThreadLoan<RxStaging>::Return(used);
 }
 
 void Stream::ProcessRx() {
@@ -121,14 +148,14 @@ bool Stream::Fill(size_t need) {
   size_t avail = rx_.staging_end - rx_.staging_begin;
   if (avail >= need) return true;
   if (rx_.staging_begin) {
-    memmove(rx_.staging, rx_.staging + rx_.staging_begin, avail);
+    memmove(rx_.staging->bytes, rx_.staging->bytes + rx_.staging_begin, avail);
     rx_.staging_begin = 0;
     rx_.staging_end = avail;
   }
   while (rx_.staging_end < need) {
-    ssize_t n = Receive(rx_.staging + rx_.staging_end, sizeof rx_.staging - rx_.staging_end);
+    ssize_t n = Receive(rx_.staging->bytes + rx_.staging_end, sizeof rx_.staging->bytes - rx_.staging_end);
     int error = n < 0 ? errno : 0;  // read once, before the capture hook can change it
-    if (capture_) [[unlikely]] capture_->Received(rx_.staging + rx_.staging_end, n);
+    if (capture_) [[unlikely]] capture_->Received(rx_.staging->bytes + rx_.staging_end, n);
     if (n > 0) {
       rx_.staging_end += size_t(n);
       continue;
@@ -164,7 +191,7 @@ void Stream::Fail(TermCode code, WcStatus local_status) {
 bool Stream::StartSegment() {
   rx_mutex_.AssertHeld();
   if (!Fill(4)) return false;
-  const uint8_t* p = rx_.staging + rx_.staging_begin;
+  const uint8_t* p = rx_.staging->bytes + rx_.staging_begin;
   rx_.ulpdu_len = LoadBe16(p);
   rx_.hdr_len = SegmentHeaderLength(LoadBe16(p + 2));
   if (rx_.ulpdu_len < rx_.hdr_len) {
@@ -174,7 +201,7 @@ bool Stream::StartSegment() {
     return false;
   }
   if (!Fill(2 + rx_.hdr_len)) return false;
-  p = rx_.staging + rx_.staging_begin;
+  p = rx_.staging->bytes + rx_.staging_begin;
   memcpy(rx_.raw_hdr, p, 2 + rx_.hdr_len);
   rx_.staging_begin += 2 + rx_.hdr_len;
   DdpError error = DecodeDdpHeader({rx_.raw_hdr + 2, rx_.hdr_len}, rx_.hdr);
@@ -188,9 +215,9 @@ bool Stream::StartSegment() {
   // of it is placed; a longer one as its bytes go by.
   rx_.crc_streaming = false;
   if (params_.crc) {
-    const uint8_t* fpdu = rx_.staging + rx_.staging_begin - 2 - rx_.hdr_len;
+    const uint8_t* fpdu = rx_.staging->bytes + rx_.staging_begin - 2 - rx_.hdr_len;
     size_t covered = FpduLength(rx_.ulpdu_len) - kFpduCrcLen;  // length field, ULPDU, pad
-    if (size_t(rx_.staging + rx_.staging_end - fpdu) >= covered + kFpduCrcLen) {
+    if (size_t(rx_.staging->bytes + rx_.staging_end - fpdu) >= covered + kFpduCrcLen) {
       if (LoadFpduCrc(fpdu + covered) != Crc32c(fpdu, covered)) {
         counters_.Add(Counter::DropsBadCrc);
         Fail(MakeTerm(LlpErrorCode::CrcError), WcStatus::Flushed);
@@ -441,7 +468,7 @@ bool Stream::PlacePayload() {
     ssize_t n;
     if (avail) {
       n = ssize_t(std::min(avail, want));
-      memcpy(dest, rx_.staging + rx_.staging_begin, size_t(n));
+      memcpy(dest, rx_.staging->bytes + rx_.staging_begin, size_t(n));
       rx_.staging_begin += size_t(n);
     } else {
       n = Receive(dest, want);
@@ -466,7 +493,7 @@ bool Stream::FinishSegment() {
   rx_mutex_.AssertHeld();
   size_t pad = FpduPad(rx_.ulpdu_len);
   if (!Fill(rx_.tail_len + pad + kFpduCrcLen)) return false;
-  const uint8_t* tail = rx_.staging + rx_.staging_begin;
+  const uint8_t* tail = rx_.staging->bytes + rx_.staging_begin;
   if (rx_.crc_streaming) rx_.crc.Add({tail, rx_.tail_len + pad});  // tail and pad as received
   if (rx_.crc_streaming && LoadFpduCrc(tail + rx_.tail_len + pad) != rx_.crc.Finish()) {
     counters_.Add(Counter::DropsBadCrc);

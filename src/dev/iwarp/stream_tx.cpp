@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "base/object_pool.h"
+#include "base/thread_loan.h"
 #include "dev/address.h"
 #include "dev/iwarp/stream.h"
 #include "dev/iwarp/stream_internal.h"
@@ -39,49 +40,32 @@ RdmapOpcode SendOpcode(uint32_t flags) {
 
 Stream::BatchInUse::BatchInUse(Stream& stream) : stream_(stream) {
   TxState& tx = stream.tx_;
-  Borrowed& thread = Thread();
-  if (tx.own_batch || thread.busy) {  // busy: a transmit inside another's on this thread (rare)
-    tx.batch = Own(tx);
-    return;
+  tx.batch = tx.own_batch ? tx.own_batch.get() : base::ThreadLoan<TxBatch>::Borrow();
+  if (!tx.batch) {  // lent to a transmit step further up this thread (rare)
+    tx.own_batch = base::MakePoolUnique<TxBatch>();
+    tx.batch = tx.own_batch.get();
   }
-  if (!thread.batch) thread.batch = std::make_unique<TxBatch>();
-  thread.busy = true;
-  tx.batch = thread.batch.get();
 }
 
 Stream::BatchInUse::~BatchInUse() {
   stream_.tx_mutex_.AssertHeld();
   TxState& tx = stream_.tx_;
   TxBatch* used = std::exchange(tx.batch, nullptr);
-  Borrowed& thread = Thread();
-  if (used != thread.batch.get()) return;
-  thread.busy = false;
-  if (used->empty()) return;
-  // The socket did not take it all: the rest moves to the stream, the iovecs into the batch's
-  // own bytes (headers, trailers, gathered pieces) with it.
-  TxBatch* own = Own(tx);
-  *own = *used;
-  const auto* from = reinterpret_cast<const uint8_t*>(used);
-  for (int i = own->iov_done; i < own->iov_count; ++i) {
-    auto* base = static_cast<uint8_t*>(own->iov[i].iov_base);
-    if (base >= from && base < from + sizeof(TxBatch))
-      own->iov[i].iov_base = reinterpret_cast<uint8_t*>(own) + (base - from);
+  if (!base::ThreadLoan<TxBatch>::IsLent(used)) return;  // the stream's own
+  if (!used->empty()) {
+    // The socket did not take it all: the rest moves to the stream, the iovecs into the batch's
+    // own bytes (headers, trailers, gathered pieces) with it.
+    tx.own_batch = base::MakePoolUnique<TxBatch>(*used);
+    TxBatch* own = tx.own_batch.get();
+    const auto* from = reinterpret_cast<const uint8_t*>(used);
+    for (int i = own->iov_done; i < own->iov_count; ++i) {
+      auto* base = static_cast<uint8_t*>(own->iov[i].iov_base);
+      if (base >= from && base < from + sizeof(TxBatch))
+        own->iov[i].iov_base = reinterpret_cast<uint8_t*>(own) + (base - from);
+    }
+    used->Clear();
   }
-  used->Clear();
-}
-
-Stream::BatchInUse::Borrowed& Stream::BatchInUse::Thread() {
-  static thread_local Borrowed borrowed;
-  return borrowed;
-}
-
-Stream::TxBatch* Stream::BatchInUse::Own(TxState& tx) {
-  if (!tx.own_batch)
-    tx.own_batch = {new (base::PoolAllocate(sizeof(TxBatch))) TxBatch, [](TxBatch* batch) {
-                      batch->~TxBatch();
-                      base::PoolFree(batch, sizeof(TxBatch));
-                    }};
-  return tx.own_batch.get();
+  base::ThreadLoan<TxBatch>::Return(used);
 }
 
 void Stream::Kick() {
