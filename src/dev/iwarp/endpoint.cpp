@@ -58,7 +58,7 @@ void Endpoint::CloseSocket() {
   if (fd_ < 0) return;
   if (watching_) Engine::Get().Unwatch(fd_);
   watching_ = false;
-  ReleaseTcpPort(fd_);
+  if (!accepted_) ReleaseTcpPort(fd_);
   base::CloseDescriptor(fd_);
   fd_ = -1;
   capture_.reset();
@@ -238,6 +238,7 @@ void Endpoint::OnListenReady() {
       getsockname(fd, reinterpret_cast<sockaddr*>(&child->local_), &child->local_len_);
     }
     child->listener_ = weak_from_this();
+    child->accepted_ = true;
     child->SetState(State::PassiveHandshake);
     child->local_params_ = local_params_;
     child->mpa_.Reset(MpaKind::Request);
@@ -633,8 +634,7 @@ void Endpoint::RefuseRequest(const void* data, size_t length) {
   reply.crc = false;
   reply.private_data = {static_cast<const uint8_t*>(data), length};
   if (SendMpaFrame(reply)) AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRejectsSent);
-  ReleaseTcpPort(fd_);
-  shutdown(fd_, SHUT_WR);
+  shutdown(fd_, SHUT_WR);  // an accepted socket: its port is the listener's (accepted_)
   if (capture_) capture_->SentFin();
   CloseSocket();
   SetState(State::Closed);

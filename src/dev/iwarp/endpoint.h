@@ -179,6 +179,9 @@ class Endpoint final : public EndpointBase<Endpoint>,
   using Children = std::list<std::shared_ptr<Endpoint>>;
   int backlog_ NDWV_GUARDED_BY(mutex_) = 0;
   std::weak_ptr<Endpoint> listener_ NDWV_GUARDED_BY(mutex_);  // child: who accepted us
+  // A child's socket inherits its listener's options, SO_REUSEADDR among them (ReleaseTcpPort).
+  // Set before the child is shared.
+  bool accepted_ = false;
   Children handshaking_ NDWV_GUARDED_BY(mutex_);  // reading their MPA Request (then in requests_)
   friend class ListenQueue<Endpoint>;
   bool accept_paused_ NDWV_GUARDED_BY(mutex_) = false;  // out of descriptors (RefusePending)
