@@ -246,6 +246,7 @@ RcParams Endpoint::BaseLinkParams() const {
   mutex_.AssertHeld();
   RcParams p;
   p.peer = peer_port_;
+  p.local = local_;
   p.mtu = mtu_;
   p.ack_timeout_ms = Config().roce_ack_timeout_ms;
   p.retry_count = Config().roce_retry_count;

@@ -416,9 +416,8 @@ void CaptureSent(const sockaddr_storage& from, const sockaddr_storage& to, const
 
 }  // namespace
 
-int Port::SendBatch(const sockaddr_storage& to, OutDatagram* datagrams, int count) {
-  sockaddr_storage pinned;  // a wildcard port's source for `to`
-  const sockaddr_storage& source = wildcard_ ? (pinned = AddressFor(to)) : local_;
+int Port::SendBatch(const sockaddr_storage& to, const sockaddr_storage& from, OutDatagram* datagrams, int count) {
+  const sockaddr_storage& source = wildcard_ ? from : local_;
   IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&source), reinterpret_cast<const sockaddr*>(&to)};
   // One message per run of datagrams: equal sizes (the last may be shorter), sent as one GSO
   // buffer that the kernel cuts into datagrams (a loopback receiver with UDP_GRO gets it whole).
@@ -487,7 +486,7 @@ int Port::SendBatch(const sockaddr_storage& to, OutDatagram* datagrams, int coun
       gso_.store(false, std::memory_order_relaxed);
       NDWV_LOG(Info, "roce port %s: UDP GSO refused (%s); sending datagrams one by one",
                name_.c_str(), strerror(errno));
-      return first[done] + SendBatch(to, datagrams + first[done], count - first[done]);
+      return first[done] + SendBatch(to, from, datagrams + first[done], count - first[done]);
     }
     Owner().counters_.send_failed.fetch_add(1, std::memory_order_relaxed);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) break;
@@ -621,24 +620,29 @@ void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_st
   // A GRO buffer holds datagrams of `segment` bytes (the last may be shorter). On a wildcard
   // port, the address they came to.
   size_t segment = length;
-  sockaddr_storage to = local_;
+  const sockaddr_storage* to = &local_;
+  sockaddr_storage reached;  // a wildcard port's: local_ with the address from IP_PKTINFO
   for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
     if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
       int size;
       memcpy(&size, CMSG_DATA(c), sizeof size);
       if (size > 0) segment = size_t(size);
-    } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO && to.ss_family == AF_INET) {
+    } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO && local_.ss_family == AF_INET) {
       in_pktinfo info;
       memcpy(&info, CMSG_DATA(c), sizeof info);
-      reinterpret_cast<sockaddr_in&>(to).sin_addr = info.ipi_addr;
-    } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO && to.ss_family == AF_INET6) {
+      reached = local_;
+      reinterpret_cast<sockaddr_in&>(reached).sin_addr = info.ipi_addr;
+      to = &reached;
+    } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO && local_.ss_family == AF_INET6) {
       in6_pktinfo info;
       memcpy(&info, CMSG_DATA(c), sizeof info);
-      reinterpret_cast<sockaddr_in6&>(to).sin6_addr = info.ipi6_addr;
+      reached = local_;
+      reinterpret_cast<sockaddr_in6&>(reached).sin6_addr = info.ipi6_addr;
+      to = &reached;
     }
   }
   if (length == 0) {  // an empty datagram: a runt, counted as malformed
-    Dispatch(from, to, {data, 0}, run);
+    Dispatch(from, *to, {data, 0}, run);
     return;
   }
   // Answers first (ACK, NAK, Read Response): a peer sends its ACK after the request it travels
@@ -649,7 +653,7 @@ void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_st
     for (size_t at = 0; at < length; at += segment) {
       std::span<const uint8_t> datagram{data + at, std::min(segment, length - at)};
       bool answer = !datagram.empty() && IsAnswer(Opcode(datagram[0]));  // by the BTH's opcode
-      if (answer == bool(answers)) Dispatch(from, to, datagram, run);
+      if (answer == bool(answers)) Dispatch(from, *to, datagram, run);
     }
   Deliver(run);  // the buffer is read again by the next call
 }

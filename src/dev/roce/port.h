@@ -125,9 +125,11 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
     size_t size;  // bytes in all
   };
   // Sends `count` (at most kMaxBatch) datagrams; returns how many the socket took (the first
-  // ones). Runs of equal-size datagrams go as one UDP GSO send where the kernel can.
+  // ones). Runs of equal-size datagrams go as one UDP GSO send where the kernel can. `from` is
+  // our address as `to` reaches it (the connection's, AddressFor when it was set up): a wildcard
+  // port sends from it; others from local().
   static constexpr int kMaxBatch = 16;
-  int SendBatch(const sockaddr_storage& to, OutDatagram* datagrams, int count);
+  int SendBatch(const sockaddr_storage& to, const sockaddr_storage& from, OutDatagram* datagrams, int count);
   void WaitWritable(std::weak_ptr<PacketSink> sink);
   // Reads and dispatches what has arrived (the engine, or a CQ poller lending its thread). The
   // engine reads until the socket is empty; a poller (`once`) reads one buffer (a GRO buffer may

@@ -319,7 +319,7 @@ bool RcLink::FlushTx() {
   int count = std::exchange(t_tx.count, 0);
   t_tx.used = 0;
   if (!count) return true;
-  int sent = port_->SendBatch(params_.peer, t_tx.datagram, count);
+  int sent = port_->SendBatch(params_.peer, params_.local, t_tx.datagram, count);
   if (sent == count) return true;
   // The socket is full. Requests it did not take go out again (from the first of them); ACKs and
   // Read Responses are as good as lost on a wire (the next ACK, or the requester, repairs them).

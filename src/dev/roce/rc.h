@@ -36,6 +36,9 @@ namespace ndwv::dev::roce {
 
 struct RcParams {
   sockaddr_storage peer{};  // the peer's UDP port
+  // Our address as the peer reaches it (what the ICRC covers): a port bound to the wildcard
+  // address sends from it, without looking it up per datagram.
+  sockaddr_storage local{};
   uint32_t dest_qpn = 0;
   uint32_t sq_psn = 0;      // first PSN we send
   uint32_t rq_psn = 0;      // first PSN we expect
