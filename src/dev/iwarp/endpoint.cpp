@@ -241,7 +241,7 @@ void Endpoint::OnListenReady() {
     child->accepted_ = true;
     child->SetState(State::PassiveHandshake);
     child->local_params_ = local_params_;
-    child->mpa_.Reset(MpaKind::Request);
+    child->StartReadingMpa(MpaKind::Request);
     child->watching_ = true;
     child->listed_in_ = ListedIn::Handshakes;
     child->listed_since_ = Clock::now();
@@ -385,18 +385,28 @@ bool Endpoint::SendMpaFrame(const MpaFrame& frame) {
   return n == ssize_t(length);
 }
 
+void Endpoint::StartReadingMpa(MpaKind kind) {
+  mutex_.AssertHeld();
+  mpa_ = base::MakePoolUnique<MpaFrameReader>();
+  mpa_->Reset(kind);
+}
+
 bool Endpoint::ReadMpaFrame(MpaKind kind) {
   mutex_.AssertHeld();
+  if (!mpa_) {  // taken already: an event after the frame (the caller's state changes next)
+    errno = EAGAIN;
+    return false;
+  }
   for (;;) {
-    std::span<uint8_t> space = mpa_.Space();
+    std::span<uint8_t> space = mpa_->Space();
     ssize_t n = recv(fd_, space.data(), space.size(), MSG_DONTWAIT);
     if (capture_) [[unlikely]] capture_->Received(space.data(), n);
     if (n > 0) {
-      switch (mpa_.Took(size_t(n))) {
+      switch (mpa_->Took(size_t(n))) {
         case MpaFrameReader::Status::More: continue;
         case MpaFrameReader::Status::Whole: return true;
         case MpaFrameReader::Status::Bad:
-          NDWV_LOG(Info, "%s: bad MPA frame (%s)", Identity().c_str(), wire::ToString(mpa_.error()));
+          NDWV_LOG(Info, "%s: bad MPA frame (%s)", Identity().c_str(), wire::ToString(mpa_->error()));
           AdapterCounters(Transport::Iwarp).AddShared(Counter::DropsBadMpa);
           errno = EPROTO;
           return false;
@@ -465,7 +475,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   qpn_ = qp->qpn();
   qp_ = std::move(qp);
   connect_op_ = op;
-  mpa_.Reset(MpaKind::Reply);
+  StartReadingMpa(MpaKind::Reply);
   SetState(State::ActiveConnecting);
   watching_ = true;
   // To a near peer (this host) the TCP handshake is over when connect() returns: the MPA request
@@ -536,11 +546,13 @@ void Endpoint::OnMpaReply(Finisher& finish) {
     FailConnect(finish, errno == ETIMEDOUT ? WV_IO_TIMEOUT : WV_CONNECTION_REFUSED);
     return;
   }
-  const MpaFrame& reply = mpa_.frame();
+  const MpaFrame& reply = mpa_->frame();
   AdapterCounters(Transport::Iwarp).AddShared(reply.reject ? Counter::MpaRejectsReceived : Counter::MpaRepliesReceived);
   peer_params_ = PeerParams(reply);
   peer_crc_ = reply.crc;
-  if (!Usable(reply)) {
+  const bool usable = Usable(reply);
+  mpa_.reset();  // the frame is taken
+  if (!usable) {
     // Rejected by the peer's application, or a peer we cannot talk to (markers, no RTR Write).
     FailConnect(finish, WV_CONNECTION_REFUSED);
     return;
@@ -647,7 +659,7 @@ void Endpoint::OnMpaRequest() {
   if (!request) {
     CloseSocket();  // a malformed request or a peer that went away: nothing to answer
     SetState(State::Closed);
-  } else if (const MpaFrame& frame = mpa_.frame(); !Servable(frame)) {
+  } else if (const MpaFrame& frame = mpa_->frame(); !Servable(frame)) {
     AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsReceived);
     NDWV_LOG(Info, "%s: MPA request we cannot serve, rejected", Identity().c_str());
     RefuseRequest(nullptr, 0);
@@ -661,6 +673,7 @@ void Endpoint::OnMpaRequest() {
     Engine::Get().Modify(fd_, EPOLLRDHUP);
     SetState(State::PassiveRequest);
   }
+  mpa_.reset();  // the frame is taken (or refused)
   auto listener = listener_.lock();
   if (!listener) {
     CloseSocket();

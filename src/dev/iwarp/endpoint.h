@@ -18,6 +18,7 @@
 #include <string>
 
 #include "base/capture.h"
+#include "base/object_pool.h"
 #include "dev/address.h"
 #include "dev/endpoint.h"
 #include "dev/engine.h"
@@ -192,7 +193,10 @@ class Endpoint final : public EndpointBase<Endpoint>,
   Children::iterator listed_at_;
   Clock::time_point listed_since_{};
 
-  MpaFrameReader mpa_ NDWV_GUARDED_BY(mutex_);  // the MPA frame being read
+  // The MPA frame being read: from the socket's connect or accept until the frame is taken
+  // (600 bytes a connection would otherwise keep for its life).
+  base::PoolPtr<MpaFrameReader> mpa_ NDWV_GUARDED_BY(mutex_);
+  void StartReadingMpa(wire::MpaKind kind) NDWV_REQUIRES(mutex_);
 
   using EndpointTimer = OwnedTimer<Endpoint>;
   EndpointTimer timer_ NDWV_GUARDED_BY(mutex_){&Endpoint::OnTimer, this};
