@@ -138,6 +138,14 @@ const char* CounterName(Counter c) { return size_t(c) < kCounters ? kInfo[size_t
 bool CounterApplies(Counter c, Transport t) {
   return size_t(c) < kCounters && (kInfo[size_t(c)].scope & (t == Transport::Roce ? kRoce : kIwarp));
 }
+// A connection's slots (counters.h) are exactly the counters its rows show.
+constexpr bool SlotsAreThePerConnectionCounters() {
+  for (size_t i = 0; i < kCounters; ++i)
+    if (bool(kInfo[i].scope & kConnection) != (ConnectionSlot(Counter(i)) >= 0)) return false;
+  return true;
+}
+static_assert(SlotsAreThePerConnectionCounters());
+
 bool CounterPerConnection(Counter c) { return size_t(c) < kCounters && (kInfo[size_t(c)].scope & kConnection); }
 
 // One per transport; never destroyed, so that connections (and the exit report) outlive static
@@ -171,7 +179,7 @@ ConnectionCounters::~ConnectionCounters() {
   (prev_ ? prev_->next_ : registry.first) = next_;
   (next_ ? next_->prev_ : registry.last) = prev_;
   --registry.live;
-  for (size_t i = 0; i < kCounters; ++i) registry.totals.AddShared(Counter(i), Get(Counter(i)));
+  for (size_t i = 0; i < kConnectionSlots; ++i) registry.totals.AddShared(CounterOfSlot(i), values_[i].load(std::memory_order_relaxed));
 }
 
 void ConnectionCounters::Register(Transport transport, uint32_t qpn, uint32_t peer_qpn,

@@ -99,9 +99,26 @@ class CounterBlock {
   std::atomic<uint64_t> values_[kCounters] = {};
 };
 
+// The adapter totals of `transport`, for objects that have no row: counted directly (AddShared).
+CounterBlock& AdapterCounters(Transport transport);
+
+// The counters a connection has (CounterPerConnection): the data path's, RoCE's and the iWARP
+// stream's (TxPackets .. DropsBadDdp), and ReadsBeyondIrd, added later. A connection keeps a slot
+// for each of these only: 42 of the 94 (a block of them all was 752 bytes a connection).
+inline constexpr size_t kConnectionSlots = size_t(Counter::DropsBadDdp) + 2;
+constexpr int ConnectionSlot(Counter c) {
+  if (c <= Counter::DropsBadDdp) return int(c);
+  return c == Counter::ReadsBeyondIrd ? int(kConnectionSlots) - 1 : -1;
+}
+constexpr Counter CounterOfSlot(size_t slot) {
+  return slot + 1 == kConnectionSlots ? Counter::ReadsBeyondIrd : Counter(slot);
+}
+
 // The counters of one connection (one QP's link), with the connection's identity: listed in its
 // transport's registry from Register until destruction, which adds its counts to the totals.
-class ConnectionCounters : public CounterBlock {
+// Add and AddShared as CounterBlock's; a counter a connection does not have goes to its
+// transport's totals.
+class ConnectionCounters {
  public:
   ConnectionCounters() = default;
   ConnectionCounters(const ConnectionCounters&) = delete;
@@ -119,8 +136,30 @@ class ConnectionCounters : public CounterBlock {
   const sockaddr_storage& local() const { return local_; }
   const sockaddr_storage& peer() const { return peer_; }
 
+  void Add(Counter c, uint64_t n = 1) {
+    if (int slot = ConnectionSlot(c); slot >= 0) {
+      std::atomic<uint64_t>& v = values_[slot];
+      v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    } else {
+      AdapterCounters(transport_).AddShared(c, n);
+    }
+  }
+  void AddShared(Counter c, uint64_t n = 1) {
+    if (int slot = ConnectionSlot(c); slot >= 0) values_[slot].fetch_add(n, std::memory_order_relaxed);
+    else AdapterCounters(transport_).AddShared(c, n);
+  }
+  uint64_t Get(Counter c) const {
+    int slot = ConnectionSlot(c);
+    return slot >= 0 ? values_[slot].load(std::memory_order_relaxed) : 0;
+  }
+  void AddTo(CounterValues& sum) const {
+    for (size_t i = 0; i < kConnectionSlots; ++i)
+      sum[size_t(CounterOfSlot(i))] += values_[i].load(std::memory_order_relaxed);
+  }
+
  private:
   friend struct CounterRegistry;
+  std::atomic<uint64_t> values_[kConnectionSlots] = {};
   bool registered_ = false;
   Transport transport_ = Transport::Iwarp;
   uint32_t qpn_ = 0, peer_qpn_ = 0;
@@ -129,9 +168,6 @@ class ConnectionCounters : public CounterBlock {
   ConnectionCounters* prev_ = nullptr;  // the registry's list (under its mutex)
   ConnectionCounters* next_ = nullptr;
 };
-
-// The adapter totals of `transport`, for objects that have no row: counted directly (AddShared).
-CounterBlock& AdapterCounters(Transport transport);
 
 // Adds the counts of a transport's live objects that have no row (RoCE ports) to `sum`; called
 // without any registry lock held, so it may take its objects' locks.
