@@ -131,6 +131,27 @@ TEST(ConnectionCounters, LiveRowThenTotalsWhenTheConnectionEnds) {
   EXPECT_GE(after[0].values[size_t(Counter::TxSends)], sends_before + 3);  // kept in the totals
 }
 
+// A connection keeps a slot only for the counters its row shows; one it does not have is not
+// lost but counted in its transport's totals.
+TEST(ConnectionCounters, ACounterAConnectionDoesNotHaveGoesToTheTotals) {
+  constexpr uint32_t kQpn = 0xFFF004;
+  ASSERT_FALSE(CounterPerConnection(Counter::CmReqSent));
+  ASSERT_TRUE(CounterPerConnection(Counter::ReadsBeyondIrd));
+  const uint64_t before = CollectCounters({Transport::Roce})[0].values[size_t(Counter::CmReqSent)];
+  ConnectionCounters connection;
+  connection.Register(Transport::Roce, kQpn, 9, Loopback(49156), Loopback(4791));
+  connection.Add(Counter::CmReqSent, 2);
+  connection.AddShared(Counter::ReadsBeyondIrd, 5);
+  EXPECT_EQ(connection.Get(Counter::CmReqSent), 0u);
+  EXPECT_EQ(connection.Get(Counter::ReadsBeyondIrd), 5u);
+  auto rows = CollectCounters({Transport::Roce});
+  const CounterRow* row = FindRow(rows, kQpn);
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->values[size_t(Counter::ReadsBeyondIrd)], 5u);
+  EXPECT_EQ(row->values[size_t(Counter::CmReqSent)], 0u);
+  EXPECT_GE(rows[0].values[size_t(Counter::CmReqSent)], before + 2);
+}
+
 TEST(CountersApi, SnapshotListsAdaptersThenConnections) {
   if (Device::All().empty()) GTEST_SKIP() << "no device (settings refused)";
   ConnectionCounters connection;
