@@ -17,7 +17,6 @@
 // Under AddressSanitizer every block comes from operator new, so that a use after free is caught.
 #pragma once
 #include <cstddef>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <new>
@@ -47,14 +46,11 @@ struct PoolAllocator {
   bool operator==(const PoolAllocator<U>&) const noexcept { return true; }
 };
 
-// The containers a connection's setup fills (a RoCE CM agent's and port's tables and event
-// queues), their blocks from the pool: on the heap they were a large part of the page faults
-// left in a setup (perf). Not for queues on the message path: a deque allocates a block every
-// few messages, and with RcLink's on the pool (its one lock taken by the posting thread and the
-// engine in turn) RoCE's 64 KiB RDMA Write ran at 1,735-1,818 MB/s against 1,878-2,077 (ndrping,
-// 4 alternating runs).
-template <class T>
-using PooledDeque = std::deque<T, PoolAllocator<T>>;
+// The containers a connection's setup fills (a RoCE CM agent's and port's tables), their blocks
+// from the pool: on the heap they were a large part of the page faults left in a setup (perf).
+// Not for queues on the message path: a deque allocates a block every few messages, and with
+// RcLink's on the pool (its one lock taken by the posting thread and the engine in turn) RoCE's
+// 64 KiB RDMA Write ran at 1,735-1,818 MB/s against 1,878-2,077 (ndrping, 4 alternating runs).
 template <class Key, class Value, class Hash = std::hash<Key>>
 using PooledHashMap = std::unordered_map<Key, Value, Hash, std::equal_to<Key>, PoolAllocator<std::pair<const Key, Value>>>;
 template <class Key, class Hash = std::hash<Key>>

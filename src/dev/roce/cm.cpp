@@ -274,6 +274,7 @@ bool CmAgent::PopEvent(CmEvent* out) {
   if (events_.empty()) return false;
   *out = events_.front();
   events_.pop_front();
+  events_.ReleaseIfEmpty();
   return true;
 }
 
@@ -454,7 +455,7 @@ int32_t CmAgent::DropRequest(uint32_t id) {
   if (!cep) return WV_NOT_FOUND;
   if (cep->state != CmState::ReqRcvd && cep->state != CmState::MraReqSent) return WV_INVALID_DEVICE_STATE;
   Limit(CmLimit::BacklogFull, nullptr, cep->peer, "REQ left unanswered");
-  std::erase_if(events_, [id](const CmEvent& e) { return e.id == id; });
+  events_.EraseIf([id](const CmEvent& e) { return e.id == id; });
   Erase(*cep);
   return WV_SUCCESS;
 }
@@ -534,7 +535,7 @@ void CmAgent::Destroy(uint32_t id) {
   Cep* cep = Find(id);
   if (!cep) return;
   cep->destroyed = true;
-  std::erase_if(events_, [id](const CmEvent& e) { return e.id == id; });
+  events_.EraseIf([id](const CmEvent& e) { return e.id == id; });
   switch (cep->state) {
     case CmState::Established:  // one DREQ, not retried: nobody waits for its answer
       SendDreq(*cep);

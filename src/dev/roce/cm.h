@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "base/log.h"
+#include "base/lazy_deque.h"
 #include "base/object_pool.h"
 #include "wire/ib_cm.h"
 
@@ -357,7 +358,7 @@ class CmAgent {
   base::PooledHashMap<std::pair<uint64_t, uint32_t>, uint32_t, QpKeyHash> by_qp_;
   base::PooledHashSet<uint64_t> services_;
   base::PooledSet<std::pair<uint64_t, uint32_t>> deadlines_;  // (deadline, local id)
-  base::PooledDeque<CmEvent> events_;
+  base::LazyDeque<CmEvent> events_;
   CmCounters counters_;
   base::LogRateLimit warn_limits_[size_t(CmLimit::Count)], warn_wrong_source_;
 };

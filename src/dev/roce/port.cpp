@@ -927,6 +927,7 @@ void Port::DeliverEvents() {
     cm_mutex_.lock();
     while (agent_->PopEvent(&event)) events_.push_back(event);
   }
+  events_.ReleaseIfEmpty();
   delivering_ = false;
   RearmCmTimer();
 }

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "base/mutex.h"
+#include "base/lazy_deque.h"
 #include "base/object_pool.h"
 #include "dev/address.h"
 #include "dev/counters.h"
@@ -272,7 +273,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   std::shared_ptr<CmAgent> agent_ NDWV_GUARDED_BY(cm_mutex_);
   base::PooledHashMap<uint32_t, std::weak_ptr<CmUser>> users_ NDWV_GUARDED_BY(cm_mutex_);
   base::PooledHashMap<uint64_t, std::weak_ptr<CmUser>> listeners_ NDWV_GUARDED_BY(cm_mutex_);
-  base::PooledDeque<CmEvent> events_ NDWV_GUARDED_BY(cm_mutex_);
+  base::LazyDeque<CmEvent> events_ NDWV_GUARDED_BY(cm_mutex_);
   bool delivering_ NDWV_GUARDED_BY(cm_mutex_) = false;
   struct DeliverWork : WorkItem {
     Port* owner = nullptr;
