@@ -2,7 +2,7 @@
 # The example tools end to end: each local tool (ndcat, ndadapterinfo, ndmrlat, ndmrrate) once
 # per transport, and each server/client pair (ndping, ndconn, ndrpingpong -m and nd1rpingpong -m,
 # and the NetworkDirect version 1 tools nd1pingpong, nd1rpingpong, nd1rping -w/-r, also
-# nd1pingpong against ndpingpong both ways) as two processes on 127.0.0.1 on a random free port in 20000-40000, on iWARP and on RoCE
+# nd1pingpong against ndpingpong both ways) as two processes on 127.0.0.1 on a random free port below the ephemeral range, on iWARP and on RoCE
 # (NDWV_TRANSPORTS). Exit statuses and the lines each tool must print are checked; sizes and
 # iterations are kept small.
 #
@@ -49,17 +49,21 @@ expect() {  # expect <file> <extended regex>...: every pattern must match a line
   done
 }
 
-# A port in 20000-40000 nothing listens on (TCP or UDP).
+# A port nothing listens on (TCP or UDP), from 20000 up to the start of the kernel's ephemeral
+# range (32768 by default): a port in that range can be taken by any connection of a test running
+# alongside (ctest -j) between this check and the server's bind.
 free_port() {
-  local port
+  local low=32768 high port
+  read -r low _ < /proc/sys/net/ipv4/ip_local_port_range || true
+  high=$((low > 21000 ? low - 1 : 40000))
   for _ in $(seq 1 100); do
-    port=$((20000 + RANDOM % 20001))
+    port=$((20000 + RANDOM % (high - 20000 + 1)))
     if ! ss -Htanu 2>/dev/null | awk '{print $5}' | grep -Eq "[:.]$port\$"; then
       echo "$port"
       return
     fi
   done
-  fail "no free port in 20000-40000"
+  fail "no free port in 20000-$high"
 }
 
 # A table row of the ping tools: size and iterations with the trailing 'l', then three numbers.
