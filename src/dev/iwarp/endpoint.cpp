@@ -329,6 +329,13 @@ void Endpoint::HandshakeOver(const std::shared_ptr<Endpoint>& child, bool reques
       child->listed_since_ = Clock::now();
     }
   }
+  if (request) {
+    // Until the application takes it, the request is watched only for its peer leaving (which
+    // releases its socket at once); what the peer sends meanwhile belongs to the stream. One a
+    // waiting GetRequest took at once is no longer watched (Adopt): no change to make.
+    base::MutexLock child_lock(child->mutex_);
+    if (child->watching_) Engine::Get().Modify(child->fd_, EPOLLRDHUP);
+  }
   ArmListenTimerLocked();
 }
 
@@ -668,10 +675,7 @@ void Endpoint::OnMpaRequest() {
     AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsReceived);
     peer_params_ = PeerParams(frame);
     peer_crc_ = frame.crc;
-    // Until the application takes it, the request is watched only for its peer leaving (which
-    // releases its socket at once); what the peer sends meanwhile belongs to the stream.
-    Engine::Get().Modify(fd_, EPOLLRDHUP);
-    SetState(State::PassiveRequest);
+    SetState(State::PassiveRequest);  // the listener changes its watch (HandshakeOver)
   }
   mpa_.reset();  // the frame is taken (or refused)
   auto listener = listener_.lock();
