@@ -9,6 +9,8 @@
 #include <cassert>
 #include <memory>
 
+#include "base/object_pool.h"
+
 namespace ndwv::base {
 
 template <class T>
@@ -22,6 +24,14 @@ class ThreadLoan {
     if (!slot.item) slot.item = std::make_unique<T>();
     slot.lent = true;
     return slot.item.get();
+  }
+  // What a step uses: the caller's `own` if it has one, else the thread's; `own`, made now (from
+  // the pool), if the thread's is lent already.
+  static T* BorrowOr(PoolPtr<T>& own) {
+    if (own) return own.get();
+    if (T* lent = Borrow()) return lent;
+    own = MakePoolUnique<T>();
+    return own.get();
   }
   // Whether `item` is the thread's, lent by Borrow.
   static bool IsLent(const T* item) {

@@ -83,12 +83,7 @@ void Stream::DriveReceive(bool poller) {
 }
 
 Stream::StagingInUse::StagingInUse(Stream& stream) : stream_(stream) {
-  RxState& rx = stream.rx_;
-  rx.staging = rx.own_staging ? rx.own_staging.get() : base::ThreadLoan<RxStaging>::Borrow();
-  if (!rx.staging) {  // lent to a receive step further up this thread (rare)
-    rx.own_staging = base::MakePoolUnique<RxStaging>();
-    rx.staging = rx.own_staging.get();
-  }
+  stream.rx_.staging = base::ThreadLoan<RxStaging>::BorrowOr(stream.rx_.own_staging);
 }
 
 Stream::StagingInUse::~StagingInUse() {

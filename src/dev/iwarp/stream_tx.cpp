@@ -39,12 +39,7 @@ RdmapOpcode SendOpcode(uint32_t flags) {
 // ---- the batch a transmit step uses (stream.h, BatchInUse)
 
 Stream::BatchInUse::BatchInUse(Stream& stream) : stream_(stream) {
-  TxState& tx = stream.tx_;
-  tx.batch = tx.own_batch ? tx.own_batch.get() : base::ThreadLoan<TxBatch>::Borrow();
-  if (!tx.batch) {  // lent to a transmit step further up this thread (rare)
-    tx.own_batch = base::MakePoolUnique<TxBatch>();
-    tx.batch = tx.own_batch.get();
-  }
+  stream.tx_.batch = base::ThreadLoan<TxBatch>::BorrowOr(stream.tx_.own_batch);
 }
 
 Stream::BatchInUse::~BatchInUse() {
