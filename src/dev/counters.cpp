@@ -182,14 +182,20 @@ ConnectionCounters::~ConnectionCounters() {
   for (size_t i = 0; i < kConnectionSlots; ++i) registry.totals.AddShared(CounterOfSlot(i), values_[i].load(std::memory_order_relaxed));
 }
 
+sockaddr_storage ConnectionCounters::Expanded(const IpAndPort& address) {
+  sockaddr_storage expanded{};
+  memcpy(&expanded, &address, sizeof address);
+  return expanded;
+}
+
 void ConnectionCounters::Register(Transport transport, uint32_t qpn, uint32_t peer_qpn,
                                   const sockaddr_storage& local, const sockaddr_storage& peer) {
   if (registered_) return;
   transport_ = transport;
   qpn_ = qpn;
   peer_qpn_ = peer_qpn;
-  local_ = local;
-  peer_ = peer;
+  memcpy(&local_, &local, sizeof local_);  // the family's part (AF_INET or AF_INET6)
+  memcpy(&peer_, &peer, sizeof peer_);
   identity_ = std::string(transport == Transport::Roce ? "roce" : "iwarp") + " qp " + std::to_string(qpn) +
               " [" + Describe(local) + " -> " + Describe(peer) +
               (peer_qpn ? " qp " + std::to_string(peer_qpn) : std::string()) + "]";

@@ -12,6 +12,7 @@
 // the totals once. Objects without a row (RoCE ports and their CM agent, iWARP connection setup)
 // count into the totals directly, or report through a live source when the totals are read.
 #pragma once
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <array>
@@ -133,8 +134,8 @@ class ConnectionCounters {
   const char* identity() const { return identity_.c_str(); }
   uint32_t qpn() const { return qpn_; }
   uint32_t peer_qpn() const { return peer_qpn_; }
-  const sockaddr_storage& local() const { return local_; }
-  const sockaddr_storage& peer() const { return peer_; }
+  sockaddr_storage local() const { return Expanded(local_); }
+  sockaddr_storage peer() const { return Expanded(peer_); }
 
   void Add(Counter c, uint64_t n = 1) {
     if (int slot = ConnectionSlot(c); slot >= 0) {
@@ -163,7 +164,13 @@ class ConnectionCounters {
   bool registered_ = false;
   Transport transport_ = Transport::Iwarp;
   uint32_t qpn_ = 0, peer_qpn_ = 0;
-  sockaddr_storage local_{}, peer_{};
+  // An IPv4 or IPv6 address and port: 28 bytes, where a sockaddr_storage takes 128.
+  union IpAndPort {
+    sockaddr_in in;
+    sockaddr_in6 in6;
+  };
+  static sockaddr_storage Expanded(const IpAndPort& address);
+  IpAndPort local_{}, peer_{};
   std::string identity_;
   ConnectionCounters* prev_ = nullptr;  // the registry's list (under its mutex)
   ConnectionCounters* next_ = nullptr;
