@@ -58,7 +58,7 @@ using PooledHashSet = std::unordered_set<Key, Hash, std::equal_to<Key>, PoolAllo
 template <class Key>
 using PooledSet = std::set<Key, std::less<Key>, PoolAllocator<Key>>;
 
-// std::make_unique, from the pool.
+// A unique_ptr to an object of the pool; MakePoolUnique is std::make_unique, from the pool.
 template <class T>
 struct PoolDelete {
   void operator()(T* object) const noexcept {
