@@ -554,6 +554,11 @@ void RcLink::Progress() {
   }
 }
 
+bool RcLink::RetransmitDue(Clock::time_point now) const {
+  mutex_.AssertHeld();
+  return !rnr_waiting_ && !flights_.empty() && !failed_ && now >= RetransmitAt();
+}
+
 Clock::time_point RcLink::RetransmitAt() const {
   mutex_.AssertHeld();
   return waiting_since_ + g_ack_wait.For(std::chrono::milliseconds(params_.ack_timeout_ms));
@@ -929,20 +934,31 @@ void RcLink::EnsureTimer(Clock::time_point deadline) {
 }
 
 void RcLink::OnTimer(Timer* timer) {
-  RcLink* self = LinkTimer::OwnerOf(timer);
+  RcLink* self = LinkTimer::OwnerOf(timer);  // alive: the firing holds it until TakeFiring
+  // A retransmission is due: the acknowledgement may be in our socket already, unread (a busy
+  // engine reads up to 1,024 ready sockets, then fires the timers due; at 10,000 connections an
+  // echo on each made hundreds of retransmissions of packets that had arrived). It is read
+  // first, so that an ACK waiting there is not taken for a loss: one read, and only then. The
+  // timer is handled as of the same moment: what was not due before the read is not after it.
+  const Clock::time_point now = Clock::now();
+  bool due;
+  {
+    base::MutexLock lock(self->mutex_);
+    due = !self->shut_ && self->RetransmitDue(now);
+  }
+  if (due) self->port_->DriveReceive();
   std::shared_ptr<RcLink> keep;
   {
     base::MutexLock lock(self->mutex_);
     keep = self->timer_.TakeFiring();
     if (!keep || self->shut_) return;
-    self->HandleTimer();
+    self->HandleTimer(now);
   }
   keep->ReportFailure();
 }
 
-void RcLink::HandleTimer() {
+void RcLink::HandleTimer(Clock::time_point now) {
   mutex_.AssertHeld();
-  auto now = Clock::now();
   if (ack_due_ && now >= ack_by_) Pump();
   if (rnr_waiting_ && now >= rnr_until_) {
     rnr_waiting_ = false;
@@ -951,7 +967,7 @@ void RcLink::HandleTimer() {
   }
   // Also while the socket is full: what it does not take is no more acknowledged than what a
   // wire lost, and the retry budget bounds every request however it waits.
-  if (!rnr_waiting_ && !flights_.empty() && now >= RetransmitAt() && !failed_) {
+  if (RetransmitDue(now)) {
     if (retries_left_-- == 0) {
       NDWV_LOG(Info, "%s: no acknowledgement after %u retries", counters_.identity(), unsigned(params_.retry_count));
       return FailFront(WcStatus::TimeoutRetry);

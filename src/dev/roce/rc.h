@@ -155,7 +155,8 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   // Timer
   void EnsureTimer(Clock::time_point deadline) NDWV_REQUIRES(mutex_);
   static void OnTimer(Timer* timer);
-  void HandleTimer() NDWV_REQUIRES(mutex_);
+  void HandleTimer(Clock::time_point now) NDWV_REQUIRES(mutex_);
+  bool RetransmitDue(Clock::time_point now) const NDWV_REQUIRES(mutex_);
 
   std::shared_ptr<Port> port_;
   std::shared_ptr<QueuePair> qp_;  // held while attached; dropped by Shutdown
