@@ -476,6 +476,24 @@ class RoceHostile : public ::testing::Test {
     return c;
   }
 
+  // An RC link of c's QP made directly, without the CM, on a port of its own that c's raw peer
+  // targets (our packets start at PSN 100); the QP in RTS. `params` brings what the test sets.
+  void DirectLink(Conn& c, roce::RcParams params, std::shared_ptr<roce::RcLink>& link) {
+    int32_t status = 0;
+    auto port_of_link = roce::Port::Open(LoopbackOf(AF_INET, 0), false, &status);
+    ASSERT_TRUE(port_of_link) << status;
+    c.peer.Target(PortOf(port_of_link->local()));
+    c.peer.device_qpn = c.qp->qpn();
+    ASSERT_EQ(c.qp->Modify(QpState::Init), WV_SUCCESS);
+    ASSERT_EQ(c.qp->Modify(QpState::Rtr), WV_SUCCESS);
+    params.peer = c.peer.self();
+    params.dest_qpn = kPeerQpn;
+    params.sq_psn = 100;
+    link = std::make_shared<roce::RcLink>(port_of_link, c.qp, params, std::weak_ptr<roce::RcObserver>());
+    ASSERT_TRUE(link->Start());
+    ASSERT_EQ(c.qp->Modify(QpState::Rts), WV_SUCCESS);
+  }
+
   roce::CmCounters Counters() {
     return device_port->Cm([](roce::CmAgent& agent) { return agent.counters(); });
   }
@@ -1364,20 +1382,10 @@ TEST_F(RoceHostile, AnRcLinkGivenAnMtuOfZeroStillCutsPacketsOfAnIbMtu) {
   // The CM refuses such a REQ; should a bug let one through, the transport installs no MTU of 0
   // (it divides by it) and none above 4096 (its buffers hold one packet of that).
   Conn& c = NewConn();
-  int32_t status = 0;
-  auto port_of_link = roce::Port::Open(LoopbackOf(AF_INET, 0), false, &status);
-  ASSERT_TRUE(port_of_link) << status;
-  c.peer.Target(PortOf(port_of_link->local()));
-  ASSERT_EQ(c.qp->Modify(QpState::Init), WV_SUCCESS);
-  ASSERT_EQ(c.qp->Modify(QpState::Rtr), WV_SUCCESS);
   roce::RcParams params;
-  params.peer = c.peer.self();
-  params.dest_qpn = kPeerQpn;
-  params.sq_psn = 100;
   params.mtu = 0;
-  auto link = std::make_shared<roce::RcLink>(port_of_link, c.qp, params, std::weak_ptr<roce::RcObserver>());
-  ASSERT_TRUE(link->Start());
-  ASSERT_EQ(c.qp->Modify(QpState::Rts), WV_SUCCESS);
+  std::shared_ptr<roce::RcLink> link;
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, params, link));
   std::vector<uint8_t> message = Bytes(600, 41);
   memcpy(c.writable.region(), message.data(), message.size());
   SendWqe send{};
@@ -1454,23 +1462,12 @@ class EngineHold final : public IoHandler, public std::enable_shared_from_this<E
 // an echo on each drew hundreds of such retransmissions.)
 TEST_F(RoceHostile, AnAckWaitingUnreadWhenItsTimeoutFiresIsTakenNotRetransmittedFor) {
   Conn& c = NewConn();
-  int32_t status = 0;
-  auto port_of_link = roce::Port::Open(LoopbackOf(AF_INET, 0), false, &status);
-  ASSERT_TRUE(port_of_link) << status;
-  c.peer.Target(PortOf(port_of_link->local()));
-  c.peer.device_qpn = c.qp->qpn();
-  ASSERT_EQ(c.qp->Modify(QpState::Init), WV_SUCCESS);
-  ASSERT_EQ(c.qp->Modify(QpState::Rtr), WV_SUCCESS);
   roce::RcParams params;
-  params.peer = c.peer.self();
-  params.dest_qpn = kPeerQpn;
-  params.sq_psn = 100;
   // The wait is 100 ms to 8 times that (AckWait::kMaxStretch): long enough for the engine to be
   // held before it ends, whatever the machine's load.
   params.ack_timeout_ms = 100;
-  auto link = std::make_shared<roce::RcLink>(port_of_link, c.qp, params, std::weak_ptr<roce::RcObserver>());
-  ASSERT_TRUE(link->Start());
-  ASSERT_EQ(c.qp->Modify(QpState::Rts), WV_SUCCESS);
+  std::shared_ptr<roce::RcLink> link;
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, params, link));
   SendWqe send{};
   send.wr_id = 7;
   send.opcode = WrOpcode::Send;
