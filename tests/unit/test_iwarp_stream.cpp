@@ -306,5 +306,30 @@ INSTANTIATE_TEST_SUITE_P(Fpdus, IwarpStreamSplit,
                                   (std::get<1>(info.param) ? "WithCrc" : "WithoutCrc");
                          });
 
+// A socket that failed reads as ended once a send has taken its error (a reset, or TCP's
+// ETIMEDOUT): that end is the stream broken, not the peer's graceful close. Here the send fails
+// first (the peer stopped reading: EPIPE, and no event for the receive side), and the receive
+// side then finds the end.
+TEST(IwarpStreamEnd, AnEndReadAfterASendFailedIsABrokenStreamNotAGracefulClose) {
+  StreamRig rig(false);
+  ASSERT_TRUE(rig.stream) << "no socketpair";
+  rig.source.End();
+  ASSERT_EQ(shutdown(rig.peer_fd, SHUT_RD), 0);
+  dev::SendWqe send{};
+  send.wr_id = 7;
+  send.opcode = dev::WrOpcode::Send;
+  send.flags = dev::kSignaled;
+  send.num_sge = 1;
+  send.sge[0] = {rig.locked.addr(), 64, rig.locked.lkey};
+  send.length = 64;
+  ASSERT_EQ(rig.qp->PostSend(send), 0);
+  rig.Finish();
+  EXPECT_EQ(rig.observer->errors, 1);
+  EXPECT_FALSE(rig.observer->peer_closed);
+  ASSERT_FALSE(rig.completions.empty());
+  EXPECT_EQ(rig.completions.front().wr_id, 7u);
+  EXPECT_NE(rig.completions.front().status, dev::WcStatus::Success);
+}
+
 }  // namespace
 }  // namespace ndwv::dev

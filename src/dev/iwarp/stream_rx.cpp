@@ -157,7 +157,10 @@ bool Stream::Fill(size_t need) {
     }
     if (error == EINTR) continue;
     if (error == EAGAIN || error == EWOULDBLOCK) return false;
-    if (n == 0 && rx_.phase == RxPhase::Header && rx_.staging_end == 0) {
+    // The end of the stream at a message boundary is the peer's graceful close, unless the
+    // transmit side already found the socket failed: its send took the error (a reset, or
+    // ETIMEDOUT), and a failed socket reads as ended.
+    if (n == 0 && rx_.phase == RxPhase::Header && rx_.staging_end == 0 && !broken_.load()) {
       // The peer closed its half at a message boundary: a graceful disconnect.
       rx_.phase = RxPhase::Dead;
       rx_.peer_closed = true;
