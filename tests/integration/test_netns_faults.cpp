@@ -515,7 +515,9 @@ TEST_P(IntegrationNetnsLoss, EveryMessageArrivesIntact) {
   // At 20 % a packet and its answer can miss 1 + 7 tries in a row now and then (more than the
   // retry budget; iWARP: TCP gives up after NDWV_IWARP_TIMEOUT_MS, a few tries): then, and only
   // then, may a send end ND_IO_TIMEOUT; everything before it arrived intact, and the rest is
-  // flushed. Below that, every send succeeds.
+  // flushed. On iWARP the peer's TCP has a budget too, for what it sends (confirmations, with
+  // NDWV_IWARP_CONFIRM=all): when it runs out there first, the peer ends the connection and
+  // the send is flushed (ND_CANCELED). Below 20 %, every send succeeds.
   const bool budgetMayRunOut = GetParam() >= 20;
   const int kCount = budgetMayRunOut ? 10 : 40;
   // iWARP's handshake is TCP's and the MPA exchange: at 20 % it too may outlast the budget, and
@@ -539,8 +541,11 @@ TEST_P(IntegrationNetnsLoss, EveryMessageArrivesIntact) {
       if (r.Status == ND_SUCCESS) {
         succeeded++;
       } else {
-        IT_CHECK_MSG(budgetMayRunOut && r.Status == ND_IO_TIMEOUT,
+        const bool peerRanOut = !TransportIsRoce() && r.Status == ND_CANCELED;
+        IT_CHECK_MSG(budgetMayRunOut && (r.Status == ND_IO_TIMEOUT || peerRanOut),
                      "a send across the lossy veth ended " + StatusName(r.Status));
+        std::printf("[ INFO     ] the retry budget ran out %s, after %d sends\n",
+                    peerRanOut ? "at the peer (it ended the connection)" : "here", succeeded);
         ranOut = true;
       }
     }
