@@ -22,6 +22,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 namespace ndit {
 
@@ -533,6 +535,22 @@ sockaddr_in Loopback(uint16_t port) {
 }
 
 uint16_t PortOf(const sockaddr_in& address) { return ntohs(address.sin_port); }
+
+std::vector<int> TcpStatesOf(uint16_t port) {
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the header
+  std::vector<int> states;
+  char wanted[16];
+  std::snprintf(wanted, sizeof wanted, "0100007F:%04X", port);
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    if (local == wanted) states.push_back(std::stoi(state, nullptr, 16));
+  }
+  return states;
+}
 
 Adapter::Adapter() {
   sockaddr_in address = Loopback(0);

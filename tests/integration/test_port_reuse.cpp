@@ -16,8 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,24 +40,6 @@ uint16_t FreePort() {
   IT_CHECK(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
   close(fd);
   return PortOf(address);
-}
-
-// The TCP states of 127.0.0.1:port's sockets, as /proc/net/tcp lists them (hex: 01 ESTABLISHED,
-// 05 FIN_WAIT2, 06 TIME_WAIT, 0A LISTEN, ...).
-std::vector<int> TcpStatesOf(uint16_t port) {
-  std::ifstream table("/proc/net/tcp");
-  std::string line;
-  std::getline(table, line);  // the header
-  std::vector<int> states;
-  char wanted[16];
-  std::snprintf(wanted, sizeof wanted, "0100007F:%04X", port);
-  while (std::getline(table, line)) {
-    std::istringstream fields(line);
-    std::string slot, local, remote, state;
-    fields >> slot >> local >> remote >> state;
-    if (local == wanted) states.push_back(std::stoi(state, nullptr, 16));
-  }
-  return states;
 }
 
 // On iWARP, the dead process's end of the connection lingers in TIME_WAIT (or FIN_WAIT2, TCP's
