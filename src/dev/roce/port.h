@@ -84,7 +84,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // Why a bound: a datagram to the port that no connected socket matches (every new peer's REQ;
   // on kernels before 6.13, every datagram) makes the kernel walk all the sockets on the port,
   // and so does each flow's bind: with 8,000 flows a REQ cost the sender ~2 ms.
-  static constexpr size_t kMaxFlows = 64;
+  static constexpr size_t kMaxFlows = 8;
   static std::shared_ptr<Port> OpenFlow(const std::shared_ptr<Port>& owner, const sockaddr_storage& peer);
   ~Port();
   // An active connector opens a port per connection: from the pool (base/object_pool.h).
