@@ -1502,6 +1502,35 @@ TEST_F(RoceHostile, AnAckWaitingUnreadWhenItsTimeoutFiresIsTakenNotRetransmitted
   EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
 }
 
+// An ACK a CQ poller left due (coalesced: it would go with the next poll's transmission) goes
+// out by the link's timer when no poll follows. The engine sends the ACK of what it reads at
+// once and arms no timer for it, so the timer is armed only where an ACK stays due.
+TEST_F(RoceHostile, AnAckAPollerLeftDueGoesOutWhenNoPollFollows) {
+  Conn& c = NewConn();
+  std::shared_ptr<roce::RcLink> link;
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, {}, link));
+  // The engine is held, so that a poll reads the Write (a Write completes nothing here: every
+  // poll is empty, and the one that reads it leaves the ACK due).
+  auto hold = std::make_shared<EngineHold>();
+  ASSERT_TRUE(hold->Engage()) << "the engine never ran the handler";
+  const std::vector<uint8_t> data = Bytes(16, 0x5A);
+  c.peer.Send(c.WriteOnly(0, c.writable.addr(), c.writable.rkey, data));
+  ASSERT_TRUE(WaitUntil([&] {
+    c.Drain();
+    return link->counters().Get(Counter::RxPackets) == 1;
+  }, kBound)) << "no poll read the Write";
+  EXPECT_EQ(link->counters().Get(Counter::TxPackets), 0u) << "the poller sent the ACK at once";
+  // No poll from here on. The engine goes on: its timer is what sends the ACK.
+  hold->Release();
+  Inbound in;
+  ASSERT_TRUE(c.peer.Next(in)) << "the ACK never came";
+  EXPECT_EQ(in.op(), Opcode::Acknowledge) << Describe(in);
+  EXPECT_EQ(in.h.bth.psn, 0u);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), c.writable.region()));
+  EXPECT_TRUE(c.completions.empty());
+  EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
+}
+
 TEST_F(RoceHostile, RequestsNobodyTakesExpireAndLeaveTheBacklog) {
   // Requests with a short budget of their own (1 + 1 transmissions of 67 ms): they fill the
   // backlog, one more is left unanswered, then each expires with a REJ timeout, its CEP goes,

@@ -534,6 +534,9 @@ void RcLink::OnPackets(std::span<const Packet> packets) {
       if (!shut_ && HeldUntilEstablished() && !first_packet_seen_) first_packet = first_packet_seen_ = true;
     }
     Pump(!t_polling);  // also sends what the receive path queued (NAKs)
+    // An ACK left due (a poller's, or a full socket's) goes by ack_by_ at the latest. One sent
+    // just now needs no timer: arming one per message cost a heap update and a firing each.
+    if (ack_due_) EnsureTimer(ack_by_);
     if (params_.keepalive_ms) last_rx_ = CoarseNow();
   }
   if (first_packet)
@@ -767,7 +770,6 @@ void RcLink::OnRequest(const Packet& packet) {
     } else if (bth.ack_req) {
       ack_due_ = true;
       ack_by_ = CoarseNow() + kAckDelay;
-      EnsureTimer(ack_by_);
     }
     return;
   }
@@ -786,7 +788,6 @@ void RcLink::OnRequest(const Packet& packet) {
   if (bth.ack_req) {
     ack_due_ = true;
     ack_by_ = CoarseNow() + kAckDelay;
-    EnsureTimer(ack_by_);
   }
 }
 
