@@ -277,6 +277,8 @@ void Engine::Loop() {
     for (int handled = 0;;) {
       for (int i = 0; i < n; ++i) Dispatch(events[i]);
       handled += n;
+      events_handled_.store(events_handled_.load(std::memory_order_relaxed) + uint64_t(std::max(n, 0)),
+                            std::memory_order_relaxed);
       if (n < kBatch || handled >= kReadyBeforeTimers) break;
       n = epoll_wait(epoll_fd_, events, kBatch, 0);
     }

@@ -68,6 +68,9 @@ class Engine {
   void Defer(WorkItem* item);
 
   bool OnEngineThread() const { return std::this_thread::get_id() == engine_thread_id_; }
+  // Socket events handled so far: a watch left ready (level-triggered, with nobody reading)
+  // makes this climb while nothing happens. For tests.
+  uint64_t EventsHandled() const { return events_handled_.load(std::memory_order_relaxed); }
 
   // The CPUs the engine thread may run on: where the device completes requests and notifies.
   bool EngineAffinity(cpu_set_t* cpus) const;
@@ -104,6 +107,7 @@ class Engine {
   // The loop's wake-up, at the latest; min() while it runs, for it looks at the timers again
   // before it sleeps (written under timer_mutex_, but for that min()).
   std::atomic<Clock::time_point> sleeps_until_{Clock::time_point::max()};
+  std::atomic<uint64_t> events_handled_{0};  // written by the engine thread only
 
   base::Mutex work_mutex_{"Engine::work_mutex_"};
   WorkItem* work_head_ NDWV_GUARDED_BY(work_mutex_) = nullptr;

@@ -1928,5 +1928,27 @@ TEST_F(IwarpHostile, QueuedRequestWhosePeerLeavesIsDroppedAtOnce) {
   EXPECT_EQ(ntohs(reinterpret_cast<const sockaddr_in&>(info.peer).sin_port), good.peer.LocalPort());
 }
 
+// A request waiting for GetRequest is watched only for its peer leaving. Bytes its peer sends
+// meanwhile belong to the stream and stay in the socket, unread; a watch that still asked for
+// them (level-triggered) would wake the engine over and over while nothing happens. The request
+// is served afterwards all the same.
+TEST_F(IwarpHostile, BytesThePeerOfAQueuedRequestSendsDoNotKeepTheEngineBusy) {
+  const uint64_t received_before = AdapterCounters(Transport::Iwarp).Get(Counter::MpaRequestsReceived);
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(c.peer.Connect(port));
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(Encode(GoodRequest())));
+  ASSERT_TRUE(WaitUntil([&] {
+    return AdapterCounters(Transport::Iwarp).Get(Counter::MpaRequestsReceived) != received_before;
+  }, kBound)) << "the listener never read the request";
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(Bytes(64, 7)));  // early: no MPA Reply came yet
+  std::this_thread::sleep_for(50ms);  // the watch is narrowed right after the request is read
+  const uint64_t before = Engine::Get().EventsHandled();
+  std::this_thread::sleep_for(200ms);
+  // A busy loop handles tens of thousands of events in that time; a quiet engine, none.
+  EXPECT_LT(Engine::Get().EventsHandled() - before, 20u);
+  ASSERT_EQ(listener->GetRequest(c.ep, &c.get_request), WV_PENDING);
+  EXPECT_EQ(c.get_request.Wait(), std::optional<int32_t>(WV_SUCCESS));
+}
+
 }  // namespace
 }  // namespace ndwv::dev
