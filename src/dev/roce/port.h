@@ -81,13 +81,10 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   static std::shared_ptr<Port> Open(const sockaddr_storage& local, bool shared, int32_t* status);
   // The flow of `owner` to `peer`, opened or shared; null if the host refuses one or the owner
   // has kMaxFlows: the connection then uses the owner's socket.
-  // Why a bound: a datagram to the port that no connected socket matches (every new peer's REQ,
-  // every datagram of a peer without a flow; on kernels before 6.13, every datagram) makes the
-  // kernel walk all the sockets on the port, and so does each flow's bind: with 8,000 flows a
-  // REQ cost the sender ~2 ms. Why so small a one: past it, every other peer pays for each flow
-  // (64 made an echo on 10,000 connections 10-30 % dearer), and a few peers are the case a flow
-  // helps.
-  static constexpr size_t kMaxFlows = 8;
+  // Why a bound: a datagram to the port that no connected socket matches (every new peer's REQ;
+  // on kernels before 6.13, every datagram) makes the kernel walk all the sockets on the port,
+  // and so does each flow's bind: with 8,000 flows a REQ cost the sender ~2 ms.
+  static constexpr size_t kMaxFlows = 64;
   static std::shared_ptr<Port> OpenFlow(const std::shared_ptr<Port>& owner, const sockaddr_storage& peer);
   ~Port();
   // An active connector opens a port per connection: from the pool (base/object_pool.h).
