@@ -18,6 +18,18 @@
 
 namespace ndwv::dev {
 
+// A signaled Send of one SGE, the request most tests post.
+inline SendWqe SignaledSend(uint64_t wr_id, const Sge& sge) {
+  SendWqe send{};
+  send.wr_id = wr_id;
+  send.opcode = WrOpcode::Send;
+  send.flags = kSignaled;
+  send.num_sge = 1;
+  send.sge[0] = sge;
+  send.length = sge.length;
+  return send;
+}
+
 struct QpWatch {
   explicit QpWatch(void* qp_context) : context(qp_context) {}
 

@@ -1564,14 +1564,7 @@ TEST_F(IwarpHostile, HostileBytesOnOneConnectionLeaveTheOtherWorking) {
   EXPECT_EQ(memcmp(response.payload.data(), good.readable.region() + 100, 48), 0);
 
   // ... and sends.
-  SendWqe send{};
-  send.wr_id = 55;
-  send.opcode = WrOpcode::Send;
-  send.flags = kSignaled;
-  send.num_sge = 1;
-  send.sge[0] = {good.local.addr(), 100, good.local.key};
-  send.length = 100;
-  ASSERT_EQ(good.qp->PostSend(send), WV_SUCCESS);
+  ASSERT_EQ(good.qp->PostSend(SignaledSend(55, {good.local.addr(), 100, good.local.key})), WV_SUCCESS);
   Segment got;
   ASSERT_NO_FATAL_FAILURE(ReadFpdu(good.peer, got));
   EXPECT_EQ(got.hdr.opcode, RdmapOpcode::Send);

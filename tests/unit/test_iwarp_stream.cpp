@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../common/iwarp_stream_rig.h"
+#include "qp_watch.h"
 #include "wire/ddp.h"
 #include "wire/mpa.h"
 
@@ -315,14 +316,7 @@ TEST(IwarpStreamEnd, AnEndReadAfterASendFailedIsABrokenStreamNotAGracefulClose) 
   ASSERT_TRUE(rig.stream) << "no socketpair";
   rig.source.End();
   ASSERT_EQ(shutdown(rig.peer_fd, SHUT_RD), 0);
-  dev::SendWqe send{};
-  send.wr_id = 7;
-  send.opcode = dev::WrOpcode::Send;
-  send.flags = dev::kSignaled;
-  send.num_sge = 1;
-  send.sge[0] = {rig.locked.addr(), 64, rig.locked.lkey};
-  send.length = 64;
-  ASSERT_EQ(rig.qp->PostSend(send), 0);
+  ASSERT_EQ(rig.qp->PostSend(SignaledSend(7, {rig.locked.addr(), 64, rig.locked.lkey})), 0);
   rig.Finish();
   EXPECT_EQ(rig.observer->errors, 1);
   EXPECT_FALSE(rig.observer->peer_closed);

@@ -1388,14 +1388,8 @@ TEST_F(RoceHostile, AnRcLinkGivenAnMtuOfZeroStillCutsPacketsOfAnIbMtu) {
   ASSERT_NO_FATAL_FAILURE(DirectLink(c, params, link));
   std::vector<uint8_t> message = Bytes(600, 41);
   memcpy(c.writable.region(), message.data(), message.size());
-  SendWqe send{};
-  send.wr_id = 7;
-  send.opcode = WrOpcode::Send;
-  send.flags = kSignaled;
-  send.num_sge = 1;
-  send.sge[0] = {c.writable.addr(), uint32_t(message.size()), c.writable.key};
-  send.length = message.size();
-  ASSERT_EQ(c.qp->PostSend(send), WV_SUCCESS);
+  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {c.writable.addr(), uint32_t(message.size()), c.writable.key})),
+            WV_SUCCESS);
   const Opcode kinds[] = {Opcode::SendFirst, Opcode::SendMiddle, Opcode::SendLast};
   const size_t sizes[] = {256, 256, 88};
   std::vector<uint8_t> got;
@@ -1468,14 +1462,7 @@ TEST_F(RoceHostile, AnAckWaitingUnreadWhenItsTimeoutFiresIsTakenNotRetransmitted
   params.ack_timeout_ms = 100;
   std::shared_ptr<roce::RcLink> link;
   ASSERT_NO_FATAL_FAILURE(DirectLink(c, params, link));
-  SendWqe send{};
-  send.wr_id = 7;
-  send.opcode = WrOpcode::Send;
-  send.flags = kSignaled;
-  send.num_sge = 1;
-  send.sge[0] = {c.writable.addr(), 8, c.writable.key};
-  send.length = 8;
-  ASSERT_EQ(c.qp->PostSend(send), WV_SUCCESS);
+  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {c.writable.addr(), 8, c.writable.key})), WV_SUCCESS);
   Inbound in;
   ASSERT_TRUE(c.peer.Next(in));
   ASSERT_EQ(in.op(), Opcode::SendOnly) << Describe(in);
