@@ -87,6 +87,14 @@ struct DisconnectRequest : WorkItem {
     cm_status = status;
     Engine::Get().Defer(this);
   }
+  // The CM phase was over before the Disconnect began (the peer closed first), and the caller
+  // may block and holds none of our locks: the QP phase runs here, sparing the work pool a hop.
+  // On the engine, which never changes a QP's state, it goes to the work pool as usual.
+  void EndCmPhaseHere(int32_t status) {
+    if (Engine::Get().OnEngineThread()) return EndCmPhase(status);
+    cm_status = status;
+    QpPhase(this);
+  }
 
  private:
   static void QpPhase(WorkItem* item) {
@@ -282,8 +290,9 @@ class EndpointBase : public ConnectEndpoint {
       case ConnectionPhase::Disconnected:
         // The peer closed already (or the connection failed): only the flush is left.
         static_cast<Endpoint&>(*this).SetState(Endpoint::State::Disconnected);
-        request->EndCmPhase(WV_SUCCESS);
         disconnect_called_ = true;
+        lock.unlock();
+        request->EndCmPhaseHere(WV_SUCCESS);
         return WV_PENDING;
       default:
         return WV_CONNECTION_INVALID;

@@ -74,7 +74,13 @@ void DisconnectedByPeer(Channel& channel, Endpoint& e, const char* side) {
   IT_OK(notify.Finish(hr, "NotifyDisconnect"));
   ExpectFlushedReceives(e, side);
   channel.Expect("disconnected first");
-  IT_OK(Disconnect(e.connector.get()));  // after the peer's: still ND_SUCCESS
+  // After the peer's close only the flush is left, and it has run: the Disconnect (still
+  // ND_SUCCESS) has ended by the time it returns, with no hand-off to another thread.
+  Ov disconnect;
+  HRESULT issued = e.connector->Disconnect(disconnect.Prepare(e.connector.get()));
+  IT_CHECK_MSG(issued != ND_PENDING || disconnect.Completed(),
+               std::string(side) + ": a Disconnect after the peer's was still pending when it returned");
+  IT_OK(disconnect.Finish(issued, "Disconnect after the peer's"));
   ExpectNoCompletion(e.cq.get(), side);
   channel.Send("done");
 }
