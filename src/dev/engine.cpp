@@ -184,7 +184,7 @@ void Engine::Defer(WorkItem* item) {
     item->next = nullptr;
     if (work_tail_) work_tail_->next = item; else work_head_ = item;
     work_tail_ = item;
-    if (workers_asleep_ > wakes_on_the_way_) {
+    if (workers_asleep_ > 0 && wakes_on_the_way_ == 0) {
       ++wakes_on_the_way_;
       wake = true;
     }

@@ -114,8 +114,8 @@ class Engine {
   WorkItem* work_tail_ NDWV_GUARDED_BY(work_mutex_) = nullptr;
   std::vector<std::thread> workers_;
   // An idle worker sleeps on work_wakes_ (a futex word), which Defer bumps to wake one. Defer
-  // wakes one only if more workers sleep than wakes are on their way, so a burst of items wakes
-  // a sleeper once (the woken worker takes every item queued by then), and the woken worker
+  // wakes one only if no wake is on its way, so a burst of items wakes one sleeper (it takes
+  // every item queued by then; an item queued once it is busy wakes the next), and the woken worker
   // never finds its waker holding a lock (a std::condition_variable_any's internal mutex was:
   // the futex calls of its lock and unlock showed up per item in the profile of a connection
   // setup).
