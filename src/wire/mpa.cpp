@@ -17,6 +17,7 @@ const char* ToString(MpaError e) {
     case MpaError::ReservedBits: return "reserved MPA flag bits set";
     case MpaError::PrivateDataTooLong: return "MPA private data over 512 bytes";
     case MpaError::MissingIrdOrd: return "enhanced MPA frame without IRD/ORD";
+    case MpaError::BytesAfterFrame: return "bytes after the MPA frame";
   }
   return "?";
 }

@@ -74,6 +74,8 @@ enum class MpaError : uint8_t {
   ReservedBits,        // a reserved flag bit set (R in a Request counts as reserved)
   PrivateDataTooLong,  // PD_Length > 512
   MissingIrdOrd,       // rev 2 with the enhanced flag but PD_Length < 4
+  BytesAfterFrame,     // more after the frame before the peer may send it (MPA: the Initiator
+                       // waits for the Reply, the Responder for the first FPDU or RTR)
 };
 const char* ToString(MpaError e);
 

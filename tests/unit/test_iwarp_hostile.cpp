@@ -784,6 +784,10 @@ TEST_F(IwarpHostile, BadMpaRequestsAreDroppedAndTheListenerStillServesAGoodOne) 
   w::StoreBe16(too_long.data() + 18, 600);  // PD_Length over 512
   std::vector<uint8_t> truncated = Encode(GoodRequest());
   truncated.resize(truncated.size() - 3);  // then FIN
+  // The initiator may send nothing more until the Reply came: an RTR (or any FPDU) sent along
+  // with the request makes it malformed.
+  std::vector<uint8_t> overeager = Encode(GoodRequest());
+  overeager.insert(overeager.end(), 14, 0);
   struct Bad {
     const char* what;
     std::vector<uint8_t> bytes;
@@ -796,6 +800,7 @@ TEST_F(IwarpHostile, BadMpaRequestsAreDroppedAndTheListenerStillServesAGoodOne) 
       {"revision 7", bad_revision, false},
       {"PD_Length over 512", too_long, false},
       {"Request cut short, then FIN", truncated, true},
+      {"bytes right after the Request", overeager, false},
   };
   // More dead connections than the listener's backlog: they must not count against it.
   static_assert(sizeof(bad) / sizeof(bad[0]) > size_t(kBacklog));

@@ -292,7 +292,7 @@ TEST(WireMpa, TruncatedAtEveryLength) {
 }
 
 TEST(WireMpa, ErrorNames) {
-  for (int e = 0; e <= int(MpaError::MissingIrdOrd); e++)
+  for (int e = 0; e <= int(MpaError::BytesAfterFrame); e++)
     EXPECT_STRNE(ToString(MpaError(e)), "?");
   for (int e = 0; e <= int(FpduError::BadCrc); e++) EXPECT_STRNE(ToString(FpduError(e)), "?");
 }

@@ -15,14 +15,18 @@ void MpaFrameReader::Reset(MpaKind kind) {
 }
 
 MpaFrameReader::Status MpaFrameReader::Took(size_t n) {
-  have_ += std::min(n, need_ - have_);
+  have_ += std::min(n, sizeof buffer_ - have_);
   if (have_ < need_) return Status::More;
   if (need_ == kMpaHeaderLen) {
     size_t frame_len = 0;
-    error_ = DecodeMpaHeader({buffer_, have_}, kind_, frame_len);
+    error_ = DecodeMpaHeader({buffer_, kMpaHeaderLen}, kind_, frame_len);
     if (error_ != MpaError::Ok) return Status::Bad;
     need_ = frame_len;  // within the buffer: the header check bounds PD_Length
     if (have_ < need_) return Status::More;
+  }
+  if (have_ > need_) {
+    error_ = MpaError::BytesAfterFrame;
+    return Status::Bad;
   }
   error_ = DecodeMpaFrame({buffer_, have_}, kind_, frame_);
   return error_ == MpaError::Ok ? Status::Whole : Status::Bad;

@@ -19,8 +19,10 @@ class MpaFrameReader {
   enum class Status { More, Whole, Bad };
 
   void Reset(wire::MpaKind kind);
-  // Where the next bytes go: read at most this many.
-  std::span<uint8_t> Space() { return {buffer_ + have_, need_ - have_}; }
+  // Where the next bytes go: read at most this many. Room for the largest frame, so that one
+  // read takes a whole frame: nothing may follow a frame until we answer it (MPA), and bytes
+  // that do make the frame Bad.
+  std::span<uint8_t> Space() { return {buffer_ + have_, sizeof buffer_ - have_}; }
   // `n` bytes (at most Space().size()) were read into Space().
   Status Took(size_t n);
   wire::MpaError error() const { return error_; }
@@ -30,7 +32,7 @@ class MpaFrameReader {
  private:
   wire::MpaKind kind_ = wire::MpaKind::Request;
   uint8_t buffer_[wire::kMpaHeaderLen + wire::kMpaMaxPrivateData];
-  size_t have_ = 0, need_ = wire::kMpaHeaderLen;
+  size_t have_ = 0, need_ = wire::kMpaHeaderLen;  // need_: the header's, then the frame's length
   wire::MpaError error_ = wire::MpaError::Ok;
   wire::MpaFrame frame_;
 };
