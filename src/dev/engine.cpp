@@ -22,6 +22,18 @@ Engine& Engine::Get() {
   return *engine;
 }
 
+namespace {
+
+// The descriptor in the low half (where epoll_data's fd is), the watch's tag in the high half.
+epoll_event EventOf(int fd, uint32_t tag, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = uint64_t(tag) << 32 | uint32_t(fd);
+  return ev;
+}
+
+}  // namespace
+
 Engine::Engine() {
   epoll_fd_ = base::OpenDescriptor([] { return epoll_create1(EPOLL_CLOEXEC); });
   // steady_clock is CLOCK_MONOTONIC: a Timer's deadline is the timerfd's absolute time.
@@ -30,9 +42,7 @@ Engine::Engine() {
     perror("ndwv: engine");
     abort();
   }
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = alarm_fd_;
+  epoll_event ev = EventOf(alarm_fd_, 0, EPOLLIN);
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, alarm_fd_, &ev);
   // Named so that top -H, gdb and perf tell ndwv's threads from the application's.
   engine_thread_ = std::thread([this] {
@@ -60,13 +70,14 @@ bool Engine::EngineAffinity(cpu_set_t* cpus) const {
 }
 
 void Engine::Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
+  uint32_t tag;
   {
     base::MutexLock lock(handlers_mutex_);
-    handlers_[fd] = std::move(handler);
+    if (++last_tag_ == 0) ++last_tag_;
+    tag = last_tag_;
+    handlers_[fd] = {tag, std::move(handler)};
   }
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.fd = fd;
+  epoll_event ev = EventOf(fd, tag, events);
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
 }
 
@@ -77,9 +88,12 @@ void Engine::Modify(int fd, uint32_t events) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
     return;
   }
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.fd = fd;
+  uint32_t tag = 0;
+  {
+    base::MutexLock lock(handlers_mutex_);
+    if (auto it = handlers_.find(fd); it != handlers_.end()) tag = it->second.tag;
+  }
+  epoll_event ev = EventOf(fd, tag, events);
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);  // back from events == 0
 }
@@ -293,11 +307,12 @@ void Engine::Dispatch(const epoll_event& event) {
     (void)!read(alarm_fd_, &expirations, sizeof expirations);
     return;
   }
+  const uint32_t tag = uint32_t(event.data.u64 >> 32);
   std::shared_ptr<IoHandler> handler;
   {
     base::MutexLock lock(handlers_mutex_);
     auto it = handlers_.find(fd);
-    if (it != handlers_.end()) handler = it->second.lock();
+    if (it != handlers_.end() && it->second.tag == tag) handler = it->second.handler.lock();
   }
   if (handler) handler->OnIo(event.events);
 }

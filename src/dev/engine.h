@@ -99,7 +99,15 @@ class Engine {
   // Leaves of the lock order: nothing is called while one is held. Timers' own fields (armed,
   // deadline, slot) are under timer_mutex_ too.
   base::Mutex handlers_mutex_{"Engine::handlers_mutex_"};
-  std::unordered_map<int, std::weak_ptr<IoHandler>> handlers_ NDWV_GUARDED_BY(handlers_mutex_);
+  // A watch's tag rides in its events, beside the descriptor (EventData): an event reported for a
+  // socket that was closed meanwhile, and whose number a new socket took before the loop got to
+  // the event, carries the old watch's tag and is dropped, not handed to the new socket's handler.
+  struct Watched {
+    uint32_t tag;
+    std::weak_ptr<IoHandler> handler;
+  };
+  std::unordered_map<int, Watched> handlers_ NDWV_GUARDED_BY(handlers_mutex_);
+  uint32_t last_tag_ NDWV_GUARDED_BY(handlers_mutex_) = 0;  // one per Watch; 0 is no watch's
 
   base::Mutex timer_mutex_{"Engine::timer_mutex_"};
   // Armed timers, a heap: the earliest deadline first.

@@ -1,8 +1,15 @@
 // The engine's timers: what an owner's fire can rely on when it races with its own re-arming.
+// Its watches: an event is handed only to the handler of the watch it was reported for.
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -121,6 +128,67 @@ TEST(EngineTimer, ManyTimersFireOnceEachInDeadlineOrder) {
   for (size_t k = 1; k < order.size(); ++k)
     EXPECT_LE(ticks[order[k - 1]].timer.deadline, ticks[order[k]].timer.deadline)
         << "timer " << order[k - 1] << " then " << order[k];
+}
+
+
+// A handler as the transports' are: shared, watched through a weak reference.
+struct Handler : IoHandler, std::enable_shared_from_this<Handler> {
+  std::function<void()> on_io;
+  std::atomic<int> calls{0};
+  void OnIo(uint32_t) override {
+    ++calls;
+    if (on_io) on_io();
+  }
+};
+
+// One end of a socket pair, the other end kept to make it readable.
+struct Pair {
+  std::array<int, 2> fds{-1, -1};
+  Pair() { EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds.data()), 0); }
+  ~Pair() {
+    for (int fd : fds)
+      if (fd >= 0) close(fd);
+  }
+  void MakeReadable() { ASSERT_EQ(write(fds[1], "x", 1), 1); }
+};
+
+// The loop hands out a batch of events after the kernel reported them. A handler early in the
+// batch may close a socket that has an event later in it, and a new socket take its number and be
+// watched (an accepted connection, say): the old socket's event must not reach the new socket's
+// handler, which would take a hang-up or an error of the closed socket for its own.
+TEST(EngineWatch, AnEventOfAClosedSocketDoesNotReachTheNextSocketWithItsNumber) {
+  Pair hold, closer, closed, reused;
+  auto holder = std::make_shared<Handler>(), closing = std::make_shared<Handler>(),
+       old_owner = std::make_shared<Handler>(), new_owner = std::make_shared<Handler>();
+  // The holder keeps the engine until the two events below are both reported, so that they come
+  // in one batch: the closer's first (the kernel reports in the order sockets became ready).
+  std::atomic<bool> release{false};
+  holder->on_io = [&] {
+    WaitUntil([&] { return release.load(); });
+    char byte;
+    (void)!read(hold.fds[0], &byte, 1);
+  };
+  const int number = closed.fds[0];
+  closing->on_io = [&] {
+    char byte;
+    (void)!read(closer.fds[0], &byte, 1);
+    Engine::Get().Unwatch(number);
+    ASSERT_EQ(dup2(reused.fds[0], number), number);  // a new socket (never readable) takes the number
+    Engine::Get().Watch(number, EPOLLIN, new_owner);
+  };
+  Engine::Get().Watch(hold.fds[0], EPOLLIN, holder);
+  Engine::Get().Watch(closer.fds[0], EPOLLIN, closing);
+  Engine::Get().Watch(number, EPOLLIN, old_owner);
+  hold.MakeReadable();
+  ASSERT_TRUE(WaitUntil([&] { return holder->calls.load() == 1; }));
+  closer.MakeReadable();
+  closed.MakeReadable();
+  release = true;
+  ASSERT_TRUE(WaitUntil([&] { return closing->calls.load() == 1; }));
+  std::this_thread::sleep_for(50ms);  // the rest of the batch, and any later one
+  EXPECT_EQ(old_owner->calls.load(), 0) << "the closer came first in the batch";
+  EXPECT_EQ(new_owner->calls.load(), 0) << "the closed socket's event reached the new socket's handler";
+  for (int fd : {hold.fds[0], closer.fds[0], number}) Engine::Get().Unwatch(fd);
 }
 
 }  // namespace
