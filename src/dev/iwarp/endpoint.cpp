@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -202,7 +201,7 @@ int32_t Endpoint::Listen(int backlog) {
   return WV_SUCCESS;
 }
 
-void Endpoint::OnListenReady() {
+void Endpoint::OnListenReady(Finisher& finish) {
   mutex_.AssertHeld();
   const int listen_fd = fd_;  // for the lambda: the analysis does not see our lock inside it
   for (;;) {
@@ -227,7 +226,7 @@ void Endpoint::OnListenReady() {
     // A reserve lost to another thread while out of descriptors (RefusePending) is taken again.
     if (int& spare = SpareDescriptor(); spare < 0) spare = OpenSpare();
     auto child = base::MakePooled<Endpoint>();
-    base::MutexLock lock(child->mutex_);
+    base::UniqueLock lock(child->mutex_);
     child->fd_ = fd;
     child->capture_ = base::TcpCapture::Start(fd);
     child->peer_ = peer;
@@ -244,11 +243,19 @@ void Endpoint::OnListenReady() {
     child->SetState(State::PassiveHandshake);
     child->local_params_ = local_params_;
     child->StartReadingMpa(MpaKind::Request);
-    child->watching_ = true;
-    child->listed_in_ = ListedIn::Handshakes;
-    child->listed_since_ = Clock::now();
-    child->listed_at_ = handshaking_.insert(handshaking_.end(), child);
-    Engine::Get().Watch(fd, EPOLLIN | EPOLLRDHUP, child);
+    // A near peer's request is here already (its Connect sends it right after the TCP
+    // handshake): read at once, a request that came whole is never watched for.
+    const Handshake read = child->ReadRequest();
+    if (read == Handshake::Pending) {
+      child->watching_ = true;
+      child->listed_in_ = ListedIn::Handshakes;
+      child->listed_since_ = Clock::now();
+      child->listed_at_ = handshaking_.insert(handshaking_.end(), child);
+      Engine::Get().Watch(fd, EPOLLIN | EPOLLRDHUP, child);
+    } else if (read == Handshake::Request) {
+      lock.unlock();  // a GetRequest's target locks itself, then the child (Adopt)
+      RequestArrivedLocked(child, finish);
+    }
   }
   ArmListenTimerLocked();
 }
@@ -324,21 +331,29 @@ void Endpoint::HandshakeOver(const std::shared_ptr<Endpoint>& child, bool reques
   base::MutexLock lock(mutex_);
   if (child->listed_in_ == ListedIn::Handshakes) handshaking_.erase(child->listed_at_);
   child->listed_in_ = ListedIn::Nothing;
-  if (request && state_ == State::Listening) {  // else Close has it, and closes it
+  if (request) RequestArrivedLocked(child, finish);
+  ArmListenTimerLocked();
+}
+
+void Endpoint::RequestArrivedLocked(const std::shared_ptr<Endpoint>& child, Finisher& finish) {
+  mutex_.AssertHeld();
+  if (state_ == State::Listening) {  // else Close has it, and closes it
     if (auto at = requests_.Arrive(child, finish)) {
       child->listed_in_ = ListedIn::Requests;
       child->listed_at_ = *at;
       child->listed_since_ = Clock::now();
     }
   }
-  if (request) {
-    // Until the application takes it, the request is watched only for its peer leaving (which
-    // releases its socket at once); what the peer sends meanwhile belongs to the stream. One a
-    // waiting GetRequest took at once is no longer watched (Adopt): no change to make.
-    base::MutexLock child_lock(child->mutex_);
-    if (child->watching_) Engine::Get().Modify(child->fd_, EPOLLRDHUP);
+  // Until the application takes it, the request is watched only for its peer leaving (which
+  // releases its socket at once); what the peer sends meanwhile belongs to the stream. One a
+  // waiting GetRequest took at once is no longer watched (Adopt): no change to make.
+  base::MutexLock child_lock(child->mutex_);
+  if (child->watching_) {
+    Engine::Get().Modify(child->fd_, EPOLLRDHUP);
+  } else if (child->listed_in_ == ListedIn::Requests) {  // read when accepted: not watched yet
+    child->watching_ = true;
+    Engine::Get().Watch(child->fd_, EPOLLRDHUP, child);
   }
-  ArmListenTimerLocked();
 }
 
 void Endpoint::RequestGone(const std::shared_ptr<Endpoint>& child) {
@@ -379,19 +394,20 @@ void Endpoint::Adopt(Endpoint& child) {
 
 // ---------------------------------------------------------------------------- MPA frames
 
-bool Endpoint::SendMpaFrame(const MpaFrame& frame) {
+int Endpoint::SendMpaFrame(const MpaFrame& frame) {
   mutex_.AssertHeld();
   uint8_t buffer[kMpaHeaderLen + kMpaMaxPrivateData];
   size_t length = EncodeMpaFrame(frame, buffer);
-  // A fresh socket's buffer always has room for one small frame.
-  if (!length) return false;
+  if (!length) return EINVAL;
   // Copied for the lambdas: the analysis does not see our lock inside them.
   const int fd = fd_;
   base::TcpCapture* const capture = capture_.get();
   auto send_call = [&] { return send(fd, buffer, length, MSG_NOSIGNAL | MSG_DONTWAIT); };
   ssize_t n = capture ? capture->SendAndRecord(send_call, [&](ssize_t sent) { capture->Sent(buffer, sent); })
                       : send_call();
-  return n == ssize_t(length);
+  if (n < 0) return errno;
+  // A connected socket's empty buffer always has room for one small frame.
+  return n == ssize_t(length) ? 0 : EMSGSIZE;
 }
 
 void Endpoint::StartReadingMpa(MpaKind kind) {
@@ -486,17 +502,32 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   connect_op_ = op;
   StartReadingMpa(MpaKind::Reply);
   SetState(State::ActiveConnecting);
-  watching_ = true;
   // To a near peer (this host) the TCP handshake is over when connect() returns: the MPA request
-  // goes now, from this thread, and the engine is not woken for a writable socket.
-  if (pollfd ready{fd_, POLLOUT, 0}; poll(&ready, 1, 0) == 1 && ready.revents == POLLOUT) {
+  // goes now, from this thread, and the engine is not woken for a writable socket. A socket still
+  // connecting refuses it (EAGAIN), and the engine sends it once the socket is writable.
+  if (SendMpaRequest(finish)) {
+    if (fd_ < 0) return WV_PENDING;  // failed (refused at once): the Connect has ended
+    watching_ = true;
     Engine::Get().Watch(fd_, EPOLLIN | EPOLLRDHUP, weak_from_this());
-    SendMpaRequest(finish);
     return WV_PENDING;
   }
   ArmTimer(Config().cm_timeout_ms);
+  watching_ = true;
   Engine::Get().Watch(fd_, EPOLLOUT | EPOLLIN | EPOLLRDHUP, weak_from_this());
   return WV_PENDING;
+}
+
+int32_t Endpoint::ConnectFailure(int error) {
+  switch (error) {
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case EPIPE:
+      return WV_CONNECTION_REFUSED;
+    case ENETUNREACH:
+      return WV_NETWORK_UNREACHABLE;
+    default:
+      return WV_HOST_UNREACHABLE;
+  }
 }
 
 void Endpoint::FailConnect(Finisher& finish, int32_t status) {
@@ -514,19 +545,17 @@ void Endpoint::OnConnectReady(Finisher& finish) {
   socklen_t len = sizeof error;
   getsockopt(fd_, SOL_SOCKET, SO_ERROR, &error, &len);
   if (error) {
-    FailConnect(finish, error == ECONNREFUSED ? WV_CONNECTION_REFUSED
-                        : error == ENETUNREACH ? WV_NETWORK_UNREACHABLE
-                                               : WV_HOST_UNREACHABLE);
+    FailConnect(finish, ConnectFailure(error));
     return;
   }
+  if (!SendMpaRequest(finish) || fd_ < 0) return;  // not yet (the next EPOLLOUT), or failed
   DisarmTimer();
   Engine::Get().Modify(fd_, EPOLLIN | EPOLLRDHUP);
-  SendMpaRequest(finish);
 }
 
-void Endpoint::SendMpaRequest(Finisher& finish) {
+bool Endpoint::SendMpaRequest(Finisher& finish) {
   mutex_.AssertHeld();
-  capture_ = base::TcpCapture::Start(fd_);
+  capture_ = base::TcpCapture::Start(fd_);  // nullptr while connecting (no peer name yet)
   MpaFrame request;
   request.reply = false;
   request.crc = Config().mpa_crc;
@@ -535,16 +564,18 @@ void Endpoint::SendMpaRequest(Finisher& finish) {
   request.ird = uint16_t(std::min<uint32_t>(local_params_.ird, kMpaIrdOrdMask));
   request.ord = uint16_t(std::min<uint32_t>(local_params_.ord, kMpaIrdOrdMask));
   request.private_data = {local_params_.data, local_params_.data_length};
-  SetState(State::ActiveMpaSent);
-  if (!SendMpaFrame(request)) {
-    FailConnect(finish, WV_CONNECTION_REFUSED);
-    return;
+  if (int error = SendMpaFrame(request)) {
+    if (error == EAGAIN || error == EWOULDBLOCK) return false;
+    FailConnect(finish, ConnectFailure(error));
+    return true;
   }
+  SetState(State::ActiveMpaSent);
   AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsSent);
   // The request is with the peer: from here a Connect waits for its application's Accept or
   // Reject however long it takes (nd2-spi 14.1: not timed out for a slow Accept), as the IB CM
   // waits on MRAs. A dead peer or link still ends it: keepalives and TCP_USER_TIMEOUT
   // (NDWV_IWARP_TIMEOUT_MS) close the socket, and a released listener resets it.
+  return true;
 }
 
 void Endpoint::OnMpaReply(Finisher& finish) {
@@ -608,7 +639,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   if (qp->state() == QpState::Reset) qp->Modify(QpState::Init);
   qp->Modify(QpState::Rtr);
   qp->Modify(QpState::Rts);  // the stream holds what is posted until the RTR (Link)
-  if (!SendMpaFrame(reply)) {
+  if (SendMpaFrame(reply) != 0) {
     SetState(State::Disconnected);
     qp->Modify(QpState::Error);
     return WV_CONNECTION_ABORTED;
@@ -654,39 +685,48 @@ void Endpoint::RefuseRequest(const void* data, size_t length) {
   reply.reject = true;
   reply.crc = false;
   reply.private_data = {static_cast<const uint8_t*>(data), length};
-  if (SendMpaFrame(reply)) AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRejectsSent);
+  if (SendMpaFrame(reply) == 0) AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRejectsSent);
   shutdown(fd_, SHUT_WR);  // an accepted socket: its port is the listener's (accepted_)
   if (capture_) capture_->SentFin();
   CloseSocket();
   SetState(State::Closed);
 }
 
-void Endpoint::OnMpaRequest() {
+Endpoint::Handshake Endpoint::ReadRequest() {
   mutex_.AssertHeld();
-  bool request = ReadMpaFrame(MpaKind::Request);
-  if (!request && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-  if (!request) {
+  if (!ReadMpaFrame(MpaKind::Request)) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Handshake::Pending;
     CloseSocket();  // a malformed request or a peer that went away: nothing to answer
     SetState(State::Closed);
-  } else if (const MpaFrame& frame = mpa_->frame(); !Servable(frame)) {
-    AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsReceived);
+    mpa_.reset();
+    return Handshake::Ended;
+  }
+  AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsReceived);
+  Handshake read = Handshake::Request;
+  if (const MpaFrame& frame = mpa_->frame(); !Servable(frame)) {
     NDWV_LOG(Info, "%s: MPA request we cannot serve, rejected", Identity().c_str());
     RefuseRequest(nullptr, 0);
-    request = false;
+    read = Handshake::Ended;
   } else {
-    AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsReceived);
     peer_params_ = PeerParams(frame);
     peer_crc_ = frame.crc;
-    SetState(State::PassiveRequest);  // the listener changes its watch (HandshakeOver)
+    SetState(State::PassiveRequest);  // the listener changes its watch (RequestArrivedLocked)
   }
   mpa_.reset();  // the frame is taken (or refused)
+  return read;
+}
+
+void Endpoint::OnMpaRequest() {
+  mutex_.AssertHeld();
+  const Handshake read = ReadRequest();
+  if (read == Handshake::Pending) return;
   auto listener = listener_.lock();
   if (!listener) {
     CloseSocket();
     return;
   }
   mutex_.unlock();  // the listener locks its children after itself
-  listener->HandshakeOver(shared_from_this(), request);
+  listener->HandshakeOver(shared_from_this(), read == Handshake::Request);
   mutex_.lock();
 }
 
@@ -711,7 +751,7 @@ void Endpoint::OnIo(uint32_t events) {
   base::MutexLock lock(mutex_);
   if (fd_ < 0 || !watching_) return;  // a late event for a socket we no longer watch
   switch (state_) {
-    case State::Listening: OnListenReady(); break;
+    case State::Listening: OnListenReady(finish); break;
     case State::ActiveConnecting: OnConnectReady(finish); break;
     case State::ActiveMpaSent: OnMpaReply(finish); break;
     case State::PassiveHandshake: OnMpaRequest(); break;

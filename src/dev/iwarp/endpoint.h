@@ -123,7 +123,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
   // the abort reports to OnStreamError, which takes mutex_.
   std::shared_ptr<Stream> HandleTimeoutLocked(Finisher& finish) NDWV_REQUIRES(mutex_);
 
-  void OnListenReady() NDWV_REQUIRES(mutex_);
+  void OnListenReady(Finisher& finish) NDWV_REQUIRES(mutex_);
   // Out of descriptors: refuse the queue's head, or pause accepting.
   void RefusePending() NDWV_REQUIRES(mutex_);
   static constexpr uint32_t kAcceptPauseMs = 100;
@@ -131,15 +131,25 @@ class Endpoint final : public EndpointBase<Endpoint>,
   void ExpireLocked() NDWV_REQUIRES(mutex_);          // handshakes and requests past their time
   void ArmListenTimerLocked() NDWV_REQUIRES(mutex_);  // for the next expiry, or the end of an accept pause
   void OnConnectReady(Finisher& finish) NDWV_REQUIRES(mutex_);
-  void SendMpaRequest(Finisher& finish) NDWV_REQUIRES(mutex_);  // TCP is connected
+  // Sends the MPA request: false, with nothing changed, while TCP is still connecting (EAGAIN);
+  // true when sent or failed (the Connect ended, the socket closed).
+  bool SendMpaRequest(Finisher& finish) NDWV_REQUIRES(mutex_);
+  static int32_t ConnectFailure(int error);  // a connect's (or its first send's) errno as a status
   bool ReadMpaFrame(wire::MpaKind kind) NDWV_REQUIRES(mutex_);  // true when mpa_ holds a whole frame
   void OnMpaReply(Finisher& finish) NDWV_REQUIRES(mutex_);
+  // Reads the MPA request: Pending until it is whole; Request when it is one we serve; Ended
+  // when it was refused or the connection failed (the socket is closed then).
+  enum class Handshake { Pending, Request, Ended };
+  Handshake ReadRequest() NDWV_REQUIRES(mutex_);
   // Both release mutex_ while they report to the listener, whose lock comes first.
   void OnMpaRequest() NDWV_REQUIRES(mutex_);
   void OnQueuedEvent(uint32_t events) NDWV_REQUIRES(mutex_);  // a request waiting for GetRequest: its peer left?
   // Child -> listener, called without the child's lock: its handshake ended (a whole Request
   // arrived, or it failed); or, queued, its peer closed.
   void HandshakeOver(const std::shared_ptr<Endpoint>& child, bool request);
+  // Listener, under mutex_: a child's request is whole. To the oldest GetRequest, or queued and
+  // watched for its peer leaving.
+  void RequestArrivedLocked(const std::shared_ptr<Endpoint>& child, Finisher& finish) NDWV_REQUIRES(mutex_);
   void RequestGone(const std::shared_ptr<Endpoint>& child);
   // Target of GetRequest takes the child's connection (ListenQueue, under the listener's lock):
   // this target's lock, then the child's.
@@ -152,7 +162,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
   void FinishDisconnect(int32_t status) NDWV_REQUIRES(mutex_);
   // Under mutex_, but for the destructor (nobody else holds a reference then).
   void CloseSocket() NDWV_REQUIRES(mutex_);
-  bool SendMpaFrame(const wire::MpaFrame& frame) NDWV_REQUIRES(mutex_);
+  int SendMpaFrame(const wire::MpaFrame& frame) NDWV_REQUIRES(mutex_);  // 0, or the send's errno
   StreamParams MakeStreamParams(bool passive) const NDWV_REQUIRES(mutex_);
 
   State state_ NDWV_GUARDED_BY(mutex_) = State::Idle;
