@@ -1,4 +1,5 @@
-// roce::Port's flows: how many one port opens, and what happens past that.
+// roce::Port's flows: how many one port opens, and what happens past that. A listener's recent
+// routes: what they answer, and for how long.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -6,9 +7,11 @@
 
 #include <ndwv/wvstatus.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "dev/address.h"
@@ -50,6 +53,45 @@ TEST(RocePort, APortOpensAtMostItsBoundOfFlowsAndTheRestUseItsOwnSocket) {
   std::shared_ptr<roce::Port> next = roce::Port::OpenFlow(port, peer(roce::Port::kMaxFlows));
   EXPECT_TRUE(next);
   EXPECT_FALSE(roce::Port::OpenFlow(port, peer(roce::Port::kMaxFlows + 1)));
+}
+
+sockaddr_storage Host(uint32_t ip, uint16_t port) {
+  sockaddr_in in{};
+  in.sin_family = AF_INET;
+  in.sin_port = htons(port);
+  in.sin_addr.s_addr = htonl(ip);
+  sockaddr_storage a{};
+  memcpy(&a, &in, sizeof in);
+  return a;
+}
+
+// A route is the host's, whatever the peer's port; another host's is never answered for it.
+TEST(RoceRecentRoutes, AnswerForTheSameHostOnlyAndNeverWithAnotherHostsCode) {
+  roce::RecentRoutes routes;
+  routes.Remember(Host(0x0A000001, 4791), 3);
+  EXPECT_EQ(routes.Find(Host(0x0A000001, 50000)), std::optional<uint8_t>(3));
+  EXPECT_EQ(routes.Find(Host(0x0A000002, 4791)), std::nullopt);
+  // Far more hosts than entries: a host's entry may be taken by another's, but a host is answered
+  // with its own code or not at all.
+  constexpr uint32_t kHosts = 1000;
+  for (uint32_t i = 0; i < kHosts; ++i) routes.Remember(Host(0x0B000000 + i, 1), uint8_t(1 + i % 5));
+  size_t answered = 0;
+  for (uint32_t i = 0; i < kHosts; ++i) {
+    std::optional<uint8_t> code = routes.Find(Host(0x0B000000 + i, 2));
+    if (!code) continue;
+    ++answered;
+    EXPECT_EQ(*code, uint8_t(1 + i % 5)) << "host " << i;
+  }
+  EXPECT_GT(answered, 0u);
+  EXPECT_LT(answered, size_t(kHosts));  // a fixed table: it holds no more than its entries
+}
+
+TEST(RoceRecentRoutes, ARouteIsForgottenAfterItsLifetime) {
+  roce::RecentRoutes routes;
+  routes.Remember(Host(0x0A000001, 1), 4);
+  ASSERT_EQ(routes.Find(Host(0x0A000001, 1)), std::optional<uint8_t>(4));
+  std::this_thread::sleep_for(roce::RecentRoutes::kLifetime + std::chrono::milliseconds(100));
+  EXPECT_EQ(routes.Find(Host(0x0A000001, 1)), std::nullopt);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -70,12 +71,19 @@ int ProbeRoute(const sockaddr_storage& peer, uint8_t* mtu_code) {
   return error;
 }
 
-// The largest IB MTU code for the route to `peer` (1024 bytes' worth when unknown): asked of
-// `connected`, a port's socket connected to `peer`, when there is one (no probe socket then).
-uint8_t PathMtuCode(const sockaddr_storage& peer, const Port* connected) {
-  if (int ip_mtu = connected ? connected->RouteMtu() : 0) return MtuCodeFor(peer.ss_family, ip_mtu);
+// The largest IB MTU code for the route to `peer` (1024 bytes' worth when unknown): found in
+// `recent` (a listener's), or asked of `connected`, a port's socket connected to `peer`, when
+// there is one (else of a probe socket).
+uint8_t PathMtuCode(const sockaddr_storage& peer, const Port* connected, RecentRoutes* recent = nullptr) {
+  if (recent)
+    if (std::optional<uint8_t> code = recent->Find(peer)) return *code;
   uint8_t code;
-  return ProbeRoute(peer, &code) == 0 ? code : 3;
+  if (int ip_mtu = connected ? connected->RouteMtu() : 0)
+    code = MtuCodeFor(peer.ss_family, ip_mtu);
+  else if (ProbeRoute(peer, &code) != 0)
+    return 3;
+  if (recent) recent->Remember(peer, code);
+  return code;
 }
 
 ConnectParams PeerParams(uint8_t ird, uint8_t ord, const uint8_t* data) {
@@ -362,7 +370,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   // peer's first packets follow it. Its socket is connected there: it knows the route.
   std::shared_ptr<Port> flow = Port::OpenFlow(port_, peer_port_);
   // The path MTU: the REQ's (a valid code: the CM refuses others), at most what the route takes.
-  mtu_ = MtuBytes(std::min<uint8_t>(req_.path_mtu, PathMtuCode(peer_port_, flow.get())));
+  mtu_ = MtuBytes(std::min<uint8_t>(req_.path_mtu, PathMtuCode(peer_port_, flow.get(), &port_->recent_routes())));
   local_params_ = params;
   if (qp->state() == QpState::Reset) qp->Modify(QpState::Init);
   qp->Modify(QpState::Rtr);

@@ -40,6 +40,7 @@
 #include "dev/engine.h"
 #include "dev/poller_handoff.h"
 #include "dev/roce/cm.h"
+#include "dev/roce/recent_routes.h"
 #include "wire/ib.h"
 
 namespace ndwv::dev::roce {
@@ -105,6 +106,9 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   bool ConnectTo(const sockaddr_storage& peer);
   // A connected socket's (ConnectTo, a flow's): the route's IP MTU; 0 if unknown.
   int RouteMtu() const;
+  // A listener's routes found lately (its owner's, for a flow): made on first use, so that an
+  // active connector's port, one per connection, holds none.
+  RecentRoutes& recent_routes();
   // A port's include its flows'.
   const PortCounters& counters() const { return owner_ ? owner_->counters_ : counters_; }
 
@@ -238,6 +242,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   bool shares_port_ = false;  // a port: SO_REUSEPORT set for its flows (under PortsMutex())
   size_t flows_ = 0;          // a port: its flows open (under PortsMutex())
   PortCounters counters_;  // a flow's are its owner's
+  std::atomic<RecentRoutes*> recent_routes_{nullptr};  // owned; recent_routes()
 
   base::SharedMutex sinks_mutex_;
   base::Mutex rx_mutex_{"roce::Port::rx_mutex_"};  // one receiver at a time
