@@ -39,6 +39,21 @@ void CompleteOverlapped(HANDLE file, OVERLAPPED* ov, HRESULT status, ULONG_PTR b
 // blocks until it completes (no event needed).
 HRESULT WaitOverlapped(OVERLAPPED* ov, bool wait);
 
+// While one lives on a thread, the sleepers its completions release (WaitOverlapped callers,
+// event and completion-port waiters) are woken when it ends, not at each completion: a waiter
+// with several completions in a batch wakes once and finds them all, instead of waking, taking
+// one and sleeping again while the batch goes on. For the engine's batches of socket events.
+class WakeBatch {
+ public:
+  WakeBatch();
+  ~WakeBatch();  // the wakes held meanwhile
+  WakeBatch(const WakeBatch&) = delete;
+  WakeBatch& operator=(const WakeBatch&) = delete;
+
+ private:
+  bool outermost_;  // a batch inside another adds to the outer one's
+};
+
 // Owns one reference to a handle object.
 class HandleRef {
  public:

@@ -14,6 +14,7 @@
 #include <thread>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "base/mutex.h"
 #include "base/overlapped.h"
@@ -47,6 +48,30 @@ class HandleObject {
   std::atomic<uint32_t> refs_{1};  // the creator's
 };
 
+// Wake-ups held until the end of this thread's WakeBatch: the condition, the sleepers its signal
+// counted, and the object that owns it, retained until then (null: a wait bucket, never freed).
+struct HeldWake {
+  CondVar* condition;
+  int count;
+  HandleObject* owner;
+};
+thread_local bool t_holding_wakes = false;
+thread_local std::vector<HeldWake> t_held_wakes;
+
+// Wakes `count` sleepers of `condition` (owned by `owner`), now or when the thread's WakeBatch ends.
+void WakeSleepers(CondVar& condition, int count, HandleObject* owner) {
+  if (count <= 0) return;
+  if (t_holding_wakes) {
+    try {
+      t_held_wakes.push_back({&condition, count, owner});
+      if (owner) owner->Retain();
+      return;
+    } catch (const std::bad_alloc&) {  // no room to hold it: woken now
+    }
+  }
+  condition.Wake(count);
+}
+
 class Event final : public HandleObject {
  public:
   static constexpr HandleKind kKind = HandleKind::kEvent;
@@ -60,7 +85,7 @@ class Event final : public HandleObject {
       signaled_ = true;
       wake = manualReset_ ? changed_.SignalAll(mutex_) : changed_.SignalOne(mutex_);
     }
-    changed_.Wake(wake);
+    WakeSleepers(changed_, wake, this);
   }
 
   void Reset() {
@@ -106,7 +131,7 @@ class Port final : public HandleObject {
       packets_.push_back(packet);
       wake = ready_.SignalOne(mutex_);
     }
-    ready_.Wake(wake);
+    WakeSleepers(ready_, wake, this);
   }
 
   // ERROR_SUCCESS with *packet filled, WAIT_TIMEOUT, or ERROR_ABANDONED_WAIT_0 if the port was
@@ -369,10 +394,22 @@ void CompleteOverlapped(HANDLE file, OVERLAPPED* ov, HRESULT status, ULONG_PTR b
       MutexLock lock(bucket.mutex);
       wake = bucket.completed.SignalAll(bucket.mutex);
     }
-    bucket.completed.Wake(wake);
+    WakeSleepers(bucket.completed, wake, nullptr);
   }
   if (auto event = Held<Event>::Lookup(hEvent)) event->Set();
   if (port != nullptr) port->Enqueue(Packet{ov, key, bytes, status});
+}
+
+WakeBatch::WakeBatch() : outermost_(!t_holding_wakes) { t_holding_wakes = true; }
+
+WakeBatch::~WakeBatch() {
+  if (!outermost_) return;
+  t_holding_wakes = false;
+  for (const HeldWake& held : t_held_wakes) {
+    held.condition->Wake(held.count);
+    if (held.owner) held.owner->Release();
+  }
+  t_held_wakes.clear();  // keeps its capacity for the next batch
 }
 
 HRESULT WaitOverlapped(OVERLAPPED* ov, bool wait) {

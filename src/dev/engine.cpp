@@ -12,6 +12,7 @@
 
 #include "base/fork.h"
 #include "base/futex.h"
+#include "base/overlapped.h"
 #include "base/settings.h"
 
 namespace ndwv::dev {
@@ -289,7 +290,11 @@ void Engine::Loop() {
     // one from the application's thread, mostly while the loop is busy with other connections).
     sleeps_until_.store(Clock::time_point::min(), std::memory_order_relaxed);
     for (int handled = 0;;) {
-      for (int i = 0; i < n; ++i) Dispatch(events[i]);
+      {
+        // A waiter with several completions in this batch wakes once, at its end.
+        base::WakeBatch wakes;
+        for (int i = 0; i < n; ++i) Dispatch(events[i]);
+      }
       handled += n;
       events_handled_.store(events_handled_.load(std::memory_order_relaxed) + uint64_t(std::max(n, 0)),
                             std::memory_order_relaxed);

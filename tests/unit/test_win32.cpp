@@ -22,6 +22,7 @@ using ndwv::base::ReleaseHandle;
 using ndwv::base::RetainFile;
 using ndwv::base::RetainHandle;
 using ndwv::base::WaitOverlapped;
+using ndwv::base::WakeBatch;
 
 // Upper bound for anything that blocks in another thread; only reached if the code is broken.
 constexpr auto kBound = std::chrono::seconds(10);
@@ -436,6 +437,44 @@ TEST(Overlapped, BlockingWaitIsReleasedByACompletionFromAnotherThread) {
   ASSERT_TRUE(released);
   EXPECT_EQ(waiter.get(), ND_CANCELED);
   EXPECT_TRUE(CloseHandle(file));
+}
+
+// The engine completes its batches of requests inside a WakeBatch: their sleepers wake when it
+// ends (the outermost, when batches nest), every one of them, whatever each waits on: a
+// completion port, an event, the request itself.
+TEST(Overlapped, AWakeBatchReleasesEveryWaiterOfItsCompletionsWhenItEnds) {
+  HANDLE file = CreateOverlappedFile();
+  HANDLE port = CreateIoCompletionPort(file, nullptr, 7, 0);
+  HANDLE event = CreateEvent(nullptr, FALSE, FALSE, nullptr);
+  ASSERT_TRUE(file && port && event);
+  OVERLAPPED to_port{}, to_event{}, waited{};
+  to_event.hEvent = WithPortSuppressed(event);
+  for (OVERLAPPED* request : {&to_port, &to_event, &waited}) BeginOverlapped(request);
+  auto port_waiter = std::async(std::launch::async, [&] {
+    DWORD bytes = 0;
+    ULONG_PTR key = 0;
+    OVERLAPPED* ov = nullptr;
+    return GetQueuedCompletionStatus(port, &bytes, &key, &ov, kBoundMs) && ov == &to_port && key == 7 && bytes == 8;
+  });
+  auto event_waiter = std::async(std::launch::async, [&] { return WaitForSingleObject(event, kBoundMs); });
+  auto request_waiter = std::async(std::launch::async, [&] { return WaitOverlapped(&waited, true); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // asleep by now, most likely
+  {
+    WakeBatch outer;
+    {
+      WakeBatch inner;
+      CompleteOverlapped(file, &to_port, ND_SUCCESS, 8);
+      CompleteOverlapped(nullptr, &to_event, ND_SUCCESS);
+      CompleteOverlapped(nullptr, &waited, ND_CANCELED);
+    }
+  }
+  ASSERT_EQ(port_waiter.wait_for(kBound), std::future_status::ready);
+  ASSERT_EQ(event_waiter.wait_for(kBound), std::future_status::ready);
+  ASSERT_EQ(request_waiter.wait_for(kBound), std::future_status::ready);
+  EXPECT_TRUE(port_waiter.get());
+  EXPECT_EQ(event_waiter.get(), WAIT_OBJECT_0);
+  EXPECT_EQ(request_waiter.get(), ND_CANCELED);
+  for (HANDLE handle : {file, port, event}) EXPECT_TRUE(CloseHandle(handle));
 }
 
 TEST(Overlapped, ManyWaitersOnManyRequests) {
