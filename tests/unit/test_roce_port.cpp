@@ -20,15 +20,17 @@
 namespace ndwv::dev {
 namespace {
 
-sockaddr_storage Loopback(uint16_t port) {
+sockaddr_storage Host(uint32_t ip, uint16_t port) {
   sockaddr_in in{};
   in.sin_family = AF_INET;
   in.sin_port = htons(port);
-  in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  in.sin_addr.s_addr = htonl(ip);
   sockaddr_storage a{};
   memcpy(&a, &in, sizeof in);
   return a;
 }
+
+sockaddr_storage Loopback(uint16_t port) { return Host(INADDR_LOOPBACK, port); }
 
 TEST(RocePort, APortOpensAtMostItsBoundOfFlowsAndTheRestUseItsOwnSocket) {
   int32_t status = 0;
@@ -53,16 +55,6 @@ TEST(RocePort, APortOpensAtMostItsBoundOfFlowsAndTheRestUseItsOwnSocket) {
   std::shared_ptr<roce::Port> next = roce::Port::OpenFlow(port, peer(roce::Port::kMaxFlows));
   EXPECT_TRUE(next);
   EXPECT_FALSE(roce::Port::OpenFlow(port, peer(roce::Port::kMaxFlows + 1)));
-}
-
-sockaddr_storage Host(uint32_t ip, uint16_t port) {
-  sockaddr_in in{};
-  in.sin_family = AF_INET;
-  in.sin_port = htons(port);
-  in.sin_addr.s_addr = htonl(ip);
-  sockaddr_storage a{};
-  memcpy(&a, &in, sizeof in);
-  return a;
 }
 
 // A route is the host's, whatever the peer's port; another host's is never answered for it.
