@@ -25,6 +25,12 @@ void SetPort(sockaddr_storage& a, uint16_t port) {
   else reinterpret_cast<sockaddr_in&>(a).sin_port = htons(port);
 }
 
+sockaddr_storage HostOf(const sockaddr_storage& a) {
+  sockaddr_storage host = a;
+  SetPort(host, 0);
+  return host;
+}
+
 socklen_t AddressLength(const sockaddr_storage& a) {
   return a.ss_family == AF_INET ? sizeof(sockaddr_in) : a.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : 0;
 }

@@ -9,6 +9,7 @@ namespace ndwv::dev {
 
 uint16_t PortOf(const sockaddr_storage& a);
 void SetPort(sockaddr_storage& a, uint16_t port);
+sockaddr_storage HostOf(const sockaddr_storage& a);  // `a` with port 0: a key for tables by peer host
 socklen_t AddressLength(const sockaddr_storage& a);  // of its family; 0 if neither IPv4 nor IPv6
 bool SameAddress(const sockaddr_storage& a, const sockaddr_storage& b);  // address and port
 bool IsWildcard(const sockaddr_storage& a);  // INADDR_ANY or in6addr_any

@@ -99,7 +99,7 @@ class Engine {
   // Leaves of the lock order: nothing is called while one is held. Timers' own fields (armed,
   // deadline, slot) are under timer_mutex_ too.
   base::Mutex handlers_mutex_{"Engine::handlers_mutex_"};
-  // A watch's tag rides in its events, beside the descriptor (EventData): an event reported for a
+  // A watch's tag rides in its events, beside the descriptor (EventOf): an event reported for a
   // socket that was closed meanwhile, and whose number a new socket took before the loop got to
   // the event, carries the old watch's tag and is dropped, not handed to the new socket's handler.
   struct Watched {

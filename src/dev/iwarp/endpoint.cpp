@@ -505,15 +505,11 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   // To a near peer (this host) the TCP handshake is over when connect() returns: the MPA request
   // goes now, from this thread, and the engine is not woken for a writable socket. A socket still
   // connecting refuses it (EAGAIN), and the engine sends it once the socket is writable.
-  if (SendMpaRequest(finish)) {
-    if (fd_ < 0) return WV_PENDING;  // failed (refused at once): the Connect has ended
-    watching_ = true;
-    Engine::Get().Watch(fd_, EPOLLIN | EPOLLRDHUP, weak_from_this());
-    return WV_PENDING;
-  }
-  ArmTimer(Config().cm_timeout_ms);
+  const bool sent = SendMpaRequest(finish);
+  if (fd_ < 0) return WV_PENDING;  // failed (refused at once): the Connect has ended
+  if (!sent) ArmTimer(Config().cm_timeout_ms);
   watching_ = true;
-  Engine::Get().Watch(fd_, EPOLLOUT | EPOLLIN | EPOLLRDHUP, weak_from_this());
+  Engine::Get().Watch(fd_, EPOLLIN | EPOLLRDHUP | (sent ? 0u : uint32_t(EPOLLOUT)), weak_from_this());
   return WV_PENDING;
 }
 

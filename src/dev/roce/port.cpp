@@ -339,8 +339,7 @@ socklen_t BuildControl(OutControl& control, const sockaddr_storage* source, uint
 sockaddr_storage Port::AddressFor(const sockaddr_storage& peer) {
   if (!wildcard_) return local_;
   Port& owner = Owner();
-  Ip key{peer};
-  SetPort(key.address, 0);
+  const Ip key{HostOf(peer)};
   {
     base::MutexLock lock(owner.reached_mutex_);
     if (auto it = owner.reached_.find(key); it != owner.reached_.end()) return it->second;
@@ -355,8 +354,7 @@ sockaddr_storage Port::AddressFor(const sockaddr_storage& peer) {
 
 void Port::Learn(const sockaddr_storage& peer, const sockaddr_storage& reached) {
   Port& owner = Owner();
-  Ip key{peer};
-  SetPort(key.address, 0);
+  const Ip key{HostOf(peer)};
   base::MutexLock lock(owner.reached_mutex_);
   if (auto it = owner.reached_.find(key); it != owner.reached_.end()) it->second = reached;
   else if (owner.reached_.size() < kMaxReached) owner.reached_.emplace(key, reached);

@@ -36,11 +36,6 @@ class RecentRoutes {
   }
 
  private:
-  static sockaddr_storage HostOf(const sockaddr_storage& a) {
-    sockaddr_storage host = a;
-    SetPort(host, 0);
-    return host;
-  }
   static size_t SlotOf(const sockaddr_storage& host) { return AddressHash(host) % kEntries; }
   struct Entry {
     sockaddr_storage host{};  // port 0
