@@ -72,13 +72,16 @@ bool Engine::EngineAffinity(cpu_set_t* cpus) const {
 
 void Engine::Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
   uint32_t tag;
+  bool handed_over;
   {
     base::MutexLock lock(handlers_mutex_);
     if (++last_tag_ == 0) ++last_tag_;
     tag = last_tag_;
-    handlers_[fd] = {tag, std::move(handler)};
+    handed_over = !handlers_.insert_or_assign(fd, Watched{tag, std::move(handler)}).second;
   }
   epoll_event ev = EventOf(fd, tag, events);
+  // A hand-over finds the descriptor in the set, unless its watch was taken out (Modify 0).
+  if (handed_over && epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) == 0) return;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
 }
 

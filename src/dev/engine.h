@@ -54,6 +54,9 @@ class Engine {
   // Watches fd for `events` (EPOLLIN/EPOLLOUT/EPOLLET...). The engine holds the handler only
   // weakly and pins it while it runs, so Unwatch never waits and a handler may be released on
   // any thread; a handler may still see one event after Unwatch and must tolerate it.
+  // Watching a descriptor that has a watch hands it to the new handler (one EPOLL_CTL_MOD, not a
+  // DEL and an ADD): from then on only the new handler sees its events, and epoll reports again
+  // what is pending for `events`.
   void Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler);
   void Modify(int fd, uint32_t events);  // 0: out of the epoll set until events are given again
   void Unwatch(int fd);

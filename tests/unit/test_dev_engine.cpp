@@ -191,5 +191,35 @@ TEST(EngineWatch, AnEventOfAClosedSocketDoesNotReachTheNextSocketWithItsNumber) 
   for (int fd : {hold.fds[0], closer.fds[0], number}) Engine::Get().Unwatch(fd);
 }
 
+// A connection's socket passes from its CM's handler to its stream's with a second Watch (one
+// EPOLL_CTL_MOD): only the new handler sees events from then on, also a socket taken out of the
+// set (Modify 0) meanwhile, whose pending event the new watch reports.
+TEST(EngineWatch, ASecondWatchHandsTheSocketToTheNewHandlerWithWhatIsPending) {
+  Pair pair;
+  const int fd = pair.fds[0];
+  auto first = std::make_shared<Handler>(), second = std::make_shared<Handler>(), third = std::make_shared<Handler>();
+  auto take = [fd] {
+    char byte;
+    (void)!read(fd, &byte, 1);
+  };
+  first->on_io = second->on_io = third->on_io = take;
+  Engine::Get().Watch(fd, EPOLLIN, first);
+  pair.MakeReadable();
+  ASSERT_TRUE(WaitUntil([&] { return first->calls.load() == 1; }));
+  Engine::Get().Watch(fd, EPOLLIN | EPOLLET, second);
+  pair.MakeReadable();
+  ASSERT_TRUE(WaitUntil([&] { return second->calls.load() == 1; })) << "the new handler was not told";
+  Engine::Get().Modify(fd, 0);
+  pair.MakeReadable();  // while out of the set: nobody is told
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(second->calls.load(), 1);
+  Engine::Get().Watch(fd, EPOLLIN | EPOLLET, third);
+  ASSERT_TRUE(WaitUntil([&] { return third->calls.load() == 1; })) << "the pending byte was not reported";
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(first->calls.load(), 1);
+  EXPECT_EQ(second->calls.load(), 1);
+  Engine::Get().Unwatch(fd);
+}
+
 }  // namespace
 }  // namespace ndwv::dev

@@ -166,6 +166,14 @@ class RawPeer {
 
   void HalfClose() { shutdown(fd_, SHUT_WR); }
 
+  // The peer as a server: takes the connection waiting on listen_fd.
+  void Accept(int listen_fd) {
+    pollfd p{listen_fd, POLLIN, 0};
+    ASSERT_GT(poll(&p, 1, RemainingMs(Deadline())), 0) << "no connection came in time";
+    fd_ = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    ASSERT_GE(fd_, 0) << strerror(errno);
+  }
+
   // `bytes` and the FIN in one segment (held by TCP_CORK until the FIN is tacked on): the
   // receiver gets one edge for both.
   void SendWithFin(std::span<const uint8_t> bytes) {
@@ -844,6 +852,45 @@ TEST_F(IwarpHostile, BadMpaRequestsAreDroppedAndTheListenerStillServesAGoodOne) 
   ASSERT_TRUE(good.PollUntil([&] { return !good.completions.empty(); }));
   EXPECT_EQ(good.completions[0].status, WcStatus::Success);
   EXPECT_EQ(good.completions[0].length, message.size());
+}
+
+// The active side. The passive peer answers the Request and leaves before CompleteConnect: its
+// close comes while the CM still watches the socket, which the stream takes over at
+// CompleteConnect (Engine::Watch's hand-over), and reports then.
+TEST_F(IwarpHostile, APassivePeerThatLeavesAfterItsReplyIsSeenGoneAfterCompleteConnect) {
+  const int server = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(server, 0);
+  sockaddr_in address = Loopback(0);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(bind(server, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(listen(server, 1), 0);
+  ASSERT_EQ(getsockname(server, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  Conn& c = NewConn();
+  ConnectParams params;
+  params.ird = params.ord = 4;
+  Op connect, complete;
+  ASSERT_EQ(c.ep->Connect(c.qp, reinterpret_cast<sockaddr*>(&address), sizeof address, params, &connect), WV_PENDING);
+  ASSERT_NO_FATAL_FAILURE(c.peer.Accept(server));
+  close(server);
+  std::vector<uint8_t> frame(w::kMpaHeaderLen);
+  ASSERT_NO_FATAL_FAILURE(c.peer.ReadExact(frame.data(), frame.size()));
+  size_t frame_len = 0;
+  ASSERT_EQ(w::DecodeMpaHeader(frame, w::MpaKind::Request, frame_len), w::MpaError::Ok);
+  frame.resize(frame_len);
+  ASSERT_NO_FATAL_FAILURE(c.peer.ReadExact(frame.data() + w::kMpaHeaderLen, frame_len - w::kMpaHeaderLen));
+  w::MpaFrame reply = GoodRequest();
+  reply.reply = true;
+  reply.private_data = {};
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(Encode(reply)));
+  ASSERT_EQ(connect.Wait(), std::optional<int32_t>(WV_SUCCESS));
+  c.peer.Close();
+  std::this_thread::sleep_for(50ms);  // the close reaches the endpoint, still the CM's
+  ASSERT_EQ(c.ep->Accept(nullptr, params, &complete), WV_PENDING);
+  EXPECT_EQ(complete.Wait(), std::optional<int32_t>(WV_SUCCESS));
+  int32_t armed = c.ep->NotifyDisconnect(&c.notify);
+  ASSERT_TRUE(armed == WV_PENDING || armed == WV_SUCCESS) << armed;
+  if (armed == WV_PENDING)
+    EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS)) << "the peer's close was not reported";
 }
 
 // ==== 2. CRC errors ===========================================================================

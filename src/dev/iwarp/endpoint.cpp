@@ -594,8 +594,7 @@ void Endpoint::OnMpaReply(Finisher& finish) {
     return;
   }
   DisarmTimer();
-  Engine::Get().Unwatch(fd_);  // the stream watches it from CompleteConnect on
-  watching_ = false;
+  // Still watched: the stream takes the watch over at CompleteConnect (Engine::Watch).
   SetState(State::ActiveReplied);
   finish.Add(std::exchange(connect_op_, nullptr), WV_SUCCESS);
 }
@@ -612,6 +611,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     if (status != WV_SUCCESS) return WV_CONNECTION_INVALID;
     stream_ = base::MakePooled<Stream>(std::exchange(fd_, -1), active, MakeStreamParams(false),
                                        weak_from_this(), std::move(capture_), &local_, &peer_);
+    watching_ = false;  // the stream's from its Start
     SetState(State::Connected);
     std::shared_ptr<Stream> stream = stream_;
     lock.unlock();  // the stream reports to us: it must not find our lock held by its starter
@@ -752,6 +752,11 @@ void Endpoint::OnIo(uint32_t events) {
     case State::ActiveMpaSent: OnMpaReply(finish); break;
     case State::PassiveHandshake: OnMpaRequest(); break;
     case State::PassiveRequest: OnQueuedEvent(events); break;
+    case State::ActiveReplied:
+      // The peer sent or closed before our RTR: the stream sees it when it takes the watch over
+      // (epoll reports what is pending then); till then the socket leaves the set.
+      Engine::Get().Modify(fd_, 0);
+      break;
     default: break;
   }
 }
