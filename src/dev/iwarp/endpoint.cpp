@@ -256,6 +256,9 @@ void Endpoint::OnListenReady(Finisher& finish) {
       lock.unlock();  // a GetRequest's target locks itself, then the child (Adopt)
       RequestArrivedLocked(child, finish);
     }
+    // One connection per event: the listener's watch is level-triggered, so the engine's next
+    // look reports any other, where accepting until EAGAIN cost a failed accept4 per event.
+    break;
   }
   ArmListenTimerLocked();
 }
