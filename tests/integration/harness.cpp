@@ -536,20 +536,23 @@ sockaddr_in Loopback(uint16_t port) {
 
 uint16_t PortOf(const sockaddr_in& address) { return ntohs(address.sin_port); }
 
-std::vector<int> TcpStatesOf(uint16_t port) {
+std::vector<TcpSocket> TcpSocketsOn(uint16_t port) {
   std::ifstream table("/proc/net/tcp");
   std::string line;
   std::getline(table, line);  // the header
-  std::vector<int> states;
+  std::vector<TcpSocket> sockets;
   char wanted[16];
   std::snprintf(wanted, sizeof wanted, "0100007F:%04X", port);
   while (std::getline(table, line)) {
     std::istringstream fields(line);
     std::string slot, local, remote, state;
     fields >> slot >> local >> remote >> state;
-    if (local == wanted) states.push_back(std::stoi(state, nullptr, 16));
+    if (local != wanted) continue;
+    const size_t colon = remote.find(':');  // "ADDRESS:PORT", both hexadecimal
+    sockets.push_back({std::stoi(state, nullptr, 16),
+                       uint16_t(colon == std::string::npos ? 0 : std::stoi(remote.substr(colon + 1), nullptr, 16))});
   }
-  return states;
+  return sockets;
 }
 
 Adapter::Adapter() {

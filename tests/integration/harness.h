@@ -246,9 +246,13 @@ class Ov {
 
 sockaddr_in Loopback(uint16_t port);
 uint16_t PortOf(const sockaddr_in& address);
-// The TCP states of 127.0.0.1:port's sockets, as /proc/net/tcp lists them (hex: 01 ESTABLISHED,
-// 05 FIN_WAIT2, 06 TIME_WAIT, 0A LISTEN, ...).
-std::vector<int> TcpStatesOf(uint16_t port);
+// 127.0.0.1:port's TCP sockets, as /proc/net/tcp lists them: each one's state (hex: 01
+// ESTABLISHED, 05 FIN_WAIT2, 06 TIME_WAIT, 0A LISTEN, ...) and its peer's port.
+struct TcpSocket {
+  int state;
+  uint16_t remote_port;
+};
+std::vector<TcpSocket> TcpSocketsOn(uint16_t port);
 
 // The ND adapter on 127.0.0.1, its limits and its overlapped file.
 class Adapter {

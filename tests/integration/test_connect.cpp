@@ -370,19 +370,22 @@ IT_PEER(one_connection_server) {
 // The first connection's port is the kernel's choice (port 0), which the kernel may also give
 // to another program's connection to another peer at the same time (a port serves any number of
 // address pairs). Then the port is in use, and the Bind rightly refused: that is seen in
-// /proc/net/tcp (a socket on the port other than our TIME_WAIT), and the case is tried again.
+// /proc/net/tcp (a socket on the port other than our connection's TIME_WAIT: in another state,
+// or to another peer, whose own TIME_WAIT may hold the port), and the case is tried again.
 TEST(IntegrationConnect, PortOfAClosedConnectionCanBeBoundAgain) {
   for (int attempt = 1;; ++attempt) {
     bool shared = false;
     uint16_t port = 0;
     RunWithPeer("one_connection_server", [&](Channel& peer) {
       Adapter adapter;
-      sockaddr_in local{};
+      sockaddr_in local{}, remote{};
       {
         Endpoint client(adapter, Ctx(0xC1));
         ConnectTo(peer, client);
         ULONG size = sizeof local;
         IT_OK(client.connector->GetLocalAddress(reinterpret_cast<sockaddr*>(&local), &size));
+        size = sizeof remote;
+        IT_OK(client.connector->GetPeerAddress(reinterpret_cast<sockaddr*>(&remote), &size));
         ClientTeardown(peer, client);
       }
       // iWARP: at once (TCP's TIME_WAIT does not count). RoCE: once the IB CM time-wait
@@ -396,7 +399,8 @@ TEST(IntegrationConnect, PortOfAClosedConnectionCanBeBoundAgain) {
         Pause(spins);
       if (hr == ND_SHARING_VIOLATION && !TransportIsRoce()) {
         port = PortOf(local);
-        for (int state : TcpStatesOf(port)) shared |= state != 0x05 && state != 0x06;
+        for (const TcpSocket& socket : TcpSocketsOn(port))
+          shared |= (socket.state != 0x05 && socket.state != 0x06) || socket.remote_port != PortOf(remote);
         if (shared) return;
       }
       IT_OK(hr);

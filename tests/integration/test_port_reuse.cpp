@@ -47,11 +47,11 @@ uint16_t FreePort() {
 // port: the Bind that follows is the case under test, not an easier one.
 void ExpectOnlyLeftoversOn(uint16_t port) {
   if (TransportIsRoce()) return;
-  std::vector<int> states = TcpStatesOf(port);
-  IT_CHECK_MSG(!states.empty(), "no TIME_WAIT left on port " + std::to_string(port));
-  for (int state : states)
-    IT_CHECK_MSG(state == 0x05 || state == 0x06,
-                 "port " + std::to_string(port) + " has a socket in TCP state " + std::to_string(state));
+  std::vector<TcpSocket> sockets = TcpSocketsOn(port);
+  IT_CHECK_MSG(!sockets.empty(), "no TIME_WAIT left on port " + std::to_string(port));
+  for (const TcpSocket& socket : sockets)
+    IT_CHECK_MSG(socket.state == 0x05 || socket.state == 0x06,
+                 "port " + std::to_string(port) + " has a socket in TCP state " + std::to_string(socket.state));
 }
 
 // One Send each way on a connection, so that it carried data. The receive is posted before the
