@@ -42,17 +42,20 @@ void PrintDescriptorLimit() {
   };
   std::printf("Descriptors (RLIMIT_NOFILE): %s, hard limit %s. iWARP holds one socket per\n"
               "connection and per listener, and one more per explicit port bound (its claim);\n"
-              "RoCE one per bound port, and one per connection on a listener's port while any\n"
-              "are left. When none is left, Bind returns ND_INSUFFICIENT_RESOURCES and an\n"
-              "iWARP listener refuses incoming connections (counter accepts_refused).\n\n",
+              "RoCE one per port: a listener's, a connector's bound to a given port, and one\n"
+              "that all port-0 connectors on an address share; and per port, one per peer\n"
+              "port for its first 64 (flows). When none is left, Bind returns\n"
+              "ND_INSUFFICIENT_RESOURCES and an iWARP listener refuses incoming connections\n"
+              "(counter accepts_refused).\n\n",
               text(limit.rlim_cur).c_str(), text(limit.rlim_max).c_str());
   // What a connection costs, stated up front (docs/user-guide.md, "What a connection costs").
   constexpr rlim_t kLibraryDescriptors = 16;  // engine, work pool, a listener or two
   if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur > kLibraryDescriptors)
-    std::printf("This limit allows about %llu connections per process (one descriptor each).\n",
+    std::printf("This limit allows about %llu iWARP connections per process (one descriptor\n"
+                "each); RoCE connections take none beyond their ports'.\n",
                 (unsigned long long)(limit.rlim_cur - kLibraryDescriptors));
-  std::printf("A connection costs one descriptor, about 5.5 KiB of memory (RoCE: 9.5 KiB\n"
-              "active, 7 KiB passive), and while idle: iWARP, a kernel keepalive and its\n"
+  std::printf("A connection costs about 5.5 KiB of memory (RoCE: 7 KiB) and iWARP one\n"
+              "descriptor, and while idle: iWARP, a kernel keepalive and its\n"
               "answer every NDWV_IWARP_TIMEOUT_MS / 2; RoCE, one zero-length Write and its\n"
               "ACK every NDWV_ROCE_KEEPALIVE_MS, or 2 ms per connection of the process if\n"
               "longer.\n\n");

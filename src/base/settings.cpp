@@ -44,9 +44,9 @@ const std::vector<SettingInfo>& SettingTable() {
      "ND_IO_TIMEOUT, the rest are flushed, NotifyDisconnect completes. 0: TCP's own default "
      "(many minutes)."},
     {"NDWV_ROCE_PORT", SettingType::Integer, "0", 0, 65535, nullptr,
-     "RoCE: UDP port every active connection of this process sends and receives on (4791 is the "
-     "standard RoCEv2 port, for a process that owns the host's device); 0 gives each connector a "
-     "port of its own. Listeners always use the port they are bound to."},
+     "RoCE: UDP port the process's connectors bound to port 0 share (4791 is the standard RoCEv2 "
+     "port, for a process that owns the host's device); 0: they share one the kernel picks. A "
+     "connector bound to a given port, and a listener, have their own."},
     {"NDWV_ROCE_CM_TIMEOUT_MS", SettingType::Integer, "1000", 1, 60000, nullptr,
      "RoCE: IB CM response timeout (REQ, REP, DREQ retransmit interval), in milliseconds."},
     {"NDWV_ROCE_CM_RETRIES", SettingType::Integer, "7", 0, 15, nullptr,

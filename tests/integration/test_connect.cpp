@@ -520,12 +520,14 @@ struct TwoEndpoints {
   Mr inboxMr;
 };
 
-// With NDWV_ROCE_PORT a process's connectors share one UDP port (DESIGN.md "Addressing in user
-// space"): two connections from it to one listener each report that port and carry their own
-// messages, both ways. (The client's data then goes through a flow to the listener's port, as
-// the listener's does the other way: docs/roce.md "Ports and addresses".)
+// On RoCE a process's port-0 connectors share one UDP port (DESIGN.md "Addressing in user
+// space"), NDWV_ROCE_PORT's or, without it, one the kernel picks: two connections from it to one
+// listener each report that port and carry their own messages, both ways. (The client's data
+// then goes through a flow to the listener's port, as the listener's does the other way:
+// docs/roce.md "Ports and addresses".)
 IT_PEER(shared_port_client) {
-  const uint16_t shared = uint16_t(args.GetNumber("port"));
+  const uint16_t shared = uint16_t(args.GetNumber("port"));  // 0: the kernel's choice
+  uint16_t first = 0;
   Adapter adapter;
   TwoEndpoints clients(adapter, 0xA1);
   const uint16_t port = uint16_t(parent.ReceiveValue("port"));
@@ -538,11 +540,37 @@ IT_PEER(shared_port_client) {
     sockaddr_in local{};
     ULONG size = sizeof local;
     IT_OK(e.connector->GetLocalAddress(reinterpret_cast<sockaddr*>(&local), &size));
-    IT_CHECK_EQ(shared, PortOf(local));
+    if (i == 0) first = PortOf(local);
+    IT_CHECK(first != 0 && first != port);
+    IT_CHECK_EQ(first, PortOf(local));
+    if (shared) IT_CHECK_EQ(shared, PortOf(local));
   }
   for (int i = 0; i < 2; ++i) clients.Send(i, {uint64_t(0xC0 + i), uint64_t(i), 0, 0});
   for (int i = 0; i < 2; ++i) IT_CHECK_EQ(uint64_t(0x50 + i), clients.Receive(i).address);
   for (int i = 0; i < 2; ++i) ClientTeardown(parent, clients.At(i));
+}
+
+// The server of the two tests below: one listener, two connections from the client one after
+// the other, a message each way on each. `check_port` is shown the listener's port.
+void ServeTwoConnections(Channel& peer, const std::function<void(uint16_t)>& check_port = nullptr) {
+  Adapter adapter;
+  TwoEndpoints servers(adapter, 0x5A);
+  const uint16_t port = StartListening(adapter, servers.a.listener);
+  if (check_port) check_port(port);
+  peer.SendValue("port", port);
+  for (int i = 0; i < 2; ++i) {  // the client connects one after the other
+    Endpoint& e = servers.At(i);
+    e.connector = GetConnectionRequest(adapter, servers.a.listener.get());
+    IT_OK(Accept(e.connector.get(), e.qp.get(), 4, 4));
+    peer.Send("accepted");
+  }
+  for (int i = 0; i < 2; ++i) {
+    RemoteBuffer message = servers.Receive(i);
+    IT_CHECK_EQ(uint64_t(0xC0 + i), message.address);
+    IT_CHECK_EQ(uint64_t(i), message.length);
+  }
+  for (int i = 0; i < 2; ++i) servers.Send(i, {uint64_t(0x50 + i), 0, 0, 0});
+  for (int i = 0; i < 2; ++i) ServerTeardown(peer, servers.At(i));
 }
 
 TEST(IntegrationConnect, ConnectorsShareTheProcessPortWithNdwvRocePort) {
@@ -555,23 +583,19 @@ TEST(IntegrationConnect, ConnectorsShareTheProcessPortWithNdwvRocePort) {
   ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&any), &length), 0);
   const std::string shared = std::to_string(PortOf(any));
   close(probe);
-  RunWithPeer("shared_port_client", {{"port", shared}, {"env:NDWV_ROCE_PORT", shared}}, [](Channel& peer) {
+  RunWithPeer("shared_port_client", {{"port", shared}, {"env:NDWV_ROCE_PORT", shared}},
+              [](Channel& peer) { ServeTwoConnections(peer); });
+}
+
+// Without NDWV_ROCE_PORT, the port the kernel picks for the first connector; a listener bound to
+// port 0 still has one of its own (two on one port would share a service ID).
+TEST(IntegrationConnect, ConnectorsShareOnePortTheKernelPicksAndListenersHaveTheirOwn) {
+  if (!TransportIsRoce()) GTEST_SKIP() << "an iWARP connection is a TCP socket, with a port of its own";
+  RunWithPeer("shared_port_client", {{"port", "0"}}, [](Channel& peer) {
     Adapter adapter;
-    TwoEndpoints servers(adapter, 0x5A);
-    peer.SendValue("port", StartListening(adapter, servers.a.listener));
-    for (int i = 0; i < 2; ++i) {  // the client connects one after the other
-      Endpoint& e = servers.At(i);
-      e.connector = GetConnectionRequest(adapter, servers.a.listener.get());
-      IT_OK(Accept(e.connector.get(), e.qp.get(), 4, 4));
-      peer.Send("accepted");
-    }
-    for (int i = 0; i < 2; ++i) {
-      RemoteBuffer message = servers.Receive(i);
-      IT_CHECK_EQ(uint64_t(0xC0 + i), message.address);
-      IT_CHECK_EQ(uint64_t(i), message.length);
-    }
-    for (int i = 0; i < 2; ++i) servers.Send(i, {uint64_t(0x50 + i), 0, 0, 0});
-    for (int i = 0; i < 2; ++i) ServerTeardown(peer, servers.At(i));
+    Endpoint other(adapter, Ctx(0x5B));
+    const uint16_t other_port = StartListening(adapter, other.listener);
+    ServeTwoConnections(peer, [&](uint16_t port) { IT_CHECK(port != other_port); });
   });
 }
 

@@ -136,8 +136,9 @@ int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {
   if (length < need) return WV_INVALID_PARAMETER;
   sockaddr_storage local{};
   memcpy(&local, address, need);
-  // Port 0 with NDWV_ROCE_PORT: the process's shared port; otherwise a port of our own.
-  bool shared = PortOf(local) == 0 && Config().roce_port != 0;
+  // Port 0: the process's port for its connectors on this address (NDWV_ROCE_PORT, or the
+  // kernel's choice), as a NIC's port serves all its connections; a given port: one of our own.
+  bool shared = PortOf(local) == 0;
   if (shared) SetPort(local, Config().roce_port);
   int32_t status;
   port_ = Port::Open(local, shared, &status);
@@ -158,6 +159,17 @@ void Endpoint::SetProtocol(uint8_t protocol) {
 int32_t Endpoint::Listen(int backlog) {
   base::MutexLock lock(mutex_);
   if (state_ != State::Bound) return WV_INVALID_DEVICE_STATE;
+  if (!exclusive_port_ && Config().roce_port == 0) {
+    // Bound to port 0, the connectors' port: a listener takes one of its own, as a TCP listener
+    // does (two would otherwise share one service ID). Its address is asked only from here on.
+    sockaddr_storage local = local_;
+    SetPort(local, 0);
+    int32_t status;
+    std::shared_ptr<Port> own = Port::Open(local, false, &status);
+    if (!own) return status;
+    port_ = std::move(own);
+    local_ = port_->local();
+  }
   exclusive_port_ = false;  // the port takes requests from anyone
   backlog_ = backlog > 0 ? backlog : 128;
   service_id_ = IpServiceId(protocol_, PortOf(local_));
@@ -279,13 +291,14 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   if (length < (peer->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6))) return WV_INVALID_PARAMETER;
   sockaddr_storage to{};
   memcpy(&to, peer, peer->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
-  if (state_ == State::Idle) {  // not bound: the route's source address, a port of our own
+  if (state_ == State::Idle) {  // not bound: the route's source address, as Bind to port 0
     sockaddr_storage local;
     if (!RouteSource(to, &local)) return WV_HOST_UNREACHABLE;
+    SetPort(local, Config().roce_port);
     int32_t status;
-    port_ = Port::Open(local, false, &status);
+    port_ = Port::Open(local, true, &status);
     if (!port_) return status;
-    exclusive_port_ = true;
+    exclusive_port_ = false;
     local_ = port_->local();
   }
   if (local_.ss_family != to.ss_family) return WV_INVALID_ADDRESS;
@@ -293,11 +306,16 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   if (port_->wildcard()) local_ = port_->AddressFor(to);  // bound to every address: the one it leaves from
   // A port of our own serves this connection alone: connected to the listener's port, where the
   // CM exchange and the data all go, its socket knows the route (else a probe socket asks).
+  // On a shared port, a route found within the last second serves (RecentRoutes).
   uint8_t mtu_code;
   if (exclusive_port_ && port_->ConnectTo(to)) {
     mtu_code = PathMtuCode(to, port_.get());
+  } else if (std::optional<uint8_t> known = exclusive_port_ ? std::nullopt : port_->recent_routes().Find(to)) {
+    mtu_code = *known;
   } else if (int error = ProbeRoute(to, &mtu_code)) {  // no route: as a TCP connect would say at once
     return error == ENETUNREACH ? WV_NETWORK_UNREACHABLE : WV_HOST_UNREACHABLE;
+  } else if (!exclusive_port_) {
+    port_->recent_routes().Remember(to, mtu_code);
   }
   peer_ = to;
   peer_port_ = to;  // until the REP says where the passive side's port is

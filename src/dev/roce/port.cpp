@@ -116,8 +116,12 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
   // (~Port takes PortsMutex()).
   std::shared_ptr<Port> found;
   base::MutexLock lock(PortsMutex());
-  if (PortOf(local) != 0) {
-    auto it = Ports().find(Describe(local));
+  // Port 0 shared: the port the kernel picked for the address's first connector, listed under
+  // this name besides its own while it is open.
+  const bool pick_once = shared && PortOf(local) == 0;
+  const std::string key = pick_once ? "connectors on " + Describe(local) : Describe(local);
+  if (PortOf(local) != 0 || pick_once) {
+    auto it = Ports().find(key);
     if (it != Ports().end() && (found = it->second.lock())) {
       *status = shared ? WV_SUCCESS : WV_SHARING_VIOLATION;
       return shared ? found : nullptr;
@@ -139,6 +143,7 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
   (void)hooked;
   SetLiveCounterSource(Transport::Roce, &Port::AddLiveCounters);
   Ports()[port->name_] = port;
+  if (pick_once) Ports()[port->shared_name_ = key] = port;
   Engine::Get().Watch(fd, EPOLLIN, port);
   NDWV_LOG(Debug, "roce port %s opened", port->name_.c_str());
   return port;
@@ -211,8 +216,10 @@ Port::~Port() {
   }
   {
     base::MutexLock lock(PortsMutex());
-    auto it = Ports().find(name_);
-    if (it != Ports().end() && it->second.expired()) Ports().erase(it);
+    for (const std::string& listed : {std::cref(name_), std::cref(shared_name_)}) {
+      auto it = Ports().find(listed);
+      if (it != Ports().end() && it->second.expired()) Ports().erase(it);
+    }
     if (owner_) --owner_->flows_;
   }
   Engine::Get().Unwatch(fd_);

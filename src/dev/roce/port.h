@@ -77,8 +77,10 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
  public:
   // The port bound to `local` (an address of the host). Port 0: a new port, the kernel's choice.
   // WV status in *status.
-  // `shared`: the process-wide port of NDWV_ROCE_PORT, which many connectors use; otherwise a
-  // port already open in this process is in use (WV_SHARING_VIOLATION).
+  // `shared`: the process's port for its port-0 connectors on that address, which they all use
+  // (NDWV_ROCE_PORT's, or with port 0 one the kernel picks when the first opens it, kept while
+  // one holds it); otherwise a port already open in this process is in use
+  // (WV_SHARING_VIOLATION).
   static std::shared_ptr<Port> Open(const sockaddr_storage& local, bool shared, int32_t* status);
   // The flow of `owner` to `peer`, opened or shared; null if the host refuses one or the owner
   // has kMaxFlows: the connection then uses the owner's socket.
@@ -88,7 +90,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   static constexpr size_t kMaxFlows = 64;
   static std::shared_ptr<Port> OpenFlow(const std::shared_ptr<Port>& owner, const sockaddr_storage& peer);
   ~Port();
-  // An active connector opens a port per connection: from the pool (base/object_pool.h).
+  // Ports and flows come and go with connections: from the pool (base/object_pool.h).
   static void* operator new(size_t bytes) { return base::PoolAllocate(bytes); }
   static void operator delete(void* port, size_t bytes) { base::PoolFree(port, bytes); }
 
@@ -106,8 +108,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   bool ConnectTo(const sockaddr_storage& peer);
   // A connected socket's (ConnectTo, a flow's): the route's IP MTU; 0 if unknown.
   int RouteMtu() const;
-  // A listener's routes found lately (its owner's, for a flow): made on first use, so that an
-  // active connector's port, one per connection, holds none.
+  // A shared port's routes found lately (a listener's, or its connectors'; its owner's, for a
+  // flow): made on first use, so that a port of one connection holds none.
   RecentRoutes& recent_routes();
   // A port's include its flows'.
   const PortCounters& counters() const { return owner_ ? owner_->counters_ : counters_; }
@@ -236,6 +238,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   base::Mutex reached_mutex_{"roce::Port::reached_mutex_"};
   base::PooledHashMap<Ip, sockaddr_storage, IpHash> reached_ NDWV_GUARDED_BY(reached_mutex_);
   const std::string name_;                // in the process's list of ports
+  std::string shared_name_;               // also listed as: the port-0 connectors' (Open), set once under PortsMutex()
   const std::shared_ptr<Port> owner_;  // a flow's owning port (null for a port)
   std::atomic<bool> connected_{false};
   sockaddr_storage connected_peer_{};  // set before connected_

@@ -1,4 +1,4 @@
-// The IB path MTU codes a listener found lately, by peer host.
+// The IB path MTU codes a shared port found lately, by peer host.
 #pragma once
 #include <sys/socket.h>
 
@@ -12,11 +12,11 @@
 
 namespace ndwv::dev::roce {
 
-// A listener's connections from one host (most of them, in an MPI job) ask the kernel for the
-// route once a second, not once each (a probe socket is four system calls, a flow's read one).
-// A connection's MTU is fixed when it is set up, so a route's change is missed for at most that
-// second, as it is for good by the connections set up before it. A fixed table, one entry per
-// hash of the address: whatever peers come, it holds no more.
+// A shared port's connections with one host (a listener's, or its connectors'; most of them, in
+// an MPI job) ask the kernel for the route once a second, not once each (a probe socket is four
+// system calls, a flow's read one). A connection's MTU is fixed when it is set up, so a route's
+// change is missed for at most that second, as it is for good by the connections set up before
+// it. A fixed table, one entry per hash of the address: whatever peers come, it holds no more.
 class RecentRoutes {
  public:
   using Clock = std::chrono::steady_clock;
