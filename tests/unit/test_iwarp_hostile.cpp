@@ -232,6 +232,18 @@ std::vector<uint8_t> Encode(const w::MpaFrame& frame) {
   return out;
 }
 
+// One MPA frame of `kind` from the peer, whole: its bytes in `bytes`, decoded into `frame` (whose
+// private data points into them).
+void ReadMpaFrame(RawPeer& peer, w::MpaKind kind, std::vector<uint8_t>& bytes, w::MpaFrame& frame) {
+  bytes.assign(w::kMpaHeaderLen, 0);
+  ASSERT_NO_FATAL_FAILURE(peer.ReadExact(bytes.data(), bytes.size()));
+  size_t length = 0;
+  ASSERT_EQ(w::DecodeMpaHeader(bytes, kind, length), w::MpaError::Ok);
+  bytes.resize(length);
+  ASSERT_NO_FATAL_FAILURE(peer.ReadExact(bytes.data() + w::kMpaHeaderLen, length - w::kMpaHeaderLen));
+  ASSERT_EQ(w::DecodeMpaFrame(bytes, kind, frame), w::MpaError::Ok);
+}
+
 const uint8_t kRequestData[] = {'h', 'o', 's', 't', 'i', 'l', 'e'};
 
 // A request ndwv serves: rev 2, enhanced, P2P with the zero-length Write RTR, CRC asked for.
@@ -502,14 +514,9 @@ class IwarpHostile : public ::testing::Test {
     params.ird = kIrd;
     params.ord = 4;
     ASSERT_EQ(c.ep->Accept(c.qp, params, &c.accept), WV_PENDING);
-    std::vector<uint8_t> frame(w::kMpaHeaderLen);
-    ASSERT_NO_FATAL_FAILURE(c.peer.ReadExact(frame.data(), frame.size()));
-    size_t frame_len = 0;
-    ASSERT_EQ(w::DecodeMpaHeader(frame, w::MpaKind::Reply, frame_len), w::MpaError::Ok);
-    frame.resize(frame_len);
-    ASSERT_NO_FATAL_FAILURE(c.peer.ReadExact(frame.data() + w::kMpaHeaderLen, frame_len - w::kMpaHeaderLen));
+    std::vector<uint8_t> bytes;
     w::MpaFrame reply;
-    ASSERT_EQ(w::DecodeMpaFrame(frame, w::MpaKind::Reply, reply), w::MpaError::Ok);
+    ASSERT_NO_FATAL_FAILURE(ReadMpaFrame(c.peer, w::MpaKind::Reply, bytes, reply));
     ASSERT_FALSE(reply.reject);
     ASSERT_TRUE(reply.enhanced && reply.p2p && reply.rtr_write) << "not the P2P / Write-RTR reply";
     EXPECT_TRUE(reply.crc) << "we asked for CRCs: either side asking means CRCs are used";
@@ -872,12 +879,9 @@ TEST_F(IwarpHostile, APassivePeerThatLeavesAfterItsReplyIsSeenGoneAfterCompleteC
   ASSERT_EQ(c.ep->Connect(c.qp, reinterpret_cast<sockaddr*>(&address), sizeof address, params, &connect), WV_PENDING);
   ASSERT_NO_FATAL_FAILURE(c.peer.Accept(server));
   close(server);
-  std::vector<uint8_t> frame(w::kMpaHeaderLen);
-  ASSERT_NO_FATAL_FAILURE(c.peer.ReadExact(frame.data(), frame.size()));
-  size_t frame_len = 0;
-  ASSERT_EQ(w::DecodeMpaHeader(frame, w::MpaKind::Request, frame_len), w::MpaError::Ok);
-  frame.resize(frame_len);
-  ASSERT_NO_FATAL_FAILURE(c.peer.ReadExact(frame.data() + w::kMpaHeaderLen, frame_len - w::kMpaHeaderLen));
+  std::vector<uint8_t> bytes;
+  w::MpaFrame request;
+  ASSERT_NO_FATAL_FAILURE(ReadMpaFrame(c.peer, w::MpaKind::Request, bytes, request));
   w::MpaFrame reply = GoodRequest();
   reply.reply = true;
   reply.private_data = {};
