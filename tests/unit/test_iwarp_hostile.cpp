@@ -893,8 +893,9 @@ TEST_F(IwarpHostile, APassivePeerThatLeavesAfterItsReplyIsSeenGoneAfterCompleteC
   EXPECT_EQ(complete.Wait(), std::optional<int32_t>(WV_SUCCESS));
   int32_t armed = c.ep->NotifyDisconnect(&c.notify);
   ASSERT_TRUE(armed == WV_PENDING || armed == WV_SUCCESS) << armed;
-  if (armed == WV_PENDING)
+  if (armed == WV_PENDING) {
     EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS)) << "the peer's close was not reported";
+  }
 }
 
 // ==== 2. CRC errors ===========================================================================
