@@ -2,6 +2,8 @@
 // with the same AdapterId are one adapter; field lines as ndadapterinfo prints them) and the
 // NDWV_ settings with their defaults and meanings.
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -59,6 +61,31 @@ void PrintDescriptorLimit() {
               "answer every NDWV_IWARP_TIMEOUT_MS / 2; RoCE, one zero-length Write and its\n"
               "ACK every NDWV_ROCE_KEEPALIVE_MS, or 2 ms per connection of the process if\n"
               "longer.\n\n");
+}
+
+// RoCE's UDP sockets ask for 4 MiB of receive buffer each (kSocketBuffer, src/dev/roce/port.cpp):
+// forced as root, else at most net.core.rmem_max, which Debian sets to 208 KiB. A port that many
+// connections share drops what a burst beyond its buffer brings, and the senders resend it only
+// after their ACK timeout: 10,000 one-message echoes to one listener took 2-3.5 s instead of 0.15.
+void PrintSocketBuffers() {
+  constexpr int kAsked = 4 << 20;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kAsked, sizeof kAsked) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kAsked, sizeof kAsked);
+  int granted = 0;
+  socklen_t length = sizeof granted;
+  getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &granted, &length);
+  close(fd);
+  granted /= 2;  // the kernel reports twice what it grants the data (socket(7))
+  std::printf("RoCE socket receive buffers: %d KiB of the %d asked for (as root: forced; else at\n"
+              "most net.core.rmem_max).\n", granted / 1024, kAsked / 1024);
+  if (granted < kAsked)
+    std::printf("A port that many connections share (a listener's; the one of a process's\n"
+                "port-0 connectors) drops what a burst beyond this brings, resent after the\n"
+                "senders' ACK timeout: for bursts on thousands of connections, raise it\n"
+                "(sysctl -w net.core.rmem_max=%d).\n", kAsked);
+  std::printf("\n");
 }
 
 void PrintSettings() {
@@ -200,7 +227,10 @@ int main(int argc, char* argv[]) {
   }
   StartWatchdog("ndinfo");
   int rc = envOnly ? 0 : ListAdapters(only);
-  if (!envOnly) PrintDescriptorLimit();
+  if (!envOnly) {
+    PrintDescriptorLimit();
+    PrintSocketBuffers();
+  }
   PrintSettings();
   return rc;
 }
