@@ -1,5 +1,5 @@
-// roce::Port's flows: how many one port opens, and what happens past that. A listener's recent
-// routes: what they answer, and for how long.
+// roce::Port's flows: how many one port opens, and what happens past that. The port port-0
+// connectors share. A shared port's recent routes: what they answer, and for how long.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dev/address.h"
+#include "dev/counters.h"
 #include "dev/roce/port.h"
 
 namespace ndwv::dev {
@@ -55,6 +56,28 @@ TEST(RocePort, APortOpensAtMostItsBoundOfFlowsAndTheRestUseItsOwnSocket) {
   std::shared_ptr<roce::Port> next = roce::Port::OpenFlow(port, peer(roce::Port::kMaxFlows));
   EXPECT_TRUE(next);
   EXPECT_FALSE(roce::Port::OpenFlow(port, peer(roce::Port::kMaxFlows + 1)));
+}
+
+// The port that port-0 connectors share is found again by the next connector, its number is in
+// use for an explicit Bind, and the adapter's totals count its datagrams once.
+TEST(RocePort, PortZeroConnectorsShareOnePortCountedOnce) {
+  auto datagrams_sent = [] {
+    return CollectCounters({Transport::Roce}, 0).front().values[size_t(Counter::PortDatagramsSent)];
+  };
+  int32_t status = 0;
+  std::shared_ptr<roce::Port> first = roce::Port::Open(Loopback(0), true, &status);
+  ASSERT_TRUE(first) << status;
+  EXPECT_EQ(roce::Port::Open(Loopback(0), true, &status), first);
+  EXPECT_FALSE(roce::Port::Open(first->local(), false, &status));
+  EXPECT_EQ(status, WV_SHARING_VIOLATION);
+  const uint64_t before = datagrams_sent();
+  uint8_t bytes[16] = {};  // its last 4 take the ICRC
+  roce::Port::OutDatagram datagram{};
+  datagram.pieces[0] = {bytes, sizeof bytes};
+  datagram.count = 1;
+  datagram.size = sizeof bytes;
+  ASSERT_EQ(first->SendBatch(Loopback(9), first->local(), &datagram, 1), 1);  // to the discard port
+  EXPECT_EQ(datagrams_sent() - before, 1u);
 }
 
 // A route is the host's, whatever the peer's port; another host's is never answered for it.

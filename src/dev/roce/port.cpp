@@ -44,6 +44,12 @@ std::map<std::string, std::weak_ptr<Port>>& Ports() {
   static auto* ports = new std::map<std::string, std::weak_ptr<Port>>;
   return *ports;
 }
+// The port the port-0 connectors of an address share (the kernel's choice), by that address;
+// each is also in Ports(), by its own name.
+std::map<std::string, std::weak_ptr<Port>>& ConnectorPorts() {
+  static auto* ports = new std::map<std::string, std::weak_ptr<Port>>;
+  return *ports;
+}
 
 constexpr int kSocketBuffer = 4 << 20;  // room for a window of full-size packets per connection
 
@@ -116,13 +122,12 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
   // (~Port takes PortsMutex()).
   std::shared_ptr<Port> found;
   base::MutexLock lock(PortsMutex());
-  // Port 0 shared: the port the kernel picked for the address's first connector, listed under
-  // this name besides its own while it is open.
+  // Port 0 shared: the port the kernel picked for the address's first connector.
   const bool pick_once = shared && PortOf(local) == 0;
-  const std::string key = pick_once ? "connectors on " + Describe(local) : Describe(local);
+  auto& listed = pick_once ? ConnectorPorts() : Ports();
   if (PortOf(local) != 0 || pick_once) {
-    auto it = Ports().find(key);
-    if (it != Ports().end() && (found = it->second.lock())) {
+    auto it = listed.find(Describe(local));
+    if (it != listed.end() && (found = it->second.lock())) {
       *status = shared ? WV_SUCCESS : WV_SHARING_VIOLATION;
       return shared ? found : nullptr;
     }
@@ -143,7 +148,7 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
   (void)hooked;
   SetLiveCounterSource(Transport::Roce, &Port::AddLiveCounters);
   Ports()[port->name_] = port;
-  if (pick_once) Ports()[port->shared_name_ = key] = port;
+  if (pick_once) ConnectorPorts()[port->connectors_key_ = Describe(local)] = port;
   Engine::Get().Watch(fd, EPOLLIN, port);
   NDWV_LOG(Debug, "roce port %s opened", port->name_.c_str());
   return port;
@@ -216,10 +221,12 @@ Port::~Port() {
   }
   {
     base::MutexLock lock(PortsMutex());
-    for (const std::string& listed : {std::cref(name_), std::cref(shared_name_)}) {
-      auto it = Ports().find(listed);
-      if (it != Ports().end() && it->second.expired()) Ports().erase(it);
-    }
+    auto forget = [](std::map<std::string, std::weak_ptr<Port>>& listed, const std::string& key) {
+      auto it = listed.find(key);
+      if (it != listed.end() && it->second.expired()) listed.erase(it);
+    };
+    forget(Ports(), name_);
+    if (!connectors_key_.empty()) forget(ConnectorPorts(), connectors_key_);
     if (owner_) --owner_->flows_;
   }
   Engine::Get().Unwatch(fd_);

@@ -238,7 +238,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   base::Mutex reached_mutex_{"roce::Port::reached_mutex_"};
   base::PooledHashMap<Ip, sockaddr_storage, IpHash> reached_ NDWV_GUARDED_BY(reached_mutex_);
   const std::string name_;                // in the process's list of ports
-  std::string shared_name_;               // also listed as: the port-0 connectors' (Open), set once under PortsMutex()
+  std::string connectors_key_;  // the port-0 connectors' of this address (Open); set once, under PortsMutex()
   const std::shared_ptr<Port> owner_;  // a flow's owning port (null for a port)
   std::atomic<bool> connected_{false};
   sockaddr_storage connected_peer_{};  // set before connected_
