@@ -71,19 +71,21 @@ int ProbeRoute(const sockaddr_storage& peer, uint8_t* mtu_code) {
   return error;
 }
 
-// The largest IB MTU code for the route to `peer` (1024 bytes' worth when unknown): found in
-// `recent` (a listener's), or asked of `connected`, a port's socket connected to `peer`, when
-// there is one (else of a probe socket).
-uint8_t PathMtuCode(const sockaddr_storage& peer, const Port* connected, RecentRoutes* recent = nullptr) {
+// The largest IB MTU code for the route to `peer` in *code: found in `recent` (a shared port's),
+// or asked of `connected`, a port's socket connected to `peer`, when there is one (else of a
+// probe socket). 0, or the probe's errno for a host with no route there (ENETUNREACH...).
+int FindPathMtu(const sockaddr_storage& peer, const Port* connected, RecentRoutes* recent, uint8_t* code) {
   if (recent)
-    if (std::optional<uint8_t> code = recent->Find(peer)) return *code;
-  uint8_t code;
+    if (std::optional<uint8_t> known = recent->Find(peer)) {
+      *code = *known;
+      return 0;
+    }
   if (int ip_mtu = connected ? connected->RouteMtu() : 0)
-    code = MtuCodeFor(peer.ss_family, ip_mtu);
-  else if (ProbeRoute(peer, &code) != 0)
-    return 3;
-  if (recent) recent->Remember(peer, code);
-  return code;
+    *code = MtuCodeFor(peer.ss_family, ip_mtu);
+  else if (int error = ProbeRoute(peer, code))
+    return error;
+  if (recent) recent->Remember(peer, *code);
+  return 0;
 }
 
 ConnectParams PeerParams(uint8_t ird, uint8_t ord, const uint8_t* data) {
@@ -305,18 +307,13 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
   if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
   if (port_->wildcard()) local_ = port_->AddressFor(to);  // bound to every address: the one it leaves from
   // A port of our own serves this connection alone: connected to the listener's port, where the
-  // CM exchange and the data all go, its socket knows the route (else a probe socket asks).
-  // On a shared port, a route found within the last second serves (RecentRoutes).
+  // CM exchange and the data all go, its socket knows the route (else a probe socket asks). On a
+  // shared port, a route found within the last second serves (RecentRoutes).
+  const bool connected = exclusive_port_ && port_->ConnectTo(to);
   uint8_t mtu_code;
-  if (exclusive_port_ && port_->ConnectTo(to)) {
-    mtu_code = PathMtuCode(to, port_.get());
-  } else if (std::optional<uint8_t> known = exclusive_port_ ? std::nullopt : port_->recent_routes().Find(to)) {
-    mtu_code = *known;
-  } else if (int error = ProbeRoute(to, &mtu_code)) {  // no route: as a TCP connect would say at once
-    return error == ENETUNREACH ? WV_NETWORK_UNREACHABLE : WV_HOST_UNREACHABLE;
-  } else if (!exclusive_port_) {
-    port_->recent_routes().Remember(to, mtu_code);
-  }
+  if (int error = FindPathMtu(to, connected ? port_.get() : nullptr,
+                              exclusive_port_ ? nullptr : &port_->recent_routes(), &mtu_code))
+    return error == ENETUNREACH ? WV_NETWORK_UNREACHABLE : WV_HOST_UNREACHABLE;  // as a TCP connect at once
   peer_ = to;
   peer_port_ = to;  // until the REP says where the passive side's port is
   local_params_ = params;
@@ -388,7 +385,9 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   // peer's first packets follow it. Its socket is connected there: it knows the route.
   std::shared_ptr<Port> flow = Port::OpenFlow(port_, peer_port_);
   // The path MTU: the REQ's (a valid code: the CM refuses others), at most what the route takes.
-  mtu_ = MtuBytes(std::min<uint8_t>(req_.path_mtu, PathMtuCode(peer_port_, flow.get(), &port_->recent_routes())));
+  uint8_t route_mtu;
+  if (FindPathMtu(peer_port_, flow.get(), &port_->recent_routes(), &route_mtu) != 0) route_mtu = 3;  // 1024: unknown
+  mtu_ = MtuBytes(std::min<uint8_t>(req_.path_mtu, route_mtu));
   local_params_ = params;
   if (qp->state() == QpState::Reset) qp->Modify(QpState::Init);
   qp->Modify(QpState::Rtr);
