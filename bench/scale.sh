@@ -3,8 +3,9 @@
 #
 #   bench/scale.sh [options] N [K[,K...]]     N connections, K connects in flight (default 64)
 #
-# For each K: tcp_scale (the reference), then nd_scale on iWARP, then on RoCE, each a client that
-# starts its own server, each pair in a network namespace of its own when `unshare -rn` works (so
+# For each K: tcp_scale (the reference), tcp_scale --mpa (TCP with MPA's three setup messages on
+# every connection: the floor under an iWARP setup, idle 0), then nd_scale on iWARP, then on RoCE,
+# each a client that starts its own server, each pair in a network namespace of its own when `unshare -rn` works (so
 # that the kernel's packet counters count that pair only), each process under timeout(1). Then a
 # table per phase (setup, idle, echo-all, teardown), every ndwv figure next to its TCP reference
 # with the ratio ndwv / TCP. Builds nothing: `cmake --build BUILD --target tcp_scale nd_scale`.
@@ -136,8 +137,8 @@ row() {
   echo "$line"
 }
 
-# The runs: the reference first, then each ndwv transport.
-names=(tcp) labels=(TCP)
+# The runs: the reference first, the setup floor of an MPA handshake, then each ndwv transport.
+names=(tcp tcpmpa) labels=(TCP TCP+MPA)
 IFS=, read -r -a tlist <<<"$transports"
 for t in "${tlist[@]}"; do
   case "$t" in
@@ -155,9 +156,13 @@ for k in $(echo "$ks" | tr ',' ' '); do
   for i in "${!names[@]}"; do
     name=${names[$i]}
     out="$logdir/k$k-$name.txt"
-    if [ "$name" = tcp ]; then cmd=("$tcp" "${opts[@]}"); else cmd=(env "NDWV_TRANSPORTS=$name" "$nd" "${opts[@]}" --cqs "$cqs"); fi
+    case $name in
+      tcp) cmd=("$tcp" "${opts[@]}") ;;
+      tcpmpa) cmd=("$tcp" "${opts[@]}" --idle 0 --mpa) ;;  # its idle, echo and teardown are TCP's
+      *) cmd=(env "NDWV_TRANSPORTS=$name" "$nd" "${opts[@]}" --cqs "$cqs") ;;
+    esac
     echo "# ${cmd[*]}" >"$out.cmd"
-    printf '  %-6s ' "${labels[$i]}"
+    printf "  %-8s " "${labels[$i]}"
     t0=$SECONDS
     timeout -k 5 "$limit" "${wrap[@]}" "${cmd[@]}" >"$out" 2>&1
     rc=$?
@@ -174,7 +179,7 @@ for k in $(echo "$ks" | tr ',' ' '); do
   done
 
   echo
-  header=$(printf '  %-34s%14s' "(ratio = ndwv / TCP)" "${labels[0]}")
+  header=$(printf '  %-34s%14s' "(ratio = to TCP)" "${labels[0]}")
   for i in "${!labels[@]}"; do [ "$i" -gt 0 ] && header+=$(printf '%14s %6s' "${labels[$i]}" ratio); done
   echo "$header"
   echo "setup, K = $k"

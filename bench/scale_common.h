@@ -80,6 +80,7 @@ struct Options {
   unsigned cqs = 1;           // nd_scale: completion queues the QPs share
   unsigned boundSeconds = 60; // bound of the setup, echo and teardown phases, each
   unsigned port = 0;          // 0: the server takes a free port and says which
+  bool mpa = false;           // tcp_scale: MPA's setup messages on every connection
   int serveFd = -1;           // --serve FD: this process is the server; FD is its control socket
 };
 
@@ -103,16 +104,18 @@ inline unsigned ParseNumber(const char* option, const char* text, unsigned min, 
   return unsigned(v);
 }
 
-// `extraUsage` lists the program's own options (nd_scale: --cqs); `takesCqs` accepts --cqs.
+// `extraUsage` lists the program's own options (nd_scale: --cqs; tcp_scale: --mpa); `isNd`:
+// nd_scale, which takes --cqs, not --mpa.
 inline Options ParseOptions(int argc, char** argv, const char* synopsis, const char* extraUsage,
-                            bool takesCqs) {
-  enum { kSize = 256, kIdle, kCqs, kBound, kPort, kServe };
+                            bool isNd) {
+  enum { kSize = 256, kIdle, kCqs, kBound, kPort, kServe, kMpa };
   static const option longOptions[] = {
       {"connections", required_argument, nullptr, 'n'}, {"outstanding", required_argument, nullptr, 'k'},
       {"size", required_argument, nullptr, kSize},      {"idle", required_argument, nullptr, kIdle},
       {"cqs", required_argument, nullptr, kCqs},        {"bound", required_argument, nullptr, kBound},
       {"port", required_argument, nullptr, kPort},      {"serve", required_argument, nullptr, kServe},
-      {"help", no_argument, nullptr, 'h'},              {nullptr, 0, nullptr, 0}};
+      {"mpa", no_argument, nullptr, kMpa},              {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0}};
   Options o;
   int c;
   while ((c = getopt_long(argc, argv, "n:k:h", longOptions, nullptr)) != -1) {
@@ -122,12 +125,16 @@ inline Options ParseOptions(int argc, char** argv, const char* synopsis, const c
       case kSize: o.size = ParseNumber("--size", optarg, 16, 65536); break;
       case kIdle: o.idleSeconds = ParseNumber("--idle", optarg, 0, 86400); break;
       case kCqs:
-        if (!takesCqs) Die("--cqs: only nd_scale has completion queues");
+        if (!isNd) Die("--cqs: only nd_scale has completion queues");
         o.cqs = ParseNumber("--cqs", optarg, 1, 100000);
         break;
       case kBound: o.boundSeconds = ParseNumber("--bound", optarg, 1, 86400); break;
       case kPort: o.port = ParseNumber("--port", optarg, 0, 65535); break;
       case kServe: o.serveFd = int(ParseNumber("--serve", optarg, 0, 1 << 20)); break;
+      case kMpa:
+        if (isNd) Die("--mpa: only tcp_scale's reference takes it (nd_scale's iWARP does MPA itself)");
+        o.mpa = true;
+        break;
       case 'h':
         std::printf("usage: %s\n%s%s", synopsis, kOptionsUsage, extraUsage);
         std::exit(kExitOk);
@@ -966,10 +973,10 @@ inline int RunClient(ClientSide& side, const Options& o, ServerProcess& server, 
 // (--serve: `serve(options)` returns its exit status) or the client, which starts the server,
 // builds its side with `makeClient(options, serverPort)` and runs the phases.
 template <class Serve, class MakeClient>
-int Main(int argc, char** argv, const char* program, const char* extraUsage, bool takesCqs, Serve&& serve,
+int Main(int argc, char** argv, const char* program, const char* extraUsage, bool isNd, Serve&& serve,
          MakeClient&& makeClient) {
   const std::string synopsis = std::string(program) + " [options]";
-  Options o = ParseOptions(argc, argv, synopsis.c_str(), extraUsage, takesCqs);
+  Options o = ParseOptions(argc, argv, synopsis.c_str(), extraUsage, isNd);
   const bool serving = o.serveFd >= 0;
   static std::string name;
   name = std::string(program) + (serving ? " server" : "");

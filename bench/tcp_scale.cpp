@@ -7,6 +7,12 @@
 // each the analogue of an ND Disconnect: shutdown(SHUT_WR), and done when the server's close
 // (its FIN) has come back.
 //
+// With --mpa a connection also carries MPA's three setup messages before it counts as set up (a
+// 24-byte request from the client, sent as soon as connect() returns; the server's 24-byte reply;
+// the client's 20-byte ready-to-receive): the floor under an iWARP setup made of plain sockets by
+// a process whose one thread is also the application, so that nd_scale's iWARP setup rate can be
+// read against what its protocol costs, not only against bare TCP.
+//
 // The ledger counts, as nd_scale's does: connect (established or the error), connection (from
 // established until the peer's close: expected in teardown only, as NotifyDisconnect), echo (an
 // answer, right, per message sent), close (the peer's FIN after ours).
@@ -25,14 +31,24 @@ using scale::Figures;
 using scale::Loopback;
 using scale::NowUs;
 
-const char kUsage[] = "The client starts the server itself (the same program with --serve); see bench/README.md.\n";
+const char kUsage[] =
+    "  --mpa                every connection also exchanges MPA's three setup messages before it\n"
+    "                       counts as set up: the floor under an iWARP setup\n"
+    "The client starts the server itself (the same program with --serve); see bench/README.md.\n";
 
 std::string ErrnoName(int err) {
   const char* name = strerrorname_np(err);
   return name ? name : "errno " + std::to_string(err);
 }
 
-enum class State { Idle, Connecting, Up, Closing, Closed, Failed };
+// Handshaking: the client waits for the MPA reply; Request and Rtr: the server for the request and
+// for the ready-to-receive (--mpa).
+enum class State { Idle, Connecting, Handshaking, Request, Rtr, Up, Closing, Closed, Failed };
+
+// The sizes of MPA's setup messages as ndwv's iWARP sends them (a frame's 20 bytes, plus its
+// IRD/ORD private data in the request and reply).
+constexpr unsigned kMpaRequestBytes = 24, kMpaReplyBytes = 24, kMpaRtrBytes = 20;
+const char kMpaMessage[kMpaRequestBytes] = {};
 
 struct Conn {
   int fd = -1;
@@ -76,14 +92,16 @@ class TcpSide {
     c.state = state;
   }
 
-  // Reads what is there of the connection's message. Returns 1 when the message is whole, 0 when
-  // more is to come, -1 when the peer closed (errno 0) or the connection failed (errno set).
-  int ReadMessage(Conn& c) {
+  // Reads what is there of the connection's message of `size` bytes (the echo's by default).
+  // Returns 1 when the message is whole, 0 when more is to come, -1 when the peer closed (errno 0)
+  // or the connection failed (errno set).
+  int ReadMessage(Conn& c, unsigned size = 0) {
+    if (size == 0) size = o_.size;
     for (;;) {
-      ssize_t n = ::recv(c.fd, c.recvSlot + c.got, o_.size - c.got, 0);
+      ssize_t n = ::recv(c.fd, c.recvSlot + c.got, size - c.got, 0);
       if (n > 0) {
         c.got += unsigned(n);
-        if (c.got == o_.size) {
+        if (c.got == size) {
           c.got = 0;
           return 1;
         }
@@ -96,6 +114,12 @@ class TcpSide {
       if (errno == EINTR) continue;
       return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
     }
+  }
+
+  // Writes a setup message whole (an empty socket buffer takes it) or says why not.
+  std::string WriteSetup(Conn& c, unsigned size) {
+    ssize_t n = ::send(c.fd, kMpaMessage, size, MSG_NOSIGNAL);
+    return n == ssize_t(size) ? "" : n < 0 ? ErrnoName(errno) : "short write";
   }
 
   // Writes one message; a socket with an empty buffer takes 64 bytes whole, so a short write is
@@ -126,7 +150,7 @@ class Client : public scale::ClientSide, public TcpSide {
     ledger_ = &ledger;
   }
 
-  std::string Transport() override { return "TCP"; }
+  std::string Transport() override { return o_.mpa ? "TCP+MPA" : "TCP"; }
 
   unsigned Setup(std::uint64_t untilUs, std::vector<std::uint64_t>* times) override {
     phase_ = "setup";
@@ -135,10 +159,7 @@ class Client : public scale::ClientSide, public TcpSide {
         o_, untilUs, [this](unsigned i) { StartConnect(i); }, [this](std::uint64_t until) { Pump(until); },
         [this] {
           for (auto& c : conns_)
-            if (c.state == State::Connecting) {
-              connecting_--;
-              ConnectFailed(c, "abandoned", true);
-            }
+            if (c.state == State::Connecting || c.state == State::Handshaking) ConnectFailed(c, "abandoned", true);
         });
   }
 
@@ -207,8 +228,15 @@ class Client : public scale::ClientSide, public TcpSide {
         errno != EINPROGRESS)
       err = errno;
     if (err) return ConnectFailed(c, ErrnoName(err), false);
-    c.state = State::Connecting;
     connecting_++;
+    // On this host TCP's handshake is over when connect() returns: the request goes now, as
+    // ndwv's does; a socket still connecting refuses it, and it goes once the socket is writable.
+    if (o_.mpa && WriteSetup(c, kMpaRequestBytes).empty()) {
+      c.state = State::Handshaking;
+      Watch(EPOLL_CTL_ADD, c.fd, EPOLLIN | EPOLLRDHUP, i);
+      return;
+    }
+    c.state = State::Connecting;
     Watch(EPOLL_CTL_ADD, c.fd, EPOLLOUT, i);  // writable: the handshake is over, either way
   }
 
@@ -224,15 +252,22 @@ class Client : public scale::ClientSide, public TcpSide {
       int err = 0;
       socklen_t len = sizeof err;
       getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      connecting_--;
+      if (!err && o_.mpa) {
+        std::string why = WriteSetup(c, kMpaRequestBytes);
+        if (!why.empty()) return ConnectFailed(c, why, false);
+        c.state = State::Handshaking;
+        Watch(EPOLL_CTL_MOD, c.fd, EPOLLIN | EPOLLRDHUP, i);
+        return;
+      }
       if (err) return ConnectFailed(c, ErrnoName(err), false);
-      ledger.Completed("connect", "established", phase_, phase_ == "setup");
-      ledger.Posted("connection");
-      c.state = State::Up;
-      established_++;
-      times_->push_back(NowUs());
-      Watch(EPOLL_CTL_MOD, c.fd, EPOLLIN | EPOLLRDHUP, i);
-      return;
+      return Established(c, i, true);
+    }
+    if (c.state == State::Handshaking) {
+      int r = ReadMessage(c, kMpaReplyBytes);
+      if (r == 0) return;
+      std::string why = r < 0 ? (errno ? ErrnoName(errno) : "closed by the peer") : WriteSetup(c, kMpaRtrBytes);
+      if (!why.empty()) return ConnectFailed(c, why, false);
+      return Established(c, i, false);
     }
     if (c.state != State::Up && c.state != State::Closing) return;
     for (;;) {
@@ -259,7 +294,19 @@ class Client : public scale::ClientSide, public TcpSide {
     }
   }
 
+  // `watchWritable`: the socket is still watched for EPOLLOUT (no MPA exchange since connect).
+  void Established(Conn& c, unsigned i, bool watchWritable) {
+    connecting_--;
+    ledger.Completed("connect", "established", phase_, phase_ == "setup");
+    ledger.Posted("connection");
+    c.state = State::Up;
+    established_++;
+    times_->push_back(NowUs());
+    if (watchWritable) Watch(EPOLL_CTL_MOD, c.fd, EPOLLIN | EPOLLRDHUP, i);
+  }
+
   void ConnectFailed(Conn& c, const std::string& why, bool expected) {
+    if (c.state == State::Connecting || c.state == State::Handshaking) connecting_--;
     ledger.Completed("connect", why, phase_, expected);
     CloseConn(c, State::Failed);
     failed_++;
@@ -368,15 +415,28 @@ class Server : public TcpSide {
       ledger_->Posted("connection");
       unsigned i = counts_.accepted++;
       conns_[i].fd = fd;
-      conns_[i].state = State::Up;
+      conns_[i].state = o_.mpa ? State::Request : State::Up;
       Watch(EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, i);
     }
   }
 
   void OnData(unsigned i) {
     Conn& c = conns_[i];
-    if (c.state != State::Up) return;
     const std::string& phase = control_.phase();
+    while (c.state == State::Request || c.state == State::Rtr) {  // --mpa
+      const bool request = c.state == State::Request;
+      int r = ReadMessage(c, request ? kMpaRequestBytes : kMpaRtrBytes);
+      if (r == 0) return;
+      if (r < 0) return Ended(c, errno ? ErrnoName(errno) : "closed by the peer", false);
+      if (!request) {
+        c.state = State::Up;
+      } else if (std::string why = WriteSetup(c, kMpaReplyBytes); !why.empty()) {
+        return Ended(c, why, false);
+      } else {
+        c.state = State::Rtr;
+      }
+    }
+    if (c.state != State::Up) return;
     for (;;) {
       int r = ReadMessage(c);
       if (r == 0) return;
@@ -384,20 +444,23 @@ class Server : public TcpSide {
         // The client's close: expected in teardown only; the server closes at once (its FIN is
         // what the client's teardown waits for).
         bool closed = errno == 0;
-        ledger_->Completed("connection", closed ? "closed by the peer" : ErrnoName(errno), phase,
-                           closed && phase == "teardown");
-        if (phase != "teardown") {
-          c.lost = true;
-          counts_.lost++;
-        }
-        CloseConn(c, State::Closed);
-        counts_.closed++;
-        return;
+        return Ended(c, closed ? "closed by the peer" : ErrnoName(errno), closed && phase == "teardown");
       }
       ledger_->Posted("receive");
       ledger_->Completed("receive", "received", phase, phase == "echo");
       if (WriteMessage(c, c.recvSlot, phase.c_str())) counts_.echoed++;
     }
+  }
+
+  void Ended(Conn& c, const std::string& why, bool expected) {
+    const std::string& phase = control_.phase();
+    ledger_->Completed("connection", why, phase, expected);
+    if (phase != "teardown") {
+      c.lost = true;
+      counts_.lost++;
+    }
+    CloseConn(c, State::Closed);
+    counts_.closed++;
   }
 
   scale::ServerCounts counts_;
