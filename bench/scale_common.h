@@ -164,6 +164,17 @@ inline void FillMessage(char* slot, unsigned index, unsigned size) {
   for (unsigned i = sizeof words; i < size; ++i) slot[i] = char(index * 31 + i);
 }
 
+// What a process of this run needs: TCP and iWARP a socket per connection; RoCE (the first
+// transport NDWV_TRANSPORTS names) none per connection: the ports its connectors take in turn
+// (NDWV_ROCE_CONNECTOR_PORTS, 64), a listener's, and up to 64 flows (a socket per peer port) for
+// each of the two; all plus the library's few and the program's own.
+inline unsigned DescriptorsNeeded(const Options& o, bool isNd) {
+  const char* transports = std::getenv("NDWV_TRANSPORTS");
+  if (!isNd || !transports || std::strncmp(transports, "roce", 4) != 0) return o.connections + 64;
+  const char* ports = std::getenv("NDWV_ROCE_CONNECTOR_PORTS");
+  return (ports ? unsigned(std::strtoul(ports, nullptr, 10)) : 64) + 2 * 64 + 64;
+}
+
 // Raises the descriptor limit to the hard limit and says whether `need` descriptors fit; a run
 // that cannot fit ends here, before it starts, instead of failing somewhere in its setup.
 inline void EnsureDescriptors(const char* program, unsigned need, bool quiet) {
@@ -981,9 +992,7 @@ int Main(int argc, char** argv, const char* program, const char* extraUsage, boo
   static std::string name;
   name = std::string(program) + (serving ? " server" : "");
   g_program = name.c_str();
-  // A socket per connection in each process (TCP, iWARP; RoCE: per bound connector and per
-  // connection on the listener's port), plus the library's few and the program's own.
-  EnsureDescriptors(g_program, o.connections + 64, serving);
+  EnsureDescriptors(g_program, DescriptorsNeeded(o, isNd), serving);
   if (serving) return serve(o);
   ServerProcess server;
   server.Start(argc, argv);

@@ -44,9 +44,10 @@ void PrintDescriptorLimit() {
   };
   std::printf("Descriptors (RLIMIT_NOFILE): %s, hard limit %s. iWARP holds one socket per\n"
               "connection and per listener, and one more per explicit port bound (its claim);\n"
-              "RoCE one per port: a listener's, a connector's bound to a given port, and one\n"
-              "that all port-0 connectors on an address share; and per port, one per peer\n"
-              "port for its first 64 (flows). When none is left, Bind returns\n"
+              "RoCE one per port: a listener's, a connector's bound to a given port, and the\n"
+              "NDWV_ROCE_CONNECTOR_PORTS (64 by default) port-0 connectors on an address take\n"
+              "in turn; and one per peer port for the first 64 of a listener's, and of those\n"
+              "connectors' ports together (flows). When none is left, Bind returns\n"
               "ND_INSUFFICIENT_RESOURCES and an iWARP listener refuses incoming connections\n"
               "(counter accepts_refused).\n\n",
               text(limit.rlim_cur).c_str(), text(limit.rlim_max).c_str());
@@ -66,7 +67,8 @@ void PrintDescriptorLimit() {
 // RoCE's UDP sockets ask for 4 MiB of receive buffer each (kSocketBuffer, src/dev/roce/port.cpp):
 // forced as root, else at most net.core.rmem_max, which Debian sets to 208 KiB. A port that many
 // connections share drops what a burst beyond its buffer brings, and the senders resend it only
-// after their ACK timeout: 10,000 one-message echoes to one listener took 2-3.5 s instead of 0.15.
+// after their ACK timeout: 10,000 one-message echoes to one listener took 2-3.5 s instead of 0.15
+// while the connectors shared one port (with 64, taken in turn, 0.16-0.29 s).
 void PrintSocketBuffers() {
   constexpr int kAsked = 4 << 20;
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -81,10 +83,10 @@ void PrintSocketBuffers() {
   std::printf("RoCE socket receive buffers: %d KiB of the %d asked for (as root: forced; else at\n"
               "most net.core.rmem_max).\n", granted / 1024, kAsked / 1024);
   if (granted < kAsked)
-    std::printf("A port that many connections share (a listener's; the one of a process's\n"
+    std::printf("A port that many connections share (a listener's; one of a process's\n"
                 "port-0 connectors) drops what a burst beyond this brings, resent after the\n"
-                "senders' ACK timeout: for bursts on thousands of connections, raise it\n"
-                "(sysctl -w net.core.rmem_max=%d).\n", kAsked);
+                "senders' ACK timeout: for bursts on thousands of connections to one\n"
+                "listener, raise it (sysctl -w net.core.rmem_max=%d).\n", kAsked);
   std::printf("\n");
 }
 

@@ -45,8 +45,13 @@ const std::vector<SettingInfo>& SettingTable() {
      "(many minutes)."},
     {"NDWV_ROCE_PORT", SettingType::Integer, "0", 0, 65535, nullptr,
      "RoCE: UDP port the process's connectors bound to port 0 share (4791 is the standard RoCEv2 "
-     "port, for a process that owns the host's device); 0: they share one the kernel picks. A "
-     "connector bound to a given port, and a listener, have their own."},
+     "port, for a process that owns the host's device); 0: they share NDWV_ROCE_CONNECTOR_PORTS "
+     "ports the kernel picks. A connector bound to a given port, and a listener, have their own."},
+    {"NDWV_ROCE_CONNECTOR_PORTS", SettingType::Integer, "64", 1, 1024, nullptr,
+     "RoCE without NDWV_ROCE_PORT: how many UDP ports the process's connectors bound to port 0 "
+     "share, per address, each the kernel's choice, taken in turn: a burst of datagrams to "
+     "thousands of connections spreads over that many socket buffers. 1: one port, the fewest "
+     "descriptors."},
     {"NDWV_ROCE_CM_TIMEOUT_MS", SettingType::Integer, "1000", 1, 60000, nullptr,
      "RoCE: IB CM response timeout (REQ, REP, DREQ retransmit interval), in milliseconds."},
     {"NDWV_ROCE_CM_RETRIES", SettingType::Integer, "7", 0, 15, nullptr,
@@ -162,6 +167,7 @@ bool Fill(Settings& settings, bool environment) {
       else if (n == "NDWV_DISCONNECT_TIMEOUT_MS") settings.disconnect_timeout_ms = uint32_t(number);
       else if (n == "NDWV_IWARP_TIMEOUT_MS") settings.iwarp_timeout_ms = uint32_t(number);
       else if (n == "NDWV_ROCE_PORT") settings.roce_port = uint16_t(number);
+      else if (n == "NDWV_ROCE_CONNECTOR_PORTS") settings.roce_connector_ports = uint32_t(number);
       else if (n == "NDWV_ROCE_CM_TIMEOUT_MS") settings.roce_cm_timeout_ms = uint32_t(number);
       else if (n == "NDWV_ROCE_CM_RETRIES") settings.roce_cm_retries = uint32_t(number);
       else if (n == "NDWV_ROCE_TIMEWAIT_MS") settings.roce_timewait_ms = uint32_t(number);

@@ -32,7 +32,8 @@ struct Settings {
   std::string transports;        // offered transports, in order ("iwarp+roce")
   uint32_t iwarp_timeout_ms;     // TCP_USER_TIMEOUT of iWARP connections; 0: the kernel's
   // RoCE
-  uint16_t roce_port;            // shared UDP port of active connections; 0: one per connector
+  uint16_t roce_port;            // the one UDP port of port-0 connectors; 0: the kernel's choices
+  uint32_t roce_connector_ports; // with roce_port 0: how many ports they take in turn
   uint32_t roce_cm_timeout_ms, roce_cm_retries, roce_timewait_ms;
   uint32_t roce_ack_timeout_ms, roce_keepalive_ms;
   uint8_t roce_retry_count, roce_rnr_timer, roce_rnr_retry;

@@ -520,13 +520,15 @@ struct TwoEndpoints {
   Mr inboxMr;
 };
 
-// On RoCE a process's port-0 connectors share one UDP port (DESIGN.md "Addressing in user
-// space"), NDWV_ROCE_PORT's or, without it, one the kernel picks: two connections from it to one
-// listener each report that port and carry their own messages, both ways. (The client's data
-// then goes through a flow to the listener's port, as the listener's does the other way:
-// docs/roce.md "Ports and addresses".)
+// On RoCE a process's port-0 connectors share its UDP ports (DESIGN.md "Addressing in user
+// space"): NDWV_ROCE_PORT's or, without it, NDWV_ROCE_CONNECTOR_PORTS ports the kernel picks,
+// taken in turn. Two connections from it to one listener report one port (`ports` 1) or two, not
+// the listener's, and carry their own messages, both ways. (The client's data then goes through
+// a flow to the listener's port, as the listener's does the other way: docs/roce.md "Ports and
+// addresses".)
 IT_PEER(shared_port_client) {
   const uint16_t shared = uint16_t(args.GetNumber("port"));  // 0: the kernel's choice
+  const bool one_port = args.GetNumber("ports") == 1;
   uint16_t first = 0;
   Adapter adapter;
   TwoEndpoints clients(adapter, 0xA1);
@@ -541,8 +543,8 @@ IT_PEER(shared_port_client) {
     ULONG size = sizeof local;
     IT_OK(e.connector->GetLocalAddress(reinterpret_cast<sockaddr*>(&local), &size));
     if (i == 0) first = PortOf(local);
-    IT_CHECK(first != 0 && first != port);
-    IT_CHECK_EQ(first, PortOf(local));
+    IT_CHECK(first != 0 && first != port && PortOf(local) != port);
+    if (i == 1) IT_CHECK_EQ(one_port, first == PortOf(local));
     if (shared) IT_CHECK_EQ(shared, PortOf(local));
   }
   for (int i = 0; i < 2; ++i) clients.Send(i, {uint64_t(0xC0 + i), uint64_t(i), 0, 0});
@@ -583,20 +585,31 @@ TEST(IntegrationConnect, ConnectorsShareTheProcessPortWithNdwvRocePort) {
   ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&any), &length), 0);
   const std::string shared = std::to_string(PortOf(any));
   close(probe);
-  RunWithPeer("shared_port_client", {{"port", shared}, {"env:NDWV_ROCE_PORT", shared}},
+  RunWithPeer("shared_port_client", {{"port", shared}, {"ports", "1"}, {"env:NDWV_ROCE_PORT", shared}},
               [](Channel& peer) { ServeTwoConnections(peer); });
 }
 
-// Without NDWV_ROCE_PORT, the port the kernel picks for the first connector; a listener bound to
-// port 0 still has one of its own (two on one port would share a service ID).
+// Without NDWV_ROCE_PORT, and NDWV_ROCE_CONNECTOR_PORTS=1, the port the kernel picks for the
+// first connector; a listener bound to port 0 still has one of its own (two on one port would
+// share a service ID).
 TEST(IntegrationConnect, ConnectorsShareOnePortTheKernelPicksAndListenersHaveTheirOwn) {
   if (!TransportIsRoce()) GTEST_SKIP() << "an iWARP connection is a TCP socket, with a port of its own";
-  RunWithPeer("shared_port_client", {{"port", "0"}}, [](Channel& peer) {
-    Adapter adapter;
-    Endpoint other(adapter, Ctx(0x5B));
-    const uint16_t other_port = StartListening(adapter, other.listener);
-    ServeTwoConnections(peer, [&](uint16_t port) { IT_CHECK(port != other_port); });
-  });
+  RunWithPeer("shared_port_client", {{"port", "0"}, {"ports", "1"}, {"env:NDWV_ROCE_CONNECTOR_PORTS", "1"}},
+              [](Channel& peer) {
+                Adapter adapter;
+                Endpoint other(adapter, Ctx(0x5B));
+                const uint16_t other_port = StartListening(adapter, other.listener);
+                ServeTwoConnections(peer, [&](uint16_t port) { IT_CHECK(port != other_port); });
+              });
+}
+
+// With NDWV_ROCE_CONNECTOR_PORTS=2 two connectors in a row take the two ports in turn, and a
+// listener's connections come from both (the wrap-around, a third connector on the first port,
+// is RocePort.PortZeroConnectorsTakeTheirPortsInTurnEachCountedOnce's).
+TEST(IntegrationConnect, ConnectorsTakeTheProcessPortsInTurn) {
+  if (!TransportIsRoce()) GTEST_SKIP() << "an iWARP connection is a TCP socket, with a port of its own";
+  RunWithPeer("shared_port_client", {{"port", "0"}, {"ports", "2"}, {"env:NDWV_ROCE_CONNECTOR_PORTS", "2"}},
+              [](Channel& peer) { ServeTwoConnections(peer); });
 }
 
 

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/settings.h"
 #include "dev/address.h"
 #include "dev/counters.h"
 #include "dev/roce/port.h"
@@ -58,15 +59,49 @@ TEST(RocePort, APortOpensAtMostItsBoundOfFlowsAndTheRestUseItsOwnSocket) {
   EXPECT_FALSE(roce::Port::OpenFlow(port, peer(roce::Port::kMaxFlows + 1)));
 }
 
-// The port that port-0 connectors share is found again by the next connector, its number is in
-// use for an explicit Bind, and the adapter's totals count its datagrams once.
-TEST(RocePort, PortZeroConnectorsShareOnePortCountedOnce) {
+// The connectors' ports count their flows together: taking ports in turn spreads a process's
+// connections over more sockets, but adds no flows.
+TEST(RocePort, TheConnectorsPortsShareOneBoundOfFlows) {
+  if (base::Config().roce_connector_ports < 2) GTEST_SKIP() << "needs NDWV_ROCE_CONNECTOR_PORTS of 2 or more";
+  int32_t status = 0;
+  std::shared_ptr<roce::Port> a = roce::Port::Open(Loopback(0), true, &status);
+  std::shared_ptr<roce::Port> b = roce::Port::Open(Loopback(0), true, &status);
+  ASSERT_TRUE(a && b && a != b) << status;
+  auto peer = [](size_t i) { return Loopback(uint16_t(21000 + i)); };
+  std::vector<std::shared_ptr<roce::Port>> flows;
+  for (size_t i = 0; i < roce::Port::kMaxFlows; ++i) {
+    flows.push_back(roce::Port::OpenFlow(i % 2 ? b : a, peer(i)));
+    ASSERT_TRUE(flows.back()) << "flow " << i;
+  }
+  EXPECT_FALSE(roce::Port::OpenFlow(a, peer(roce::Port::kMaxFlows)));
+  EXPECT_FALSE(roce::Port::OpenFlow(b, peer(roce::Port::kMaxFlows)));
+  flows[1].reset();  // one of b's
+  EXPECT_TRUE(roce::Port::OpenFlow(a, peer(roce::Port::kMaxFlows)));
+  // A port of its own (a listener's) has a bound of its own.
+  std::shared_ptr<roce::Port> own = roce::Port::Open(Loopback(0), false, &status);
+  ASSERT_TRUE(own) << status;
+  EXPECT_TRUE(roce::Port::OpenFlow(own, peer(0)));
+}
+
+// The ports that port-0 connectors share are taken in turn, each found again by the connector
+// whose turn it is next, a port's number is in use for an explicit Bind, and the adapter's totals
+// count its datagrams once.
+TEST(RocePort, PortZeroConnectorsTakeTheirPortsInTurnEachCountedOnce) {
   auto datagrams_sent = [] {
     return CollectCounters({Transport::Roce}, 0).front().values[size_t(Counter::PortDatagramsSent)];
   };
   int32_t status = 0;
-  std::shared_ptr<roce::Port> first = roce::Port::Open(Loopback(0), true, &status);
-  ASSERT_TRUE(first) << status;
+  // NDWV_ROCE_CONNECTOR_PORTS ports, each its own, then the first again.
+  const size_t turns = base::Config().roce_connector_ports;
+  std::vector<std::shared_ptr<roce::Port>> ports;
+  std::set<uint16_t> numbers;
+  for (size_t i = 0; i < turns; ++i) {
+    ports.push_back(roce::Port::Open(Loopback(0), true, &status));
+    ASSERT_TRUE(ports.back()) << status;
+    numbers.insert(PortOf(ports.back()->local()));
+  }
+  EXPECT_EQ(numbers.size(), turns);
+  const std::shared_ptr<roce::Port>& first = ports.front();
   EXPECT_EQ(roce::Port::Open(Loopback(0), true, &status), first);
   EXPECT_FALSE(roce::Port::Open(first->local(), false, &status));
   EXPECT_EQ(status, WV_SHARING_VIOLATION);

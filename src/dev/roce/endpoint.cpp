@@ -138,8 +138,9 @@ int32_t Endpoint::Bind(const sockaddr* address, socklen_t length) {
   if (length < need) return WV_INVALID_PARAMETER;
   sockaddr_storage local{};
   memcpy(&local, address, need);
-  // Port 0: the process's port for its connectors on this address (NDWV_ROCE_PORT, or the
-  // kernel's choice), as a NIC's port serves all its connections; a given port: one of our own.
+  // Port 0: a port the process's connectors on this address share (NDWV_ROCE_PORT's, or the one
+  // whose turn it is of those the kernel picked), as a NIC's port serves all its connections; a
+  // given port: one of our own.
   bool shared = PortOf(local) == 0;
   if (shared) SetPort(local, Config().roce_port);
   int32_t status;

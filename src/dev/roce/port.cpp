@@ -33,7 +33,7 @@ using namespace ndwv::wire::ib;
 namespace {
 
 // The ports this process has open, by local address, so that a listener's port and the shared
-// NDWV_ROCE_PORT are found again rather than bound twice.
+// NDWV_ROCE_PORT are found again rather than bound twice, and flows, by their name.
 // The map and its lock outlive static teardown: the engine thread may still end a port (~Port)
 // while the exiting process destroys its statics.
 base::Mutex& PortsMutex() {
@@ -44,11 +44,24 @@ std::map<std::string, std::weak_ptr<Port>>& Ports() {
   static auto* ports = new std::map<std::string, std::weak_ptr<Port>>;
   return *ports;
 }
-// The port the port-0 connectors of an address share (the kernel's choice), by that address;
-// each is also in Ports(), by its own name.
+// The ports the port-0 connectors of an address share (the kernel's choices), by that address
+// and their turn; each is also in Ports(), by its own name.
 std::map<std::string, std::weak_ptr<Port>>& ConnectorPorts() {
   static auto* ports = new std::map<std::string, std::weak_ptr<Port>>;
   return *ports;
+}
+// The key of the connectors' port whose turn it is, of NDWV_ROCE_CONNECTOR_PORTS (under
+// PortsMutex()). In turn, not the fullest first: a burst to thousands of connections then meets
+// that many socket buffers from the start.
+std::string NextConnectorKey(const sockaddr_storage& local) {
+  static unsigned turn = 0;
+  return Describe(local) + " #" + std::to_string(turn++ % std::max(1u, base::Config().roce_connector_ports));
+}
+// The flows of all the connectors' ports, counted together against Port::kMaxFlows (under
+// PortsMutex()): taking ports in turn multiplies the sockets a process has, not its flows.
+size_t& ConnectorFlows() {
+  static size_t flows = 0;
+  return flows;
 }
 
 constexpr int kSocketBuffer = 4 << 20;  // room for a window of full-size packets per connection
@@ -122,11 +135,12 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
   // (~Port takes PortsMutex()).
   std::shared_ptr<Port> found;
   base::MutexLock lock(PortsMutex());
-  // Port 0 shared: the port the kernel picked for the address's first connector.
+  // Port 0 shared: the connectors' port whose turn it is, as the kernel picked it.
   const bool pick_once = shared && PortOf(local) == 0;
   auto& listed = pick_once ? ConnectorPorts() : Ports();
+  const std::string key = pick_once ? NextConnectorKey(local) : Describe(local);
   if (PortOf(local) != 0 || pick_once) {
-    auto it = listed.find(Describe(local));
+    auto it = listed.find(key);
     if (it != listed.end() && (found = it->second.lock())) {
       *status = shared ? WV_SUCCESS : WV_SHARING_VIOLATION;
       return shared ? found : nullptr;
@@ -148,7 +162,7 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
   (void)hooked;
   SetLiveCounterSource(Transport::Roce, &Port::AddLiveCounters);
   Ports()[port->name_] = port;
-  if (pick_once) ConnectorPorts()[port->connectors_key_ = Describe(local)] = port;
+  if (pick_once) ConnectorPorts()[port->connectors_key_ = key] = port;
   Engine::Get().Watch(fd, EPOLLIN, port);
   NDWV_LOG(Debug, "roce port %s opened", port->name_.c_str());
   return port;
@@ -160,7 +174,7 @@ std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const s
   auto it = Ports().find(name);
   if (it != Ports().end())
     if (auto flow = it->second.lock()) return flow;
-  if (owner->flows_ >= kMaxFlows) return nullptr;
+  if (owner->FlowCount() >= kMaxFlows) return nullptr;
   int fd = OpenSocket(owner->local_.ss_family, owner->wildcard_);
   if (fd < 0) {
     NDWV_LOG(Info, "roce port %s: no socket for a flow to %s (%s): the port's own carries it",
@@ -185,12 +199,14 @@ std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const s
   std::shared_ptr<Port> flow(new Port(fd, owner->local_, name, owner));
   flow->connected_peer_ = peer;
   flow->connected_.store(true, std::memory_order_release);
-  ++owner->flows_;
+  ++owner->FlowCount();
   Ports()[name] = flow;
   Engine::Get().Watch(fd, EPOLLIN, flow);
   NDWV_LOG(Debug, "roce port %s opened", name.c_str());
   return flow;
 }
+
+size_t& Port::FlowCount() { return connectors_key_.empty() ? flows_ : ConnectorFlows(); }
 
 Port::Port(int fd, const sockaddr_storage& local, std::string name, std::shared_ptr<Port> owner)
     : fd_(fd),
@@ -227,7 +243,7 @@ Port::~Port() {
     };
     forget(Ports(), name_);
     if (!connectors_key_.empty()) forget(ConnectorPorts(), connectors_key_);
-    if (owner_) --owner_->flows_;
+    if (owner_) --owner_->FlowCount();
   }
   Engine::Get().Unwatch(fd_);
   base::CloseDescriptor(fd_);

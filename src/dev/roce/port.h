@@ -2,12 +2,13 @@
 // packets of every connection made through it (to their QPN).
 //
 // Who has one (DESIGN.md "Addressing in user space"): a listener owns the UDP port it is bound
-// to, and the connections it accepts use that port too; an active connector has a port of its
-// own (or, with NDWV_ROCE_PORT, shares the process's port on that number). A peer learns our
-// port from the source address of the CM exchange.
+// to, and the connections it accepts use that port too; the active connectors bound to port 0 on
+// an address share a few ports of the process, taken in turn (NDWV_ROCE_CONNECTOR_PORTS, the
+// kernel's choices; or NDWV_ROCE_PORT's one), and a connector bound to a given port has that
+// port to itself. A peer learns our port from the source address of the CM exchange.
 //
-// A flow is a second socket on a port that serves many peers (a listener's, or the shared one of
-// NDWV_ROCE_PORT), connected to one peer's port (SO_REUSEPORT): the connections with that peer
+// A flow is a second socket on a port that serves many peers (a listener's, or one the
+// connectors share), connected to one peer's port (SO_REUSEPORT): the connections with that peer
 // send and receive through it. The kernel then routes once, not per datagram (an unconnected
 // send costs ~0.5 us more on loopback), and a poller reads only its peer's packets. The owning
 // port's socket keeps everything else: requests from new peers, and the CM (a flow hands the
@@ -77,13 +78,14 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
  public:
   // The port bound to `local` (an address of the host). Port 0: a new port, the kernel's choice.
   // WV status in *status.
-  // `shared`: the process's port for its port-0 connectors on that address, which they all use
-  // (NDWV_ROCE_PORT's, or with port 0 one the kernel picks when the first opens it, kept while
-  // one holds it); otherwise a port already open in this process is in use
-  // (WV_SHARING_VIOLATION).
+  // `shared`: a port of the process's port-0 connectors on that address: NDWV_ROCE_PORT's, which
+  // they all use, or with port 0 the one whose turn it is of NDWV_ROCE_CONNECTOR_PORTS, each
+  // picked by the kernel when it is first opened and kept while one holds it; otherwise a port
+  // already open in this process is in use (WV_SHARING_VIOLATION).
   static std::shared_ptr<Port> Open(const sockaddr_storage& local, bool shared, int32_t* status);
   // The flow of `owner` to `peer`, opened or shared; null if the host refuses one or the owner
-  // has kMaxFlows: the connection then uses the owner's socket.
+  // has kMaxFlows (the connectors' ports of a process, all together): the connection then uses
+  // the owner's socket.
   // Why a bound: a datagram to the port that no connected socket matches (every new peer's REQ;
   // on kernels before 6.13, every datagram) makes the kernel walk all the sockets on the port,
   // and so does each flow's bind: with 8,000 flows a REQ cost the sender ~2 ms.
@@ -244,6 +246,9 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   sockaddr_storage connected_peer_{};  // set before connected_
   bool shares_port_ = false;  // a port: SO_REUSEPORT set for its flows (under PortsMutex())
   size_t flows_ = 0;          // a port: its flows open (under PortsMutex())
+  // What this port's flows count against kMaxFlows: flows_, or the connectors' ports' common
+  // count (under PortsMutex()).
+  size_t& FlowCount();
   PortCounters counters_;  // a flow's are its owner's
   std::atomic<RecentRoutes*> recent_routes_{nullptr};  // owned; recent_routes()
 
