@@ -5,10 +5,10 @@
 #
 # For each K: tcp_scale (the reference), tcp_scale --mpa (TCP with MPA's three setup messages on
 # every connection: the floor under an iWARP setup, idle 0), then nd_scale on iWARP, then on RoCE,
-# each a client that starts its own server, each pair in a network namespace of its own when `unshare -rn` works (so
-# that the kernel's packet counters count that pair only), each process under timeout(1). Then a
-# table per phase (setup, idle, echo-all, teardown), every ndwv figure next to its TCP reference
-# with the ratio ndwv / TCP. Builds nothing: `cmake --build BUILD --target tcp_scale nd_scale`.
+# each a client that starts its own server, each pair in a network namespace of its own when
+# `unshare -rn` works (so that the kernel's packet counters count that pair only), each process
+# under timeout(1). Then a table per phase (setup, idle, echo-all, teardown), every figure next
+# to its TCP reference with the ratio to it. Builds nothing: `cmake --build BUILD --target tcp_scale nd_scale`.
 #
 # Exit status: 0 when every run ended well; 1 when a run reported a failure (connections lost or
 # refused, a phase past its bound, a ledger mismatch), got stuck or timed out -- the library's

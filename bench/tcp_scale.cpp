@@ -92,11 +92,10 @@ class TcpSide {
     c.state = state;
   }
 
-  // Reads what is there of the connection's message of `size` bytes (the echo's by default).
-  // Returns 1 when the message is whole, 0 when more is to come, -1 when the peer closed (errno 0)
-  // or the connection failed (errno set).
-  int ReadMessage(Conn& c, unsigned size = 0) {
-    if (size == 0) size = o_.size;
+  // Reads what is there of the connection's message of `size` bytes. Returns 1 when the message
+  // is whole, 0 when more is to come, -1 when the peer closed (errno 0) or the connection failed
+  // (errno set).
+  int ReadMessage(Conn& c, unsigned size) {
     for (;;) {
       ssize_t n = ::recv(c.fd, c.recvSlot + c.got, size - c.got, 0);
       if (n > 0) {
@@ -271,7 +270,7 @@ class Client : public scale::ClientSide, public TcpSide {
     }
     if (c.state != State::Up && c.state != State::Closing) return;
     for (;;) {
-      int r = ReadMessage(c);
+      int r = ReadMessage(c, o_.size);
       if (r == 0) return;
       if (r < 0) {
         std::string why = errno ? ErrnoName(errno) : "closed by the peer";
@@ -438,7 +437,7 @@ class Server : public TcpSide {
     }
     if (c.state != State::Up) return;
     for (;;) {
-      int r = ReadMessage(c);
+      int r = ReadMessage(c, o_.size);
       if (r == 0) return;
       if (r < 0) {
         // The client's close: expected in teardown only; the server closes at once (its FIN is

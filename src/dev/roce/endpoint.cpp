@@ -54,6 +54,10 @@ uint8_t MtuCodeFor(int family, int ip_mtu) {
   return 1;
 }
 
+// The code a route whose IP MTU is unknown is taken to have: 1024 bytes, which every IP path of
+// RoCEv2 carries.
+constexpr uint8_t kUnknownRouteMtuCode = 3;
+
 // The route to `peer`, asked of a socket of its own: 0 and the IB path MTU code, or the errno of
 // a host with no route there (ENETUNREACH...).
 int ProbeRoute(const sockaddr_storage& peer, uint8_t* mtu_code) {
@@ -387,7 +391,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   std::shared_ptr<Port> flow = Port::OpenFlow(port_, peer_port_);
   // The path MTU: the REQ's (a valid code: the CM refuses others), at most what the route takes.
   uint8_t route_mtu;
-  if (FindPathMtu(peer_port_, flow.get(), &port_->recent_routes(), &route_mtu) != 0) route_mtu = 3;  // 1024: unknown
+  if (FindPathMtu(peer_port_, flow.get(), &port_->recent_routes(), &route_mtu) != 0) route_mtu = kUnknownRouteMtuCode;
   mtu_ = MtuBytes(std::min<uint8_t>(req_.path_mtu, route_mtu));
   local_params_ = params;
   if (qp->state() == QpState::Reset) qp->Modify(QpState::Init);
