@@ -3,7 +3,6 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <new>
 
 #include "base/mutex.h"
@@ -33,8 +32,7 @@ namespace {
 
 constexpr std::size_t kStep = 64;  // size classes, and the blocks' alignment
 constexpr std::size_t kMaxPooled = 16 << 10;
-constexpr std::size_t kChunk = 2 << 20;  // one huge page
-constexpr std::size_t kFirstChunk = 256 << 10;  // ~20 iWARP or ~45 RoCE connections
+constexpr std::size_t kChunk = 2 << 20;  // ~400 iWARP connections' objects per mmap
 
 struct FreeBlock {
   FreeBlock* next;
@@ -66,27 +64,14 @@ class Pool {
  private:
   static std::size_t Rounded(std::size_t bytes) { return (std::max<std::size_t>(bytes, 1) + kStep - 1) / kStep * kStep; }
 
-  // What is left of the current chunk is abandoned (less than kMaxPooled).
+  // What is left of the current chunk is abandoned (less than kMaxPooled). The chunk's pages are
+  // ordinary ones, touched as blocks are taken; never huge pages, even where the system makes
+  // them the default (object_pool.h says why).
   void NewChunk() NDWV_REQUIRES(mutex_) {
-    if (chunks_++ == 0) {
-      // The first: ordinary pages, so that a process with a few connections does not hold a
-      // huge page for them.
-      void* mapped = mmap(nullptr, kFirstChunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (mapped == MAP_FAILED) throw std::bad_alloc();
-      next_ = static_cast<char*>(mapped);
-      end_ = next_ + kFirstChunk;
-      return;
-    }
-    // Twice the size, then the unaligned ends returned: a huge page needs a 2 MiB-aligned range.
-    void* mapped = mmap(nullptr, 2 * kChunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* mapped = mmap(nullptr, kChunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mapped == MAP_FAILED) throw std::bad_alloc();
-    const auto start = reinterpret_cast<std::uintptr_t>(mapped);
-    const std::uintptr_t aligned = (start + kChunk - 1) & ~(kChunk - 1);
-    if (aligned > start) munmap(mapped, aligned - start);
-    if (const std::uintptr_t tail = start + 2 * kChunk - (aligned + kChunk); tail > 0)
-      munmap(reinterpret_cast<void*>(aligned + kChunk), tail);
-    madvise(reinterpret_cast<void*>(aligned), kChunk, MADV_HUGEPAGE);
-    next_ = reinterpret_cast<char*>(aligned);
+    madvise(mapped, kChunk, MADV_NOHUGEPAGE);
+    next_ = static_cast<char*>(mapped);
     end_ = next_ + kChunk;
   }
 
@@ -94,7 +79,6 @@ class Pool {
   FreeBlock* free_[kMaxPooled / kStep + 1] NDWV_GUARDED_BY(mutex_) = {};
   char* next_ NDWV_GUARDED_BY(mutex_) = nullptr;
   char* end_ NDWV_GUARDED_BY(mutex_) = nullptr;
-  std::size_t chunks_ NDWV_GUARDED_BY(mutex_) = 0;
 };
 
 Pool& ThePool() {

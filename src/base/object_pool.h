@@ -1,18 +1,20 @@
 // Memory for the objects a process holds one of per connection (an iWARP stream, a RoCE link
-// and port, a connection endpoint, a QP), taken from huge pages.
+// and port, a connection endpoint, a QP and its rings).
 //
-// Why: an application with thousands of connections allocates thousands of each, and every page
-// of them is new memory the kernel maps on first touch. On a VM that fault costs several
-// microseconds (bench/README.md, "What a connection costs to set up"), and an iWARP stream spans
-// two pages. From a 2 MiB transparent huge page (madvise(MADV_HUGEPAGE), honoured where
-// /sys/kernel/mm/transparent_hugepage/enabled says "madvise" or "always"), a few hundred objects
-// cost one fault.
+// Why: an application with thousands of connections allocates thousands of each. From the pool
+// they lie packed in 2 MiB chunks, so a connection's objects share pages with its neighbours'
+// instead of each touching pages of its own on the heap, and a freed block is kept for the next
+// object of its size class (64-byte steps; every block is aligned to 64), never returned to the
+// system: the pool's size is the process's peak of live objects. Blocks over 16 KiB come from
+// operator new.
 //
-// The first 256 KiB of a process are ordinary pages, so that a process with a few connections
-// does not hold 2 MiB of resident memory for them. A freed block is kept for the next object of
-// its size class (64-byte steps; every block is aligned to 64), never returned to the system:
-// the pool's size is the process's peak of live objects. Blocks over 16 KiB come from operator
-// new.
+// The chunks are ordinary pages (MADV_NOHUGEPAGE), touched as blocks are taken. In 2 MiB
+// transparent huge pages they took fewer faults (5,600 instead of 25,400 in a 10,000-connection
+// iWARP nd_scale run), but each fault zeroes 2 MiB at once, and on a VM whose host takes free
+// guest memory back (free page reporting) the host must first fault those 2 MiB in again. The
+// thread that takes the fault (an application's Connect, the engine's accept) stalls while the
+// connections behind it wait: set-ups with 64 outstanding ran at about three quarters of the rate
+// without them (bench/README.md, "Huge pages").
 //
 // Under AddressSanitizer every block comes from operator new, so that a use after free is caught.
 #pragma once

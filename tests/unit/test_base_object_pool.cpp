@@ -1,6 +1,6 @@
 // The pool of per-connection objects (base/object_pool.h): blocks are aligned, never overlap
-// (also across the first chunk and the huge-page chunks after it, and between threads), freed
-// blocks are reused by size class, and objects made with MakePooled are destroyed exactly once.
+// (also across chunks, and between threads), freed blocks are reused by size class, and objects
+// made with MakePooled are destroyed exactly once.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -29,7 +29,7 @@ bool Intact(const Block& b) {
 
 TEST(BaseObjectPool, BlocksAreAlignedAndKeepTheirBytesAcrossChunks) {
   // Sizes of the objects the pool serves (a stream, a link, an endpoint, a QP, a ring), 6 MiB
-  // in all: past the first chunk and through two huge-page chunks.
+  // in all: through three chunks.
   const size_t sizes[] = {12704, 2008, 1464, 424, 600, 64, 1, 16384};
   std::vector<Block> blocks;
   size_t total = 0;
