@@ -10,6 +10,11 @@
 # under timeout(1). Then a table per phase (setup, idle, echo-all, teardown), every figure next
 # to its TCP reference with the ratio to it. Builds nothing: `cmake --build BUILD --target tcp_scale nd_scale`.
 #
+# --rounds R runs that sequence R times over, so that each round's runs share the machine's
+# moment. A measure (rates, times, CPU, memory, packets) is then the median of the rounds, and its
+# ratio the median of the rounds' own ratios to their TCP run; an outcome (connected, lost,
+# failed, mismatches, descriptors, threads) is the worst round's.
+#
 # Exit status: 0 when every run ended well; 1 when a run reported a failure (connections lost or
 # refused, a phase past its bound, a ledger mismatch), got stuck or timed out -- the library's
 # failures at scale are what this measures, and the table shows them; 2 for a usage error, a
@@ -31,12 +36,13 @@ usage() {
   --cqs C         completion queues the ndwv QPs share (default 1)
   --bound S       bound of each of the setup, echo and teardown phases (default 60)
   --transports L  ndwv transports to run, comma-separated (default iwarp,roce)
+  --rounds R      run every K's sequence R times; the table gives medians and worst cases (default 1)
   --no-netns      run in the machine's network namespace (packet counts then include all traffic)
 See the comment at the top of this script for what it runs and its exit status.
 EOF
 }
 
-build="" idle=10 cqs=1 bound=60 transports="iwarp,roce" netns=1 args=()
+build="" idle=10 cqs=1 bound=60 transports="iwarp,roce" netns=1 rounds=1 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) [ $# -ge 2 ] || { usage >&2; exit 2; }; build=$2; shift ;;
@@ -44,6 +50,7 @@ while [ $# -gt 0 ]; do
     --cqs) [ $# -ge 2 ] || { usage >&2; exit 2; }; cqs=$2; shift ;;
     --bound) [ $# -ge 2 ] || { usage >&2; exit 2; }; bound=$2; shift ;;
     --transports) [ $# -ge 2 ] || { usage >&2; exit 2; }; transports=$2; shift ;;
+    --rounds) [ $# -ge 2 ] || { usage >&2; exit 2; }; rounds=$2; shift ;;
     --no-netns) netns=0 ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "scale.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -55,9 +62,10 @@ if [ ${#args[@]} -lt 1 ] || [ ${#args[@]} -gt 2 ]; then usage >&2; exit 2; fi
 n=${args[0]}
 ks=${args[1]:-64}
 number() { case "$2" in ''|*[!0-9]*) echo "scale.sh: $1 must be a positive number (got '$2')" >&2; exit 2 ;; esac; }
-number N "$n"; number --idle "$idle"; number --cqs "$cqs"; number --bound "$bound"
+number N "$n"; number --idle "$idle"; number --cqs "$cqs"; number --bound "$bound"; number --rounds "$rounds"
 for k in $(echo "$ks" | tr ',' ' '); do number K "$k"; done
 [ "$n" -ge 1 ] || { echo "scale.sh: N must be at least 1" >&2; exit 2; }
+[ "$rounds" -ge 1 ] || { echo "scale.sh: --rounds must be at least 1" >&2; exit 2; }
 
 if [ -z "$build" ]; then
   build=$repo/build-bench
@@ -119,20 +127,50 @@ figure() {
       found = 1 }
     END { if (found) { '"$3"' } }' "$1"
 }
-# row LABEL PHASE CODE: one column per run; a number gets its ratio to the first run's (TCP).
+# row LABEL PHASE CODE [HOW]: one column per run, a number next to its ratio to TCP's. With
+# several rounds, HOW combines them: median (a measure: the median value, and the median of the
+# rounds' own ratios), min or max (an outcome: the round whose figure, or sum of a/b, is least or
+# most, as it printed, and its ratio to its round's TCP).
 row() {
-  local label=$1 phase=$2 code=$3 ref="" v r i line
+  local label=$1 phase=$2 code=$3 how=${4:-median} i j line values
   line=$(printf '  %-34s' "$label")
   for i in "${!names[@]}"; do
-    v=$(figure "$logdir/k$k-${names[$i]}.txt" "$phase" "$code")
-    if [ "$i" -eq 0 ]; then
-      ref=$v
-      line+=$(printf '%14s' "${v:-n/a}")
-    else
-      r=$(awk -v a="$v" -v b="$ref" 'BEGIN {
-            if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b + 0 > 0) printf "%.2f", a / b; else print "-" }')
-      line+=$(printf '%14s %6s' "${v:-n/a}" "$r")
-    fi
+    values=()
+    for j in $(seq "$rounds"); do
+      values+=("$(figure "$logdir/k$k-r$j-${names[$i]}.txt" "$phase" "$code")"
+               "$(figure "$logdir/k$k-r$j-${names[0]}.txt" "$phase" "$code")")
+    done
+    line+=$(printf '%s\n' "${values[@]}" | awk -v how="$how" -v first="$((i == 0))" '
+      function number(x,   parts, i, sum) {  # "a/b": a + b (b is the same in every round, or it counts too)
+        if (x !~ /^[0-9.]+(\/[0-9.]+)*$/) return ""
+        split(x, parts, "/"); for (i in parts) sum += parts[i]; return sum }
+      function median(a, n,   i, j, t) {
+        for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+      NR % 2 == 1 { v[++n] = $0; next }
+      { ref[n] = $0 }
+      END {
+        shown = "n/a"; r = "-"
+        if (how == "median") {
+          for (i = 1; i <= n; i++) {
+            if (v[i] ~ /^[0-9.]+$/) vals[++nv] = v[i] + 0
+            if (v[i] ~ /^[0-9.]+$/ && ref[i] ~ /^[0-9.]+$/ && ref[i] + 0 > 0) ratios[++nr] = v[i] / ref[i] }
+          if (nv == n && n > 0) {  # a measure every round gave, with as many decimals as printed
+            d = index(v[1], ".") ? length(v[1]) - index(v[1], ".") : 0
+            shown = sprintf("%." d "f", median(vals, nv)) }
+          else if (n > 0 && v[1] != "") shown = v[1]  # text: as the first round printed it
+          if (nr == n && n > 0) r = sprintf("%.2f", median(ratios, nr))
+        } else {
+          pick = 0
+          for (i = 1; i <= n; i++) {
+            x = number(v[i]); if (x == "") continue
+            if (!pick || (how == "min" ? x < best : x > best)) { pick = i; best = x } }
+          if (pick) {
+            shown = v[pick]
+            if (v[pick] ~ /^[0-9.]+$/ && ref[pick] ~ /^[0-9.]+$/ && ref[pick] + 0 > 0) r = sprintf("%.2f", v[pick] / ref[pick]) }
+          else if (n > 0 && v[1] != "") shown = v[1]
+        }
+        if (first) printf "%14s", shown; else printf "%14s %6s", shown, r }')
   done
   echo "$line"
 }
@@ -152,30 +190,33 @@ status=0
 for k in $(echo "$ks" | tr ',' ' '); do
   opts=(-n "$n" -k "$k" --idle "$idle" --bound "$bound")
   echo
-  echo "N = $n connections, K = $k outstanding, $cqs CQ(s) for ndwv, idle $idle s, bound $bound s per phase:"
-  for i in "${!names[@]}"; do
-    name=${names[$i]}
-    out="$logdir/k$k-$name.txt"
-    case $name in
-      tcp) cmd=("$tcp" "${opts[@]}") ;;
-      tcpmpa) cmd=("$tcp" "${opts[@]}" --idle 0 --mpa) ;;  # its idle, echo and teardown are TCP's
-      *) cmd=(env "NDWV_TRANSPORTS=$name" "$nd" "${opts[@]}" --cqs "$cqs") ;;
-    esac
-    echo "# ${cmd[*]}" >"$out.cmd"
-    printf "  %-8s " "${labels[$i]}"
-    t0=$SECONDS
-    timeout -k 5 "$limit" "${wrap[@]}" "${cmd[@]}" >"$out" 2>&1
-    rc=$?
-    case $rc in
-      0) verdict=ok ;;
-      1) verdict="FAILED (see below)" ;;
-      3) verdict="STUCK: a step overran its bound ($(grep -m1 -o "step '[^']*'" "$out"))" ;;
-      124|137) verdict="TIMED OUT after $limit s" ;;
-      *) verdict="exit $rc: $(grep -m1 '^error' "$out")" ;;
-    esac
-    [ $rc -eq 0 ] || status=1
-    [ $rc -eq 2 ] && status=2
-    echo "$((SECONDS - t0)) s, $verdict"
+  echo "N = $n connections, K = $k outstanding, $cqs CQ(s) for ndwv, idle $idle s, bound $bound s per phase$([ "$rounds" -gt 1 ] && echo ", $rounds rounds"):"
+  for j in $(seq "$rounds"); do
+    [ "$rounds" -gt 1 ] && echo "  round $j"
+    for i in "${!names[@]}"; do
+      name=${names[$i]}
+      out="$logdir/k$k-r$j-$name.txt"
+      case $name in
+        tcp) cmd=("$tcp" "${opts[@]}") ;;
+        tcpmpa) cmd=("$tcp" "${opts[@]}" --idle 0 --mpa) ;;  # its idle, echo and teardown are TCP's
+        *) cmd=(env "NDWV_TRANSPORTS=$name" "$nd" "${opts[@]}" --cqs "$cqs") ;;
+      esac
+      echo "# ${cmd[*]}" >"$out.cmd"
+      printf "  %-8s " "${labels[$i]}"
+      t0=$SECONDS
+      timeout -k 5 "$limit" "${wrap[@]}" "${cmd[@]}" >"$out" 2>&1
+      rc=$?
+      case $rc in
+        0) verdict=ok ;;
+        1) verdict="FAILED (see below)" ;;
+        3) verdict="STUCK: a step overran its bound ($(grep -m1 -o "step '[^']*'" "$out"))" ;;
+        124|137) verdict="TIMED OUT after $limit s" ;;
+        *) verdict="exit $rc: $(grep -m1 '^error' "$out")" ;;
+      esac
+      [ $rc -eq 0 ] || status=1
+      [ $rc -eq 2 ] && status=2
+      echo "$((SECONDS - t0)) s, $verdict"
+    done
   done
 
   echo
@@ -183,50 +224,50 @@ for k in $(echo "$ks" | tr ',' ' '); do
   for i in "${!labels[@]}"; do [ "$i" -gt 0 ] && header+=$(printf '%14s %6s' "${labels[$i]}" ratio); done
   echo "$header"
   echo "setup, K = $k"
-  row "connected"                  setup 'printf "%d/%d", f("done"), f("of")'
+  row "connected"                  setup 'printf "%d/%d", f("done"), f("of")' min
   row "seconds"                    setup 'printf "%.3f", f("seconds")'
   row "conn/s"                     setup 'printf "%.0f", f("rate")'
-  row "lost during setup"          setup 'printf "%d", f("lost")'
+  row "lost during setup"          setup 'printf "%d", f("lost")' max
   row "slowest tenth of N, conn/s" setup 'n = split(s("tenths"), t, ","); m = ""; for (j = 1; j <= n; j++) if (m == "" || t[j] + 0 < m) m = t[j] + 0; if (m != "") printf "%.0f", m'
   row "CPU s, client"              setup 'printf "%.3f", f("c.cpu_ms") / 1000'
   row "CPU s, server"              setup 'printf "%.3f", f("s.cpu_ms") / 1000'
   row "RSS MiB, client"            setup 'printf "%.1f", f("c.rss_kb") / 1024'
   row "RSS MiB, server"            setup 'printf "%.1f", f("s.rss_kb") / 1024'
-  row "descriptors, client"        setup 'printf "%d", f("c.fds")'
-  row "descriptors, server"        setup 'printf "%d", f("s.fds")'
-  row "threads, client/server"     setup 'printf "%d/%d", f("c.threads"), f("s.threads")'
+  row "descriptors, client"        setup 'printf "%d", f("c.fds")' max
+  row "descriptors, server"        setup 'printf "%d", f("s.fds")' max
+  row "threads, client/server"     setup 'printf "%d/%d", f("c.threads"), f("s.threads")' max
   echo "idle ($idle s)"
-  row "still up (of those up before)" idle 'printf "%d/%d", f("done"), f("of")'
+  row "still up (of those up before)" idle 'printf "%d/%d", f("done"), f("of")' min
   row "CPU ms, client"             idle 'printf "%.1f", f("c.cpu_ms")'
   row "CPU ms, server"             idle 'printf "%.1f", f("s.cpu_ms")'
   row "kernel packets sent"        idle 'printf "%d", f("kernel.tcp_out_segs") + f("kernel.udp_out_datagrams")'
   row "keepalives sent (ndwv)"     idle 'printf "%d", f("c.keepalives_sent") + f("s.keepalives_sent")'
-  row "ack timeouts (ndwv)"        idle 'printf "%d", f("c.ack_timeouts") + f("s.ack_timeouts")'
-  row "retry exceeded (ndwv)"      idle 'printf "%d", f("c.retry_exceeded") + f("s.retry_exceeded")'
+  row "ack timeouts (ndwv)"        idle 'printf "%d", f("c.ack_timeouts") + f("s.ack_timeouts")' max
+  row "retry exceeded (ndwv)"      idle 'printf "%d", f("c.retry_exceeded") + f("s.retry_exceeded")' max
   row "RSS MiB, client/server"     idle 'printf "%.1f/%.1f", f("c.rss_kb") / 1024, f("s.rss_kb") / 1024'
   echo "echo-all (one message on every connection)"
-  row "answered"                   echo 'printf "%d/%d", f("done"), f("of")'
-  row "lost during echo"           echo 'printf "%d", f("lost")'
+  row "answered"                   echo 'printf "%d/%d", f("done"), f("of")' min
+  row "lost during echo"           echo 'printf "%d", f("lost")' max
   row "seconds"                    echo 'printf "%.3f", f("seconds")'
   row "CPU ms, client"             echo 'printf "%.1f", f("c.cpu_ms")'
   row "CPU ms, server"             echo 'printf "%.1f", f("s.cpu_ms")'
-  row "ack timeouts (ndwv)"        echo 'printf "%d", f("c.ack_timeouts") + f("s.ack_timeouts")'
+  row "ack timeouts (ndwv)"        echo 'printf "%d", f("c.ack_timeouts") + f("s.ack_timeouts")' max
   echo "teardown, K = $k"
-  row "disconnected"               teardown 'printf "%d/%d", f("done"), f("of")'
+  row "disconnected"               teardown 'printf "%d/%d", f("done"), f("of")' min
   row "seconds"                    teardown 'printf "%.3f", f("seconds")'
   row "conn/s"                     teardown 'printf "%.0f", f("rate")'
   row "CPU s, client"              teardown 'printf "%.3f", f("c.cpu_ms") / 1000'
   row "CPU s, server"              teardown 'printf "%.3f", f("s.cpu_ms") / 1000'
   echo "after release"
-  row "descriptors, client/server" release 'printf "%d/%d", f("c.fds"), f("s.fds")'
+  row "descriptors, client/server" release 'printf "%d/%d", f("c.fds"), f("s.fds")' max
   echo "result"
-  row "lost, client/server"        result 'printf "%d/%d", f("lost"), f("server_lost")'
-  row "connects failed"            result 'printf "%d", f("failed")'
-  row "ledger mismatches"          result 'printf "%d", f("mismatches")'
-  for i in "${!names[@]}"; do
-    f="$logdir/k$k-${names[$i]}.txt"
+  row "lost, client/server"        result 'printf "%d/%d", f("lost"), f("server_lost")' max
+  row "connects failed"            result 'printf "%d", f("failed")' max
+  row "ledger mismatches"          result 'printf "%d", f("mismatches")' max
+  for f in "$logdir"/k$k-r*-*.txt; do
     if grep -q '^result: ok' "$f" 2>/dev/null; then continue; fi
-    echo "${labels[$i]}:"
+    run=${f##*/k$k-}
+    echo "${run%.txt}:"
     if grep -q '^result: FAILED' "$f"; then
       sed -n '/^result: FAILED/,$p' "$f" | sed 1d | sed 's/^ */  /'
       grep -E 'UNEXPECTED|NEVER|TWICE|MORE COMP' "$f" | sed 's/^ */    /'
