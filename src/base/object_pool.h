@@ -6,7 +6,9 @@
 // instead of each touching pages of its own on the heap, and a freed block is kept for the next
 // object of its size class (64-byte steps; every block is aligned to 64), never returned to the
 // system: the pool's size is the process's peak of live objects. Blocks over 16 KiB come from
-// operator new.
+// operator new. Against operator new for every block, setups of 10,000 connections took up to a
+// third less CPU (0-33 % in 4 pairs) and 2.5-6 MiB less resident memory per process
+// (bench/README.md, "Huge pages").
 //
 // The chunks are ordinary pages (MADV_NOHUGEPAGE), touched as blocks are taken. In 2 MiB
 // transparent huge pages they took fewer faults (5,600 instead of 25,400 in a 10,000-connection
