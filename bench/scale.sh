@@ -141,7 +141,7 @@ row() {
                "$(figure "$logdir/k$k-r$j-${names[0]}.txt" "$phase" "$code")")
     done
     line+=$(printf '%s\n' "${values[@]}" | awk -v how="$how" -v first="$((i == 0))" '
-      function number(x,   parts, i, sum) {  # "a/b": a + b (b is the same in every round, or it counts too)
+      function number(x,   parts, i, sum) {  # "done/of" ranks by done (of is N); "client/server" by both
         if (x !~ /^[0-9.]+(\/[0-9.]+)*$/) return ""
         split(x, parts, "/"); for (i in parts) sum += parts[i]; return sum }
       function median(a, n,   i, j, t) {
