@@ -228,6 +228,7 @@ for k in $(echo "$ks" | tr ',' ' '); do
   row "seconds"                    setup 'printf "%.3f", f("seconds")'
   row "conn/s"                     setup 'printf "%.0f", f("rate")'
   row "lost during setup"          setup 'printf "%d", f("lost")' max
+  row "input backlog drops (kernel)" setup 'printf "%d", f("kernel.backlog_drops")' max
   row "slowest tenth of N, conn/s" setup 'n = split(s("tenths"), t, ","); m = ""; for (j = 1; j <= n; j++) if (m == "" || t[j] + 0 < m) m = t[j] + 0; if (m != "") printf "%.0f", m'
   row "CPU s, client"              setup 'printf "%.3f", f("c.cpu_ms") / 1000'
   row "CPU s, server"              setup 'printf "%.3f", f("s.cpu_ms") / 1000'
@@ -241,6 +242,7 @@ for k in $(echo "$ks" | tr ',' ' '); do
   row "CPU ms, client"             idle 'printf "%.1f", f("c.cpu_ms")'
   row "CPU ms, server"             idle 'printf "%.1f", f("s.cpu_ms")'
   row "kernel packets sent"        idle 'printf "%d", f("kernel.tcp_out_segs") + f("kernel.udp_out_datagrams")'
+  row "input backlog drops (kernel)" idle 'printf "%d", f("kernel.backlog_drops")' max
   row "keepalives sent (ndwv)"     idle 'printf "%d", f("c.keepalives_sent") + f("s.keepalives_sent")'
   row "ack timeouts (ndwv)"        idle 'printf "%d", f("c.ack_timeouts") + f("s.ack_timeouts")' max
   row "retry exceeded (ndwv)"      idle 'printf "%d", f("c.retry_exceeded") + f("s.retry_exceeded")' max
@@ -248,6 +250,7 @@ for k in $(echo "$ks" | tr ',' ' '); do
   echo "echo-all (one message on every connection)"
   row "answered"                   echo 'printf "%d/%d", f("done"), f("of")' min
   row "lost during echo"           echo 'printf "%d", f("lost")' max
+  row "input backlog drops (kernel)" echo 'printf "%d", f("kernel.backlog_drops")' max
   row "seconds"                    echo 'printf "%.3f", f("seconds")'
   row "CPU ms, client"             echo 'printf "%.1f", f("c.cpu_ms")'
   row "CPU ms, server"             echo 'printf "%.1f", f("s.cpu_ms")'

@@ -288,9 +288,20 @@ inline double CpuDuring(const Figures& a, const Figures& b) {
 
 // The kernel's packet counters of this network namespace (/proc/net/snmp): TCP segments and UDP
 // datagrams sent, keepalive probes and ACKs included. bench/scale.sh runs each pair in a network
-// namespace of its own, where they count this run's packets only.
+// namespace of its own, where they count this run's packets only. And the packets the kernel
+// dropped because a CPU's input backlog was full (/proc/net/softnet_stat, the second column, of
+// every namespace: the machine's): on loopback every packet passes that queue of
+// net.core.netdev_max_backlog (1,000 by default), and a burst sent from one softirq (TCP
+// keepalive probes whose timers fall due together) can overflow it.
 inline Figures SampleKernel() {
   Figures f;
+  if (FILE* stat = std::fopen("/proc/net/softnet_stat", "r")) {
+    unsigned processed, dropped;
+    double drops = 0;
+    while (std::fscanf(stat, "%x %x%*[^\n]", &processed, &dropped) == 2) drops += dropped;
+    std::fclose(stat);
+    f["backlog_drops"] = drops;
+  }
   FILE* in = std::fopen("/proc/net/snmp", "r");
   if (!in) return f;
   char header[1024], values[1024];
@@ -767,8 +778,9 @@ inline void PrintPhase(const PhaseReport& p, double rate, const char* rateUnit) 
   PrintProcess("server", p.server0, p.server1);
   double segs = Delta(p.kernel0, p.kernel1, "tcp_out_segs");
   double dgrams = Delta(p.kernel0, p.kernel1, "udp_out_datagrams");
-  std::printf("  kernel: %.0f TCP segments, %.0f UDP datagrams sent (this network namespace)\n", segs,
-              dgrams);
+  double drops = Delta(p.kernel0, p.kernel1, "backlog_drops");
+  std::printf("  kernel: %.0f TCP segments, %.0f UDP datagrams sent (this network namespace); %.0f packets"
+              " dropped at a full input backlog (the machine)\n", segs, dgrams, drops);
 
   std::printf("@ phase=%s done=%u of=%u lost=%u complete=%d seconds=%.6f rate=%.3f", p.name.c_str(),
               p.done, p.of, p.lost, p.complete ? 1 : 0, p.seconds, rate);
@@ -781,7 +793,7 @@ inline void PrintPhase(const PhaseReport& p, double rate, const char* rateUnit) 
       if (name.rfind("nd.", 0) == 0)
         std::printf(" %s.%s=%.0f", side, name.c_str() + 3, value - Get(*a, name));
   }
-  std::printf(" kernel.tcp_out_segs=%.0f kernel.udp_out_datagrams=%.0f", segs, dgrams);
+  std::printf(" kernel.tcp_out_segs=%.0f kernel.udp_out_datagrams=%.0f kernel.backlog_drops=%.0f", segs, dgrams, drops);
   if (!p.tenths.empty()) {
     std::printf(" tenths=");
     for (std::size_t i = 0; i < p.tenths.size(); ++i) std::printf("%s%.0f", i ? "," : "", p.tenths[i]);
