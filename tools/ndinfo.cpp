@@ -59,7 +59,7 @@ void PrintDescriptorLimit() {
                 (unsigned long long)(limit.rlim_cur - kLibraryDescriptors));
   std::printf("A connection costs about 5.5 KiB of memory (RoCE: 7 KiB) and iWARP one\n"
               "descriptor, and while idle: iWARP, a kernel keepalive and its\n"
-              "answer every NDWV_IWARP_TIMEOUT_MS / 2; RoCE, one zero-length Write and its\n"
+              "answer every 2 s; RoCE, one zero-length Write and its\n"
               "ACK every NDWV_ROCE_KEEPALIVE_MS, or 2 ms per connection of the process if\n"
               "longer.\n\n");
 }

@@ -38,11 +38,12 @@ const std::vector<SettingInfo>& SettingTable() {
      "How long Disconnect waits for the peer's close before it flushes anyway (ND_TIMEOUT); on "
      "iWARP also how long a connection ended by a Terminate keeps its socket until the peer's "
      "TCP has taken the Terminate."},
-    {"NDWV_IWARP_TIMEOUT_MS", SettingType::Integer, "5000", 0, 600000, nullptr,
+    {"NDWV_IWARP_TIMEOUT_MS", SettingType::Integer, "10000", 0, 600000, nullptr,
      "iWARP: data unacknowledged by the peer's TCP this long ends the connection (TCP_USER_TIMEOUT; "
-     "an idle connection is probed with TCP keepalives): the oldest unconfirmed request ends "
-     "ND_IO_TIMEOUT, the rest are flushed, NotifyDisconnect completes. 0: TCP's own default "
-     "(many minutes)."},
+     "an idle connection is probed with TCP keepalives after 2 s of silence, then every second "
+     "while unanswered): the oldest unconfirmed request ends ND_IO_TIMEOUT, the rest are flushed, "
+     "NotifyDisconnect completes. Below ~8 s, a burst of probes lost on a busy host can end a "
+     "healthy idle connection. 0: TCP's own default (many minutes)."},
     {"NDWV_ROCE_PORT", SettingType::Integer, "0", 0, 65535, nullptr,
      "RoCE: UDP port the process's connectors bound to port 0 share (4791 is the standard RoCEv2 "
      "port, for a process that owns the host's device); 0: they share NDWV_ROCE_CONNECTOR_PORTS "
