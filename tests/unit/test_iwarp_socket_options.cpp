@@ -51,7 +51,20 @@ TEST(IwarpSocketOptions, AnAcceptedSocketHasTheListenersTuning) {
     EXPECT_EQ(Option(accepted, o.level, o.name), Option(listener, o.level, o.name)) << o.level << "/" << o.name;
     EXPECT_NE(Option(fresh, o.level, o.name), Option(listener, o.level, o.name)) << o.level << "/" << o.name;
   }
+  EXPECT_EQ(Option(accepted, IPPROTO_TCP, TCP_KEEPIDLE), iwarp::KeepaliveIdleSeconds(base::Config().iwarp_timeout_ms));
+  EXPECT_EQ(Option(accepted, IPPROTO_TCP, TCP_USER_TIMEOUT), int(base::Config().iwarp_timeout_ms));
   for (int fd : {listener, client, accepted, fresh}) close(fd);
+}
+
+// The first probe of an idle connection never waits longer than 2 s, whatever the bound: later
+// deadlines fall in the kernel's coarser timer buckets, and connections that went quiet together
+// then probe in bursts that a host's input backlog drops (bench/README.md, "Keepalive bursts").
+TEST(IwarpSocketOptions, AnIdleConnectionIsFirstProbedWithinTwoSeconds) {
+  EXPECT_EQ(iwarp::KeepaliveIdleSeconds(1000), 1);
+  EXPECT_EQ(iwarp::KeepaliveIdleSeconds(3999), 1);
+  EXPECT_EQ(iwarp::KeepaliveIdleSeconds(4000), 2);
+  EXPECT_EQ(iwarp::KeepaliveIdleSeconds(10000), 2);
+  EXPECT_EQ(iwarp::KeepaliveIdleSeconds(600000), 2);
 }
 
 }  // namespace

@@ -134,25 +134,27 @@ int& SpareDescriptor() {
 
 }  // namespace
 
+// Never later than 2 s, and the default timeout is 10 s: connections that went quiet together
+// (set up, or answered, in one burst) probe together, each probe and its answer a packet, and on
+// one host such a burst can overflow the CPU's input backlog (net.core.netdev_max_backlog, 1,000
+// packets), which drops the rest. Past ~2 s the kernel's timer wheel rounds deadlines to a
+// quarter second, not 32 ms, and the bursts grow eightfold. The timeout leaves room for retries
+// in the seconds between bursts: with 5 s a probe lost at 2 s had two (3 s, and 4 s with the next
+// burst), and 474-523 of 10,000 idle connections were ended as dead in 2 of 7 runs
+// (bench/README.md, "Keepalive bursts").
+int KeepaliveIdleSeconds(unsigned timeout_ms) { return timeout_ms < 4000 ? 1 : 2; }
+
 void TuneConnectionSocket(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   unsigned timeout = Config().iwarp_timeout_ms;
   if (timeout == 0) return;
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout);
-  // An idle connection is probed after 2 s of silence (1 s under a 4 s timeout), then every
-  // second while unanswered. No TCP_KEEPCNT: with TCP_USER_TIMEOUT set, the kernel ends a
-  // connection whose probes go unanswered by that timeout, not by a count of probes (tcp(7)),
-  // and a system call per connection is saved.
-  // Never later than 2 s, and the default timeout 10 s: connections that went quiet together
-  // (set up, or answered, in one burst) probe together, each probe and its answer a packet, and
-  // on one host such a burst can overflow the CPU's input backlog (net.core.netdev_max_backlog,
-  // 1,000 packets), which drops the rest. Past ~2 s the kernel's timer wheel rounds deadlines to
-  // a quarter second, not 32 ms, and the bursts grow eightfold. The timeout must leave room for
-  // retries in the seconds between bursts: with 5 s a probe lost at 2 s had two (3 s, and 4 s
-  // with the next burst), and 523 of 10,000 idle connections were ended as dead in one run
-  // (bench/README.md, "Keepalive bursts").
-  int idle = std::clamp(int(timeout / 2000), 1, 2), interval = 1;
+  // An idle connection is probed after KeepaliveIdleSeconds of silence, then every second while
+  // unanswered. No TCP_KEEPCNT: with TCP_USER_TIMEOUT set, the kernel ends a connection whose
+  // probes go unanswered by that timeout, not by a count of probes (tcp(7)), and a system call
+  // per connection is saved.
+  int idle = KeepaliveIdleSeconds(timeout), interval = 1;
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
