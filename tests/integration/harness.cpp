@@ -920,7 +920,7 @@ class Watchdog : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   // iWARP's dead-peer budget here is 5 s, not the default 10 s (meant for thousands of
-  // connections: src/dev/iwarp/endpoint.cpp, TuneConnectionSocket): the fault tests wait for it
+  // connections: src/dev/iwarp/endpoint.cpp, KeepaliveIdleSeconds): the fault tests wait for it
   // within the bound of a single wait (kWaitMs). Set before the library reads its settings, and
   // inherited by the peers; a value in the environment wins.
   setenv("NDWV_IWARP_TIMEOUT_MS", "5000", 0);

@@ -140,7 +140,7 @@ int& SpareDescriptor() {
 // packets), which drops the rest. Past ~2 s the kernel's timer wheel rounds deadlines to a
 // quarter second, not 32 ms, and the bursts grow eightfold. The timeout leaves room for retries
 // in the seconds between bursts: with 5 s a probe lost at 2 s had two (3 s, and 4 s with the next
-// burst), and 474-523 of 10,000 idle connections were ended as dead in 2 of 7 runs
+// burst), and 474-523 of 10,000 idle connections were ended as dead in 2 of 14 runs
 // (bench/README.md, "Keepalive bursts").
 int KeepaliveIdleSeconds(unsigned timeout_ms) { return timeout_ms < 4000 ? 1 : 2; }
 

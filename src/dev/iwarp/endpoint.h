@@ -36,7 +36,7 @@ std::shared_ptr<ConnectEndpoint> CreateEndpoint();
 // (six system calls fewer per accepted connection; a unit test checks that the kernel does).
 void TuneConnectionSocket(int fd);
 // The seconds of silence after which an idle connection is first probed under a dead-peer bound
-// of `timeout_ms`: 2, or 1 below 4 s (TuneConnectionSocket says why never later).
+// of `timeout_ms`: 2, or 1 below 4 s (endpoint.cpp says why never later).
 int KeepaliveIdleSeconds(unsigned timeout_ms);
 
 class Endpoint final : public EndpointBase<Endpoint>,
