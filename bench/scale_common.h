@@ -296,9 +296,9 @@ inline double CpuDuring(const Figures& a, const Figures& b) {
 inline Figures SampleKernel() {
   Figures f;
   if (FILE* stat = std::fopen("/proc/net/softnet_stat", "r")) {
-    unsigned processed, dropped;
+    unsigned dropped;
     double drops = 0;
-    while (std::fscanf(stat, "%x %x%*[^\n]", &processed, &dropped) == 2) drops += dropped;
+    while (std::fscanf(stat, "%*x %x%*[^\n]", &dropped) == 1) drops += dropped;
     std::fclose(stat);
     f["backlog_drops"] = drops;
   }
