@@ -3,7 +3,7 @@
 # `scripts/setup.sh fuzz` also installs what the fuzz targets need (scripts/fuzz.sh; the test
 # run uses it). Why each package: see docs/dependencies.md.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libisal-dev libcli11-dev libgtest-dev libgmock-dev
+pkgs=(build-essential cmake pkg-config libisal-dev libsodium-dev libcli11-dev libgtest-dev libgmock-dev
       libbenchmark-dev python3 iproute2 tshark nftables)
 if [ "${1:-}" = fuzz ]; then pkgs+=(clang libclang-rt-14-dev); fi
 missing=()

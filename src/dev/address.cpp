@@ -12,6 +12,7 @@
 #include <ndwv/wvstatus.h>
 
 #include "base/fork.h"
+#include "base/keyed_hash.h"
 
 namespace ndwv::dev {
 
@@ -63,17 +64,19 @@ bool RouteSource(const sockaddr_storage& peer, sockaddr_storage* local) {
 }
 
 size_t AddressHash(const sockaddr_storage& a) {
-  // FNV-1a over what SameAddress compares.
-  uint64_t h = 0xcbf29ce484222325ull;
-  auto mix = [&](const void* data, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t*>(data)[i]) * 0x100000001b3ull;
+  // What SameAddress compares.
+  uint8_t bytes[sizeof a.ss_family + sizeof(uint16_t) + sizeof(in6_addr)];
+  size_t n = 0;
+  auto put = [&](const void* data, size_t length) {
+    memcpy(bytes + n, data, length);
+    n += length;
   };
   uint16_t port = PortOf(a);
-  mix(&a.ss_family, sizeof a.ss_family);
-  mix(&port, sizeof port);
-  if (a.ss_family == AF_INET) mix(&reinterpret_cast<const sockaddr_in&>(a).sin_addr, sizeof(in_addr));
-  if (a.ss_family == AF_INET6) mix(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, sizeof(in6_addr));
-  return size_t(h);
+  put(&a.ss_family, sizeof a.ss_family);
+  put(&port, sizeof port);
+  if (a.ss_family == AF_INET) put(&reinterpret_cast<const sockaddr_in&>(a).sin_addr, sizeof(in_addr));
+  if (a.ss_family == AF_INET6) put(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, sizeof(in6_addr));
+  return size_t(base::KeyedHash(bytes, n));
 }
 
 std::string Describe(const sockaddr_storage& a) {

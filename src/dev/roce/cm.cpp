@@ -157,11 +157,19 @@ bool CmAgent::RemoteKey::operator==(const RemoteKey& o) const {
 }
 
 size_t CmAgent::RemoteKeyHash::operator()(const RemoteKey& k) const {
-  return std::hash<uint64_t>()(k.ca_guid ^ (uint64_t(k.comm_id) << 17)) ^ AddressHash(k.from);
+  struct {
+    uint64_t ca_guid, from;
+    uint32_t comm_id, zero;
+  } bytes{k.ca_guid, AddressHash(k.from), k.comm_id, 0};
+  return base::KeyedHasher()(bytes);
 }
 
 size_t CmAgent::QpKeyHash::operator()(const std::pair<uint64_t, uint32_t>& k) const {
-  return std::hash<uint64_t>()(k.first ^ (uint64_t(k.second) << 29));
+  struct {
+    uint64_t ca_guid;
+    uint32_t qpn, zero;
+  } bytes{k.first, k.second, 0};
+  return base::KeyedHasher()(bytes);
 }
 
 CmAgent::Cep* CmAgent::Lookup(const sockaddr_storage& from, uint32_t ours, uint32_t theirs) {

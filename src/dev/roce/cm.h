@@ -34,8 +34,9 @@
 #include <unordered_set>
 #include <utility>
 
-#include "base/log.h"
+#include "base/keyed_hash.h"
 #include "base/lazy_deque.h"
+#include "base/log.h"
 #include "base/object_pool.h"
 #include "wire/ib_cm.h"
 
@@ -353,7 +354,7 @@ class CmAgent {
   uint32_t next_index_ = 0;       // low 24 bits of a communication ID
   uint8_t next_instance_ = 0;     // top 8 bits, revolving
   uint64_t next_tid_ = 0;
-  base::PooledHashMap<uint32_t, Cep> ceps_;
+  base::PooledHashMap<uint32_t, Cep, base::KeyedHasher> ceps_;
   base::PooledHashMap<RemoteKey, uint32_t, RemoteKeyHash> by_remote_;  // passive CEPs
   base::PooledHashMap<std::pair<uint64_t, uint32_t>, uint32_t, QpKeyHash> by_qp_;
   base::PooledHashSet<uint64_t> services_;

@@ -32,8 +32,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "base/mutex.h"
+#include "base/keyed_hash.h"
 #include "base/lazy_deque.h"
+#include "base/mutex.h"
 #include "base/object_pool.h"
 #include "dev/address.h"
 #include "dev/counters.h"
@@ -284,7 +285,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   base::Mutex cm_mutex_{"roce::Port::cm_mutex_"};
   // From the pool (base/object_pool.h); held by the port alone.
   std::shared_ptr<CmAgent> agent_ NDWV_GUARDED_BY(cm_mutex_);
-  base::PooledHashMap<uint32_t, std::weak_ptr<CmUser>> users_ NDWV_GUARDED_BY(cm_mutex_);
+  base::PooledHashMap<uint32_t, std::weak_ptr<CmUser>, base::KeyedHasher> users_ NDWV_GUARDED_BY(cm_mutex_);
   base::PooledHashMap<uint64_t, std::weak_ptr<CmUser>> listeners_ NDWV_GUARDED_BY(cm_mutex_);
   base::LazyDeque<CmEvent> events_ NDWV_GUARDED_BY(cm_mutex_);
   bool delivering_ NDWV_GUARDED_BY(cm_mutex_) = false;
