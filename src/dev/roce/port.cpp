@@ -975,6 +975,10 @@ void Port::RearmCmTimer() {
   cm_mutex_.AssertHeld();
   uint64_t deadline = agent_->NextDeadlineMs();
   if (deadline == UINT64_MAX) return;  // a timer that fires early finds nothing due: harmless
+  // Armed in time already: most CM events add a later deadline (a new connection's) or none, and
+  // each arming is a trip through the engine's timer heap and lock.
+  if (cm_timer_.pending() && cm_timer_deadline_ <= deadline) return;
+  cm_timer_deadline_ = deadline;
   uint64_t now = NowMs();
   cm_timer_.Arm(shared_from_this(), std::chrono::milliseconds(deadline > now ? deadline - now : 0));
 }

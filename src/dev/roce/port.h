@@ -295,6 +295,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   } deliver_work_;
   using PortTimer = OwnedTimer<Port>;
   PortTimer cm_timer_ NDWV_GUARDED_BY(cm_mutex_){&Port::OnCmTimer, this};
+  uint64_t cm_timer_deadline_ NDWV_GUARDED_BY(cm_mutex_) = 0;  // what cm_timer_ is armed for (NowMs)
 };
 
 }  // namespace ndwv::dev::roce
