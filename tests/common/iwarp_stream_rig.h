@@ -195,8 +195,9 @@ class StreamRig {
     void OnRtr() override {}
     void OnPeerClosed() override { peer_closed = true; }
     void OnStreamError(bool) override { errors++; }
+    void OnClosedHere() override { closed_here++; }
     bool peer_closed = false;
-    int errors = 0;
+    int errors = 0, closed_here = 0;
   };
 
   std::shared_ptr<dev::ProtectionDomain> pd = std::make_shared<dev::ProtectionDomain>();

@@ -427,5 +427,60 @@ TEST_P(IntegrationRelease, EveryRequestCompletesOnceWhateverIsReleasedFirst) {
 INSTANTIATE_TEST_SUITE_P(Order, IntegrationRelease, ::testing::Values("cq_first", "adapter_first"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
+// ---- a QP that failed on a local error -----------------------------------------------------------
+
+// A Send from memory its token does not cover fails at once (ND_ACCESS_VIOLATION) and takes the QP
+// to Error with the connection still up. Its Disconnect then succeeds without waiting for the peer.
+// (On iWARP the stream closes its socket with the QP and no longer reads the peer's close; before
+// the connection manager was told, Disconnect waited NDWV_DISCONNECT_TIMEOUT_MS and ended
+// ND_TIMEOUT.) On iWARP that close ends the connection, so NotifyDisconnect completes on both
+// sides; on RoCE the CM connection stays up until the Disconnect, as an HCA's QP error does not
+// disconnect, and the peer hears of it by the DREQ.
+IT_PEER(local_error_server) {
+  Adapter adapter;
+  std::vector<uint8_t> inbox(64);
+  Mr mr(adapter, inbox.data(), inbox.size(), kSinkFlags);
+  Endpoint e(adapter, kServerQp, {.depth = 4});
+  ND2_SGE sge = {inbox.data(), 64, mr.token()};
+  IT_OK(e.qp->Receive(Ctx(0x100), &sge, 1));
+  Serve(parent, e);
+  Ov notify;
+  HRESULT hr = e.connector->NotifyDisconnect(notify.Prepare(e.connector.get()));
+  parent.Send("notify posted");
+  IT_OK(notify.Finish(hr, "NotifyDisconnect when the client's QP failed"));
+  ExpectCompletion(e.cq.get(), {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x100), kServerQp, -1},
+                   "server: the receive, flushed");
+  IT_OK(Disconnect(e.connector.get()));
+  ExpectNoCompletion(e.cq.get(), "server");
+  parent.Send("server done");
+}
+
+TEST(IntegrationDisconnect, AQpFailedOnALocalErrorDisconnectsWithoutWaitingForThePeer) {
+  RunWithPeer("local_error_server", [](Channel& peer) {
+    Adapter adapter;
+    std::vector<uint8_t> inbox(64), unregistered(32);
+    Mr mr(adapter, inbox.data(), inbox.size(), kSinkFlags);
+    Endpoint e(adapter, kClientQp, {.depth = 4});
+    ND2_SGE sge = {inbox.data(), 64, mr.token()};
+    IT_OK(e.qp->Receive(Ctx(0x100), &sge, 1));
+    ConnectTo(peer, e);
+    Ov notify;
+    HRESULT issued = e.connector->NotifyDisconnect(notify.Prepare(e.connector.get()));
+    IT_CHECK_HR(ND_PENDING, issued);
+    peer.Expect("notify posted");
+    ND2_SGE outside = {unregistered.data(), 32, mr.token()};
+    IT_OK(e.qp->Send(Ctx(0x200), &outside, 1, 0));
+    ExpectCompletion(e.cq.get(), {ND_ACCESS_VIOLATION, Nd2RequestTypeSend, Ctx(0x200), kClientQp, -1},
+                     "client: the Send from memory its token does not cover");
+    ExpectCompletion(e.cq.get(), {ND_CANCELED, Nd2RequestTypeReceive, Ctx(0x100), kClientQp, -1},
+                     "client: the receive, flushed");
+    if (!TransportIsRoce()) IT_OK(notify.Finish(issued, "NotifyDisconnect once the stream closed"));
+    IT_OK(Disconnect(e.connector.get()));  // ND_SUCCESS, not ND_TIMEOUT
+    if (TransportIsRoce()) ExpectNotifyEnded(notify, issued, "client");
+    peer.Expect("server done");
+    ExpectNoCompletion(e.cq.get(), "client");
+  });
+}
+
 }  // namespace
 }  // namespace ndit

@@ -319,10 +319,29 @@ TEST(IwarpStreamEnd, AnEndReadAfterASendFailedIsABrokenStreamNotAGracefulClose) 
   ASSERT_EQ(rig.qp->PostSend(SignaledSend(7, {rig.locked.addr(), 64, rig.locked.lkey})), 0);
   rig.Finish();
   EXPECT_EQ(rig.observer->errors, 1);
+  EXPECT_EQ(rig.observer->closed_here, 0);  // reported once, as the error
   EXPECT_FALSE(rig.observer->peer_closed);
   ASSERT_FALSE(rig.completions.empty());
   EXPECT_EQ(rig.completions.front().wr_id, 7u);
   EXPECT_NE(rig.completions.front().status, dev::WcStatus::Success);
+}
+
+// The QP going to Error with the connection up (a local error) closes the socket, and the
+// connection manager hears of it once: it will not read the peer's close, so a Disconnect must
+// not wait for that.
+TEST(IwarpStreamEnd, AQpMovedToErrorClosesTheStreamAndTellsTheConnectionOnce) {
+  StreamRig rig(false);
+  ASSERT_TRUE(rig.stream) << "no socketpair";
+  rig.Finish();
+  EXPECT_EQ(rig.observer->closed_here, 1);
+  EXPECT_EQ(rig.observer->errors, 0);
+  EXPECT_FALSE(rig.observer->peer_closed);
+  rig.stream->Shutdown();
+  rig.stream->Abort();
+  EXPECT_EQ(rig.observer->closed_here, 1);
+  EXPECT_EQ(rig.observer->errors, 0);
+  uint8_t byte;
+  EXPECT_EQ(::recv(rig.peer_fd, &byte, 1, 0), 0) << "the peer reads the end of the stream";
 }
 
 }  // namespace

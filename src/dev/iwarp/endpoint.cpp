@@ -829,6 +829,27 @@ void Endpoint::OnStreamError(bool timed_out) {
   }
 }
 
+void Endpoint::OnClosedHere() {
+  Finisher finish;
+  base::MutexLock lock(mutex_);
+  switch (state_) {
+    case State::Connected:  // the close told the peer; NotifyDisconnect learns of it here
+      SetState(State::Disconnected);
+      finish.AddList(notify_ops_, WV_SUCCESS);
+      break;
+    case State::ActiveDisconnect:  // our FIN went with the close; the peer's will not be read
+      FinishDisconnect(WV_SUCCESS);
+      break;
+    case State::PassiveAccepting:
+      DisarmTimer();
+      SetState(State::Disconnected);
+      finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_ABORTED);
+      break;
+    default:
+      break;
+  }
+}
+
 // ---------------------------------------------------------------------------- teardown
 
 Endpoint::Closing Endpoint::StartCloseLocked() {

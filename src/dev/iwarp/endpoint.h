@@ -57,6 +57,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
   void OnRtr() override;
   void OnPeerClosed() override;
   void OnStreamError(bool timed_out) override;
+  void OnClosedHere() override;
   void OnIo(uint32_t events) override;
 
   // The connection manager's states, and where each may go (SetState checks; public for the

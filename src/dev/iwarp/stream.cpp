@@ -138,11 +138,17 @@ void Stream::Abort() {
 void Stream::Shutdown() {
   std::shared_ptr<Stream> self = weak_from_this().lock();  // none in the destructor: no lingering
   bool linger = false;
+  bool report = false;
   {
     base::MutexLock rx(rx_mutex_);
     base::MutexLock tx(tx_mutex_);
     if (shut_) return;
     shut_ = true;
+    // The QP went to Error with the connection up (a local error: a Send from unregistered
+    // memory, a receive that lost the race with an Invalidate): closing the socket ends the
+    // connection, and the connection manager must hear it, for nothing reads the peer's close
+    // any more: a Disconnect would wait for it until its timeout.
+    report = !error_reported_.exchange(true);
     rx_.phase = RxPhase::Dead;
     if (rx_.have_recv) {  // a message was arriving into it: it is flushed with the rest
       qp_->CompleteReceive(rx_.recv, 0, WcStatus::Flushed, false);
@@ -167,6 +173,7 @@ void Stream::Shutdown() {
   }
   handoff_.Close();
   if (!linger) CloseSocket();
+  if (report) NotifyObserver(&StreamObserver::OnClosedHere);
 }
 
 void Stream::CloseSocket() {

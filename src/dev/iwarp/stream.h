@@ -63,6 +63,9 @@ class StreamObserver {
   // Reset, Terminate, protocol error, or (timed_out) the peer stopped acknowledging: the QP goes
   // to Error.
   virtual void OnStreamError(bool timed_out) = 0;
+  // The QP went to Error first (a local error, or the application's Modify) and the stream
+  // closed its socket: the connection is over, and the peer's close will not be read.
+  virtual void OnClosedHere() = 0;
  protected:
   ~StreamObserver() = default;
 };
