@@ -553,7 +553,7 @@ void RcLink::Progress() {
   waiting_since_ = CoarseNow();
   if (timing_ && PsnDiff(acked_psn_, timed_psn_) >= 0) {
     timing_ = false;
-    g_ack_wait.Sample(std::chrono::duration_cast<std::chrono::microseconds>(waiting_since_ - timed_since_));
+    g_ack_wait.Acknowledged(timed_since_, timed_resent_, waiting_since_, std::chrono::milliseconds(params_.ack_timeout_ms));
   }
 }
 
@@ -572,6 +572,7 @@ void RcLink::StartTiming(const Flight& flight, Clock::time_point now) {
   timing_ = true;
   timed_psn_ = PsnAdd(flight.first_psn, flight.packets - 1);
   timed_since_ = now;
+  timed_resent_ = {};
 }
 
 uint32_t RcLink::ResumePsn(const Flight& flight) const {
@@ -976,6 +977,7 @@ void RcLink::HandleTimer(Clock::time_point now) {
     NDWV_LOG(Debug, "%s: ACK timeout, retransmitting from psn %u", counters_.identity(), ResumePsn(flights_.front()));
     counters_.Add(Counter::AckTimeouts);
     waiting_since_ = now;
+    if (timing_) timed_resent_ = now;  // the timed request goes again, if not acknowledged yet
     rewound_for_ = UINT32_MAX;
     Rewind(ResumePsn(flights_.front()));
     Pump();

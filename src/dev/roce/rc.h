@@ -181,11 +181,11 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   // The oldest request has waited for an acknowledgement since then (its transmission, the last
   // progress or the last retry); it is sent again at RetransmitAt().
   Clock::time_point waiting_since_ NDWV_GUARDED_BY(mutex_){}, rnr_until_ NDWV_GUARDED_BY(mutex_){};
-  // One request at a time is timed for the ACK wait (ack_wait.h): the last PSN of it and when it
-  // first went out.
+  // One request at a time is timed for the ACK wait (ack_wait.h): the last PSN of it, when it
+  // first went out and when an ACK timeout last sent it again ({}: not yet).
   bool timing_ NDWV_GUARDED_BY(mutex_) = false;
   uint32_t timed_psn_ NDWV_GUARDED_BY(mutex_) = 0;
-  Clock::time_point timed_since_ NDWV_GUARDED_BY(mutex_){};
+  Clock::time_point timed_since_ NDWV_GUARDED_BY(mutex_){}, timed_resent_ NDWV_GUARDED_BY(mutex_){};
   uint32_t rewound_for_ NDWV_GUARDED_BY(mutex_) = UINT32_MAX;  // the PSN a skipped Read response already rewound to
   uint32_t sent_end_psn_ NDWV_GUARDED_BY(mutex_);        // one past the highest request PSN ever sent (retransmit count)
 
