@@ -784,71 +784,45 @@ void Endpoint::OnRtr() {
   finish.Add(std::exchange(accept_op_, nullptr), WV_SUCCESS);
 }
 
-void Endpoint::OnPeerClosed() {
+// The peer's close (OnPeerClosed), a stream that failed (OnStreamError) or one closed here with its
+// QP (OnClosedHere): what each state makes of the end of the stream. A connection goes to
+// `connected_becomes` and NotifyDisconnect completes; our own close ends with `disconnect_status`;
+// a pending Accept with `accept_status`.
+void Endpoint::StreamEnded(State connected_becomes, int32_t disconnect_status, int32_t accept_status) {
   Finisher finish;
   base::MutexLock lock(mutex_);
   switch (state_) {
     case State::Connected:
-      SetState(State::PassiveDisconnect);
+      SetState(connected_becomes);
       finish.AddList(notify_ops_, WV_SUCCESS);
       break;
-    case State::ActiveDisconnect:  // the peer's close answers ours (or crossed it)
-      FinishDisconnect(WV_SUCCESS);
+    case State::ActiveDisconnect:
+      FinishDisconnect(disconnect_status);
       break;
-    case State::PassiveAccepting:  // the active side gave up before CompleteConnect
+    case State::PassiveAccepting:
       DisarmTimer();
       SetState(State::Disconnected);
-      finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_REFUSED);
+      finish.Add(std::exchange(accept_op_, nullptr), accept_status);
       break;
     default:
       break;
   }
 }
 
+// The peer's close answers ours (or crossed it); before CompleteConnect, the active side gave up.
+void Endpoint::OnPeerClosed() { StreamEnded(State::PassiveDisconnect, WV_SUCCESS, WV_CONNECTION_REFUSED); }
+
+// A reset ends our close, a dead peer never answered it. Before the RTR, TCP giving up on an
+// unanswered peer (a cut link, a dead host) means the connection never completed, as the Accept's
+// own timer would say (nd2-spi 14.1: ND_IO_TIMEOUT); a reset is the active side dropping the
+// connection: refused, as when it closes.
 void Endpoint::OnStreamError(bool timed_out) {
-  Finisher finish;
-  base::MutexLock lock(mutex_);
-  switch (state_) {
-    case State::Connected:
-      SetState(State::Disconnected);
-      finish.AddList(notify_ops_, WV_SUCCESS);
-      break;
-    case State::ActiveDisconnect:  // a reset ends the close; a dead peer never answered it
-      FinishDisconnect(timed_out ? WV_TIMEOUT : WV_SUCCESS);
-      break;
-    case State::PassiveAccepting:
-      // TCP gave up on an unanswered peer (a cut link, a dead host): it never completed, as the
-      // Accept's own timer would say (nd2-spi 14.1: ND_IO_TIMEOUT). A reset is the active side
-      // dropping the connection: refused, as when it closes (OnPeerClosed).
-      DisarmTimer();
-      SetState(State::Disconnected);
-      finish.Add(std::exchange(accept_op_, nullptr), timed_out ? WV_IO_TIMEOUT : WV_CONNECTION_REFUSED);
-      break;
-    default:
-      break;
-  }
+  StreamEnded(State::Disconnected, timed_out ? WV_TIMEOUT : WV_SUCCESS, timed_out ? WV_IO_TIMEOUT : WV_CONNECTION_REFUSED);
 }
 
-void Endpoint::OnClosedHere() {
-  Finisher finish;
-  base::MutexLock lock(mutex_);
-  switch (state_) {
-    case State::Connected:  // the close told the peer; NotifyDisconnect learns of it here
-      SetState(State::Disconnected);
-      finish.AddList(notify_ops_, WV_SUCCESS);
-      break;
-    case State::ActiveDisconnect:  // our FIN went with the close; the peer's will not be read
-      FinishDisconnect(WV_SUCCESS);
-      break;
-    case State::PassiveAccepting:
-      DisarmTimer();
-      SetState(State::Disconnected);
-      finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_ABORTED);
-      break;
-    default:
-      break;
-  }
-}
+// Our close went with the socket's (the peer hears of the connection's end by it), and the peer's
+// will not be read.
+void Endpoint::OnClosedHere() { StreamEnded(State::Disconnected, WV_SUCCESS, WV_CONNECTION_ABORTED); }
 
 // ---------------------------------------------------------------------------- teardown
 

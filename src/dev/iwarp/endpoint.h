@@ -123,6 +123,8 @@ class Endpoint final : public EndpointBase<Endpoint>,
   void ArmTimer(uint32_t ms) NDWV_REQUIRES(mutex_);
   void DisarmTimer() NDWV_REQUIRES(mutex_);
   static void OnTimer(Timer* timer);
+  // The end of the stream, as each state takes it (OnPeerClosed, OnStreamError, OnClosedHere).
+  void StreamEnded(State connected_becomes, int32_t disconnect_status, int32_t accept_status) NDWV_EXCLUDES(mutex_);
   // The phase's time is up (mutex_ held). Returns a stream to abort once mutex_ is released:
   // the abort reports to OnStreamError, which takes mutex_.
   std::shared_ptr<Stream> HandleTimeoutLocked(Finisher& finish) NDWV_REQUIRES(mutex_);
