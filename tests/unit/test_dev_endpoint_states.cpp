@@ -64,10 +64,10 @@ TEST(EndpointStates, IwarpTableHasWhatTheCodeDoes) {
       {S::PassiveRequest, S::PassiveAccepting},     // Accept
       {S::PassiveRequest, S::Disconnected},         // Accept could not send the Reply
       {S::PassiveAccepting, S::Connected},          // RTR
-      {S::PassiveAccepting, S::Disconnected},       // peer closed, stream error, timeout
+      {S::PassiveAccepting, S::Disconnected},       // peer closed, stream error, QP failed here, timeout
       {S::Connected, S::ActiveDisconnect},          // Disconnect
       {S::Connected, S::PassiveDisconnect},         // peer's FIN
-      {S::Connected, S::Disconnected},              // stream error
+      {S::Connected, S::Disconnected},              // stream error, QP failed here (OnClosedHere)
       {S::ActiveDisconnect, S::Disconnected},       // peer's FIN, error, timeout
       {S::PassiveDisconnect, S::Disconnected},      // Disconnect after the peer's
       {S::Disconnected, S::Disconnected},           // Disconnect after a failure
