@@ -436,13 +436,21 @@ INSTANTIATE_TEST_SUITE_P(Order, IntegrationRelease, ::testing::Values("cq_first"
 // ND_TIMEOUT.) On iWARP that close ends the connection, so NotifyDisconnect completes on both
 // sides; on RoCE the CM connection stays up until the Disconnect, as an HCA's QP error does not
 // disconnect, and the peer hears of it by the DREQ.
-IT_PEER(local_error_server) {
+// Either side: one 64-byte receive (Ctx(0x100)) posted before the connection.
+struct OneReceiveSide {
+  explicit OneReceiveSide(void* qpContext) : e(adapter, qpContext, {.depth = 4}) {
+    ND2_SGE sge = {inbox.data(), ULONG(inbox.size()), mr.token()};
+    IT_OK(e.qp->Receive(Ctx(0x100), &sge, 1));
+  }
   Adapter adapter;
-  std::vector<uint8_t> inbox(64);
-  Mr mr(adapter, inbox.data(), inbox.size(), kSinkFlags);
-  Endpoint e(adapter, kServerQp, {.depth = 4});
-  ND2_SGE sge = {inbox.data(), 64, mr.token()};
-  IT_OK(e.qp->Receive(Ctx(0x100), &sge, 1));
+  std::vector<uint8_t> inbox = std::vector<uint8_t>(64);
+  Mr mr{adapter, inbox.data(), inbox.size(), kSinkFlags};
+  Endpoint e;
+};
+
+IT_PEER(local_error_server) {
+  OneReceiveSide side(kServerQp);
+  Endpoint& e = side.e;
   Serve(parent, e);
   Ov notify;
   HRESULT hr = e.connector->NotifyDisconnect(notify.Prepare(e.connector.get()));
@@ -457,18 +465,15 @@ IT_PEER(local_error_server) {
 
 TEST(IntegrationDisconnect, AQpFailedOnALocalErrorDisconnectsWithoutWaitingForThePeer) {
   RunWithPeer("local_error_server", [](Channel& peer) {
-    Adapter adapter;
-    std::vector<uint8_t> inbox(64), unregistered(32);
-    Mr mr(adapter, inbox.data(), inbox.size(), kSinkFlags);
-    Endpoint e(adapter, kClientQp, {.depth = 4});
-    ND2_SGE sge = {inbox.data(), 64, mr.token()};
-    IT_OK(e.qp->Receive(Ctx(0x100), &sge, 1));
+    OneReceiveSide side(kClientQp);
+    Endpoint& e = side.e;
+    std::vector<uint8_t> unregistered(32);
     ConnectTo(peer, e);
     Ov notify;
     HRESULT issued = e.connector->NotifyDisconnect(notify.Prepare(e.connector.get()));
     IT_CHECK_HR(ND_PENDING, issued);
     peer.Expect("notify posted");
-    ND2_SGE outside = {unregistered.data(), 32, mr.token()};
+    ND2_SGE outside = {unregistered.data(), 32, side.mr.token()};
     IT_OK(e.qp->Send(Ctx(0x200), &outside, 1, 0));
     ExpectCompletion(e.cq.get(), {ND_ACCESS_VIOLATION, Nd2RequestTypeSend, Ctx(0x200), kClientQp, -1},
                      "client: the Send from memory its token does not cover");
