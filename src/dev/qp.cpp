@@ -153,6 +153,17 @@ void QueuePair::DeferError() {
   Engine::Get().Defer(&error_work_);
 }
 
+// What a flush reports for a request. A Bind or an Invalidate changed its window when it was
+// posted (wv binds before it posts; PostSend invalidates), and a flush cannot undo that: it reports
+// that it happened, so that a window is never bound or unbound behind an ND_CANCELED.
+namespace {
+WcStatus FlushedAs(const SendWqe& wqe) {
+  if (wqe.done) return wqe.status;
+  bool changed_its_window = wqe.opcode == WrOpcode::Bind || wqe.opcode == WrOpcode::Invalidate;
+  return changed_its_window ? WcStatus::Success : WcStatus::Flushed;
+}
+}  // namespace
+
 size_t QueuePair::Flush() {
   size_t flushed = 0;
   {
@@ -160,8 +171,7 @@ size_t QueuePair::Flush() {
     uint64_t tail = sq_tail_.load();
     for (; sq_head_ < tail; ++sq_head_, ++flushed) {
       SendWqe& wqe = send_at(sq_head_);
-      WcStatus status = wqe.done ? wqe.status : WcStatus::Flushed;
-      send_cq_->Push({context_, wqe.wr_id, 0, wqe.opcode, status}, false);
+      send_cq_->Push({context_, wqe.wr_id, 0, wqe.opcode, FlushedAs(wqe)}, false);
       wqe.window.reset();
     }
   }
@@ -210,10 +220,11 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
     // The window stops working now, in one step with the check that it was bound, so that a
     // peer's Send with Invalidate racing this request unbinds it at most once: one of the two
     // fails. Nothing bound to invalidate: a malformed request, completed in its turn with LocalOp.
-    if (request.opcode == WrOpcode::Invalidate && state != QpState::Error &&
-        (!request.window || !pd_->InvalidateWindow(request.window.get()))) {
+    // Posted to an Error QP it is flushed, and so changes nothing.
+    if (request.opcode == WrOpcode::Invalidate &&
+        (state == QpState::Error || !request.window || !pd_->InvalidateWindow(request.window.get()))) {
       wqe.done = true;
-      wqe.status = WcStatus::LocalOp;
+      wqe.status = state == QpState::Error ? WcStatus::Flushed : WcStatus::LocalOp;
     }
     if (is_inline) {
       // Copied now: the caller may reuse its buffers as soon as the post returns.
@@ -240,7 +251,7 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
     sq_tail_.store(tail + 1, std::memory_order_release);
     sq_.Prefetch(tail + 1, true);
     if (state == QpState::Error) {
-      CompleteSendLocked(tail, WcStatus::Flushed);  // posts to an Error QP are flushed at once
+      CompleteSendLocked(tail, FlushedAs(wqe));  // posts to an Error QP are flushed at once
       return WV_SUCCESS;
     }
   }

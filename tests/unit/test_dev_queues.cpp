@@ -186,6 +186,54 @@ TEST_F(QpTest, ErrorFlushesEveryRequestOnceInOrderAndLaterPostsToo) {
   EXPECT_EQ(done[1].status, WcStatus::Flushed);
 }
 
+// Bind and Invalidate change the window when they are posted; a flush that catches them waiting
+// for their turn reports that (an ND_CANCELED Invalidate of a window it unbound would make the
+// owner and a racing peer both lose). One posted to an Error QP changes nothing.
+TEST_F(QpTest, AFlushReportsTheWindowChangesThatTookEffectAtPost) {
+  auto bound = pd->AllocateWindow(), unbound = pd->AllocateWindow();
+  uint32_t key;
+  ASSERT_EQ(pd->BindWindow(bound.get(), qp->qpn(), lkey, reinterpret_cast<uint64_t>(buffer), 64, kRemoteRead, &key),
+            KeyCheck::Ok);
+  auto window_request = [](uint64_t id, WrOpcode opcode, const std::shared_ptr<MemoryWindow>& mw) {
+    SendWqe w{};
+    w.wr_id = id;
+    w.opcode = opcode;
+    w.flags = kSignaled;
+    w.window = mw;
+    return w;
+  };
+  qp->Modify(QpState::Init);
+  qp->Modify(QpState::Rtr);
+  qp->Modify(QpState::Rts);
+  ASSERT_EQ(qp->PostSend(Send(1)), WV_SUCCESS);
+  ASSERT_EQ(qp->PostSend(window_request(2, WrOpcode::Bind, bound)), WV_SUCCESS);
+  ASSERT_EQ(qp->PostSend(window_request(3, WrOpcode::Invalidate, bound)), WV_SUCCESS);
+  ASSERT_EQ(qp->PostSend(window_request(4, WrOpcode::Invalidate, unbound)), WV_SUCCESS);
+  ASSERT_EQ(qp->PostSend(Send(5)), WV_SUCCESS);
+  ASSERT_EQ(qp->Modify(QpState::Error), WV_SUCCESS);
+  auto done = Drain();
+  ASSERT_EQ(done.size(), 5u);
+  const WcStatus expected[] = {WcStatus::Flushed, WcStatus::Success, WcStatus::Success, WcStatus::LocalOp,
+                               WcStatus::Flushed};
+  for (size_t i = 0; i < done.size(); ++i) {
+    EXPECT_EQ(done[i].wr_id, i + 1);
+    EXPECT_EQ(done[i].status, expected[i]) << "request " << i + 1;
+  }
+  EXPECT_EQ(pd->CheckRemote(key, qp->qpn(), reinterpret_cast<uint64_t>(buffer), 1, kRemoteRead),
+            KeyCheck::InvalidKey);
+
+  ASSERT_EQ(pd->BindWindow(bound.get(), qp->qpn(), lkey, reinterpret_cast<uint64_t>(buffer), 64, kRemoteRead, &key),
+            KeyCheck::Ok);
+  ASSERT_EQ(qp->PostSend(window_request(6, WrOpcode::Invalidate, bound)), WV_SUCCESS);
+  done = Drain();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::Flushed);
+  EXPECT_EQ(pd->CheckRemote(key, qp->qpn(), reinterpret_cast<uint64_t>(buffer), 1, kRemoteRead), KeyCheck::Ok);
+  EXPECT_TRUE(pd->InvalidateWindow(bound.get()));
+  pd->FreeWindow(bound.get());
+  pd->FreeWindow(unbound.get());
+}
+
 // Errors are found on several threads at once (the engine, a poller, the CM's work): the QP goes
 // to Error, and the work that took it there lets go of it, however the calls interleave.
 TEST_F(QpTest, ErrorsRaisedTogetherMoveToErrorAndReleaseTheQp) {
