@@ -433,7 +433,9 @@ struct RemoteBuffer {
 };
 static_assert(sizeof(RemoteBuffer) == 24);
 
-// Sends `buffer` to the peer in a Send (request context `context`) and waits for its completion.
+// Sends `buffer` to the peer in a Send (request context `context`) and waits for its completion
+// on `e.cq`. A receive the peer may fill before that Send is confirmed needs a CQ of its own
+// (separateCqs): the send and receive queues' completions have no order on one CQ.
 void SendRemoteBuffer(Endpoint& e, const RemoteBuffer& buffer, void* context,
                       bool peer_may_end_first = false);
 // Waits for the receive `context` (posted into `inbox`) to bring a RemoteBuffer, and returns it.

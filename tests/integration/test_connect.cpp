@@ -503,7 +503,7 @@ TEST(IntegrationConnect, ABoundConnectorTakingARequestGivesItsOwnPortUp) {
 // Two endpoints of one adapter, each with a receive posted for one RemoteBuffer.
 struct TwoEndpoints {
   TwoEndpoints(Adapter& adapter, uintptr_t context)
-      : a(adapter, Ctx(context)), b(adapter, Ctx(context + 1)), inbox(2 * sizeof(RemoteBuffer), 0),
+      : a(adapter, Ctx(context), {.separateCqs = true}), b(adapter, Ctx(context + 1), {.separateCqs = true}), inbox(2 * sizeof(RemoteBuffer), 0),
         inboxMr(adapter, inbox.data(), inbox.size(), kSinkFlags) {
     for (int i = 0; i < 2; ++i) {
       ND2_SGE sge = {Slot(i), ULONG(sizeof(RemoteBuffer)), inboxMr.token()};

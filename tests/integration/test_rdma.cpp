@@ -71,7 +71,7 @@ IT_PEER(rdma_target) {
   std::vector<uint8_t> inbox(2 * 64, kFill);
   Mr inboxMr(adapter, inbox.data(), inbox.size(), kSinkFlags);
 
-  Endpoint target(adapter, kTargetQp, {.depth = 8});
+  Endpoint target(adapter, kTargetQp, {.depth = 8, .separateCqs = true});  // SendRemoteBuffer
   for (int i = 0; i < 2; ++i) {
     ND2_SGE sge = {inbox.data() + 64 * i, 64, inboxMr.token()};
     IT_OK(target.qp->Receive(Ctx(0x100 + i), &sge, 1));
@@ -83,7 +83,7 @@ IT_PEER(rdma_target) {
                    Ctx(0x200));
 
   // The Send that follows the Writes: when it is received, every Write is in place.
-  ExpectCompletion(target.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x100), kTargetQp, 4},
+  ExpectCompletion(target.receiveCq, {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x100), kTargetQp, 4},
                    "the Send after the Writes");
   IT_CHECK(std::memcmp(inbox.data(), "WDON", 4) == 0);
   for (int i = 0; i <= kWrites; ++i) {
@@ -95,7 +95,7 @@ IT_PEER(rdma_target) {
   }
   CheckFilled(region, plan.offsets[0], kFill, "write area before the first Write");
 
-  ExpectCompletion(target.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x101), kTargetQp, 4},
+  ExpectCompletion(target.receiveCq, {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x101), kTargetQp, 4},
                    "the Send after the Reads");
   IT_CHECK(std::memcmp(inbox.data() + 64, "RDON", 4) == 0);
   CheckPattern(readArea, kReadArea, kReadAreaSeed, "read area after the Reads");

@@ -76,13 +76,13 @@ IT_PEER(wire_capture_server) {
   std::vector<uint8_t> inbox(2 * 128, 0);
   Mr inboxMr(adapter, inbox.data(), inbox.size(), kSinkFlags);
 
-  Endpoint server(adapter, kServerQp, {.depth = 8});
+  Endpoint server(adapter, kServerQp, {.depth = 8, .separateCqs = true});  // SendRemoteBuffer
   for (int i = 0; i < 2; ++i) {
     ND2_SGE sge = {inbox.data() + 128 * i, 128, inboxMr.token()};
     IT_OK(server.qp->Receive(Ctx(0x100 + i), &sge, 1));
   }
   Serve(parent, server, 2, 2);
-  ExpectCompletion(server.cq.get(),
+  ExpectCompletion(server.receiveCq,
                    {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x100), kServerQp, int64_t(kSendBytes)},
                    "the client's Send");
   CheckPattern(inbox.data(), kSendBytes, kSendSeed, "the client's Send");
@@ -91,7 +91,7 @@ IT_PEER(wire_capture_server) {
                     regionMr.remoteToken(), 0},
                    Ctx(0x200));
   // The client's Send after its Write and Read: the Write is in place.
-  ExpectCompletion(server.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x101), kServerQp, 4},
+  ExpectCompletion(server.receiveCq, {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x101), kServerQp, 4},
                    "the client's last Send");
   IT_CHECK(std::memcmp(inbox.data() + 128, "DONE", 4) == 0);
   CheckPattern(region.data(), kWriteBytes, kWriteSeed, "the client's Write");
