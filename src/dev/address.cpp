@@ -63,21 +63,24 @@ bool RouteSource(const sockaddr_storage& peer, sockaddr_storage* local) {
   return ok;
 }
 
-size_t AddressHash(const sockaddr_storage& a) {
-  // What SameAddress compares.
-  uint8_t bytes[sizeof a.ss_family + sizeof(uint16_t) + sizeof(in6_addr)];
-  size_t n = 0;
-  auto put = [&](const void* data, size_t length) {
-    memcpy(bytes + n, data, length);
-    n += length;
-  };
-  uint16_t port = PortOf(a);
-  put(&a.ss_family, sizeof a.ss_family);
-  put(&port, sizeof port);
-  if (a.ss_family == AF_INET) put(&reinterpret_cast<const sockaddr_in&>(a).sin_addr, sizeof(in_addr));
-  if (a.ss_family == AF_INET6) put(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, sizeof(in6_addr));
-  return size_t(base::KeyedHash(bytes, n));
+PackedAddress PackedAddress::Of(const sockaddr_storage& a) {
+  PackedAddress packed;
+  if (a.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(a);
+    memcpy(packed.ip, &in.sin_addr, sizeof in.sin_addr);
+    packed.port = in.sin_port;
+  } else if (a.ss_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
+    memcpy(packed.ip, &in6.sin6_addr, sizeof in6.sin6_addr);
+    packed.port = in6.sin6_port;
+  } else {
+    return packed;
+  }
+  packed.family = a.ss_family;
+  return packed;
 }
+
+size_t AddressHash(const sockaddr_storage& a) { return base::KeyedHasher()(PackedAddress::Of(a)); }
 
 std::string Describe(const sockaddr_storage& a) {
   char host[INET6_ADDRSTRLEN] = "?";

@@ -478,9 +478,11 @@ class RoceHostile : public ::testing::Test {
 
   // An RC link of c's QP made directly, without the CM, on a port of its own that c's raw peer
   // targets (our packets start at PSN 100); the QP in RTS. `params` brings what the test sets.
-  void DirectLink(Conn& c, roce::RcParams params, std::shared_ptr<roce::RcLink>& link) {
+  void DirectLink(Conn& c, roce::RcParams params, std::shared_ptr<roce::RcLink>& link,
+                  std::shared_ptr<roce::Port>* port_out = nullptr) {
     int32_t status = 0;
     auto port_of_link = roce::Port::Open(LoopbackOf(AF_INET, 0), false, &status);
+    if (port_out) *port_out = port_of_link;
     ASSERT_TRUE(port_of_link) << status;
     c.peer.Target(PortOf(port_of_link->local()));
     c.peer.device_qpn = c.qp->qpn();
@@ -811,6 +813,35 @@ TEST_F(RoceHostile, PacketForAnUnknownQpnIsDroppedAndNothingElseIsAffected) {
   EXPECT_EQ(c.notify.count(), 0u);
   EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, message.size(), message));
   EXPECT_TRUE(Unchanged(c.writable, "writable region"));
+}
+
+// Another port of the peer's host (any local process) that knows the QPN and the next PSN: its
+// packets are counted and dropped, and the connection's own go on as if they had not been sent.
+// (A connection on a flow of its own, a connected socket, never sees them: the kernel gives them
+// to the listener's port, which knows no such QP. Here the QP's link is on the port itself.)
+TEST_F(RoceHostile, PacketsFromAnotherPortThanThePeersAreDroppedAndNothingElseIsAffected) {
+  Conn& c = NewConn();
+  std::shared_ptr<roce::RcLink> link;
+  std::shared_ptr<roce::Port> link_port;
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, {}, link, &link_port));
+  ASSERT_NO_FATAL_FAILURE(c.PostReceives(kRecvs));
+  RawPeer intruder;
+  intruder.Target(PortOf(link_port->local()));
+  intruder.device_qpn = c.peer.device_qpn;
+  ASSERT_NO_FATAL_FAILURE(intruder.Send(intruder.Build(intruder.To(Opcode::SendOnly, c.next_psn), Bytes(64, 8))));
+  ib::Headers w = intruder.To(Opcode::WriteOnly, c.next_psn);
+  w.reth = {c.writable.addr(), c.writable.rkey, 64};
+  ASSERT_NO_FATAL_FAILURE(intruder.Send(intruder.Build(w, Bytes(64, 9))));
+
+  std::vector<uint8_t> message = Bytes(50, 10);
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, message, 0));
+  EXPECT_EQ(link_port->counters().wrong_source, 2u);
+  EXPECT_EQ(c.completions.size(), 1u);
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+  EXPECT_TRUE(Unchanged(c.recv, "receive buffers", 0, message.size(), message));
+  EXPECT_TRUE(Unchanged(c.writable, "writable region"));
+  EXPECT_TRUE(intruder.DrainNow().empty()) << "the intruder was answered";  // it came before the Send
+  EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
 }
 
 // ==== 4. a PSN gap: one sequence NAK, then the expected PSN is taken ===========================

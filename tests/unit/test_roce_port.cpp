@@ -1,5 +1,6 @@
 // roce::Port's flows: how many one port opens, and what happens past that. The port port-0
-// connectors share. A shared port's recent routes: what they answer, and for how long.
+// connectors share. A shared port's recent routes: what they answer, and for how long. The packed
+// address its sinks are kept with.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -33,6 +34,24 @@ sockaddr_storage Host(uint32_t ip, uint16_t port) {
 }
 
 sockaddr_storage Loopback(uint16_t port) { return Host(INADDR_LOOPBACK, port); }
+
+// What a QP's packets are checked against: equal exactly when SameAddress says so.
+TEST(PackedAddress, EqualForTheSameAddressAndPortOnly) {
+  sockaddr_storage mapped{};
+  auto& in6 = reinterpret_cast<sockaddr_in6&>(mapped);
+  in6.sin6_family = AF_INET6;
+  in6.sin6_port = htons(4791);
+  inet_pton(AF_INET6, "::ffff:127.0.0.1", &in6.sin6_addr);
+  const sockaddr_storage cases[] = {Loopback(4791), Loopback(4792), Host(INADDR_LOOPBACK + 1, 4791), mapped};
+  for (const auto& a : cases)
+    for (const auto& b : cases) {
+      EXPECT_EQ(PackedAddress::Of(a) == PackedAddress::Of(b), SameAddress(a, b)) << Describe(a) << " " << Describe(b);
+      if (SameAddress(a, b)) EXPECT_EQ(AddressHash(a), AddressHash(b));
+    }
+  EXPECT_NE(PackedAddress::Of(Loopback(4791)), PackedAddress::Of(mapped));  // families differ
+  sockaddr_storage none{};
+  EXPECT_EQ(PackedAddress::Of(none).family, 0);
+}
 
 TEST(RocePort, APortOpensAtMostItsBoundOfFlowsAndTheRestUseItsOwnSocket) {
   int32_t status = 0;

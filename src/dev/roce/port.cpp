@@ -260,7 +260,7 @@ std::atomic<uint64_t> g_sinks_generation{1};
 
 void Port::AddSink(uint32_t qpn, std::weak_ptr<PacketSink> sink, const sockaddr_storage& peer) {
   base::WriterLock lock(sinks_mutex_);
-  sinks_[qpn] = {std::move(sink), peer};
+  sinks_[qpn] = {std::move(sink), PackedAddress::Of(peer)};
   g_sinks_generation.fetch_add(1, std::memory_order_release);
 }
 
@@ -270,7 +270,7 @@ void Port::RemoveSink(uint32_t qpn) {
   g_sinks_generation.fetch_add(1, std::memory_order_release);
 }
 
-std::shared_ptr<PacketSink> Port::FindSink(uint32_t qpn, sockaddr_storage* peer) {
+std::shared_ptr<PacketSink> Port::FindSink(uint32_t qpn, PackedAddress* peer) {
   rx_mutex_.AssertHeld();
   uint64_t generation = g_sinks_generation.load(std::memory_order_acquire);
   if (sink_cache_.qpn == qpn && sink_cache_.generation == generation) {
@@ -574,7 +574,7 @@ struct Port::Run {
   static constexpr size_t kMax = 64;  // a GRO buffer's datagrams at most
   uint32_t qpn = 0;
   std::shared_ptr<PacketSink> sink;   // held for the length of one receive call
-  sockaddr_storage peer;
+  PackedAddress peer;
   wire::ib::Packet packets[kMax];
   size_t count = 0;
 };
@@ -836,7 +836,7 @@ void Port::Dispatch(const sockaddr_storage& from, const sockaddr_storage& to, st
     counts.unknown_qp.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (!SameAddress(from, run.peer)) {  // a QP takes packets from its peer's port only
+  if (PackedAddress::Of(from) != run.peer) {  // a QP takes packets from its peer's port only
     counts.wrong_source.fetch_add(1, std::memory_order_relaxed);
     return;
   }

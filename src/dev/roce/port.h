@@ -206,7 +206,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
                 Run& run) NDWV_REQUIRES(rx_mutex_);
   static void Deliver(Run& run);
   // The sink of `qpn` (and the peer it takes packets from), or null.
-  std::shared_ptr<PacketSink> FindSink(uint32_t qpn, sockaddr_storage* peer) NDWV_REQUIRES(rx_mutex_);
+  std::shared_ptr<PacketSink> FindSink(uint32_t qpn, PackedAddress* peer) NDWV_REQUIRES(rx_mutex_);
   void ReadErrors();  // ICMP errors queued by IP_RECVERR
   // At process exit, every connection of every port is closed as Destroy does (a DREQ for an
   // established one), so that peers learn of it without waiting out their retries.
@@ -255,9 +255,9 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
 
   base::SharedMutex sinks_mutex_;
   base::Mutex rx_mutex_{"roce::Port::rx_mutex_"};  // one receiver at a time
-  struct SinkEntry {
+  struct SinkEntry {  // one cache line: with many connections each packet's lookup misses
     std::weak_ptr<PacketSink> sink;
-    sockaddr_storage peer;
+    PackedAddress peer;
   };
   base::PooledHashMap<uint32_t, SinkEntry> sinks_ NDWV_GUARDED_BY(sinks_mutex_);
   // The sink found last, kept across receive calls (rx_mutex_): a connection's packets follow
@@ -267,7 +267,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
     uint32_t qpn = 0;
     uint64_t generation = 0;
     std::weak_ptr<PacketSink> sink;
-    sockaddr_storage peer;
+    PackedAddress peer;
   } sink_cache_ NDWV_GUARDED_BY(rx_mutex_);
   // The engine's watch: who reads (PollerHandoff, dev/poller_handoff.h) and whether it waits
   // for room to send, under the hand-off's lock.
