@@ -29,9 +29,10 @@ size_t LongestChain(const std::vector<uint32_t>& keys) {
 constexpr size_t kRandomChainBound = 12;
 
 TEST(KeyedHash, CmIdsInARowSpreadOverTheBuckets) {
-  // CM communication IDs as CmAgent::NewCommId makes them: an 8-bit instance on top of a 24-bit
-  // index, both stepping by one per ID. 2^24 is -1 modulo 257, so the integer itself as the
-  // hash (std::hash) puts IDs in a row into one bucket until the instance wraps.
+  // CM communication IDs as CmAgent::NewCommId made them until they were permuted (and as a
+  // peer's may still come): an 8-bit instance on top of a 24-bit index, both stepping by one per
+  // ID. 2^24 is -1 modulo 257, so the integer itself as the hash (std::hash) puts IDs in a row
+  // into one bucket until the instance wraps.
   std::vector<uint32_t> ids;
   uint32_t index = 0x3a5c11;
   uint8_t instance = 0;

@@ -415,14 +415,23 @@ TEST_F(RoceCm, HappyPathCarriesQpnPsnIrdOrdAndPrivateData) {
   EXPECT_EQ(a_->agent.counters().retransmits + b_->agent.counters().retransmits, 0u);
 }
 
-TEST_F(RoceCm, CommIdsAreFreshAndRevolve) {
+// Communication IDs never repeat while their connections may be remembered, and one who saw
+// some (its own connections') cannot tell the next: a forged DREQ must guess 32 bits.
+TEST_F(RoceCm, CommIdsAreFreshAndUnpredictable) {
   uint32_t first = a_->agent.Connect(b_->address, Args());
-  uint32_t second = a_->agent.Connect(b_->address, Args());
-  EXPECT_NE(first, second);
-  EXPECT_NE(first >> 24, second >> 24);  // the instance byte moved on
   a_->agent.Destroy(first);
-  uint32_t third = a_->agent.Connect(b_->address, Args());
-  EXPECT_NE(third, first);
+  std::vector<uint32_t> ids = {first};
+  for (int i = 0; i < 1000; ++i) ids.push_back(a_->agent.Connect(b_->address, Args()));
+  std::vector<uint32_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "an ID recurred";
+  EXPECT_NE(sorted.front(), 0u);
+  // A sequence (any stride) repeats its step; these steps are as good as random: among 1000,
+  // two equal ones have odds of ~1e-4.
+  std::vector<uint32_t> steps;
+  for (size_t i = 1; i < ids.size(); ++i) steps.push_back(ids[i] - ids[i - 1]);
+  std::sort(steps.begin(), steps.end());
+  EXPECT_GE(std::unique(steps.begin(), steps.end()) - steps.begin(), 998);
 }
 
 TEST_F(RoceCm, CallsCheckStateAndSizes) {

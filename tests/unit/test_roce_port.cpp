@@ -43,11 +43,14 @@ TEST(PackedAddress, EqualForTheSameAddressAndPortOnly) {
   in6.sin6_port = htons(4791);
   inet_pton(AF_INET6, "::ffff:127.0.0.1", &in6.sin6_addr);
   const sockaddr_storage cases[] = {Loopback(4791), Loopback(4792), Host(INADDR_LOOPBACK + 1, 4791), mapped};
-  for (const auto& a : cases)
+  for (const auto& a : cases) {
     for (const auto& b : cases) {
       EXPECT_EQ(PackedAddress::Of(a) == PackedAddress::Of(b), SameAddress(a, b)) << Describe(a) << " " << Describe(b);
-      if (SameAddress(a, b)) EXPECT_EQ(AddressHash(a), AddressHash(b));
+      if (SameAddress(a, b)) {
+        EXPECT_EQ(AddressHash(a), AddressHash(b));
+      }
     }
+  }
   EXPECT_NE(PackedAddress::Of(Loopback(4791)), PackedAddress::Of(mapped));  // families differ
   sockaddr_storage none{};
   EXPECT_EQ(PackedAddress::Of(none).family, 0);

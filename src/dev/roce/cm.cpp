@@ -20,8 +20,6 @@ using wire::ib::RejReason;
 
 namespace {
 
-constexpr uint32_t kIndexMask = 0xFFFFFF;
-
 // Copies private data into a message's fixed field (the rest stays zero).
 template <size_t N>
 bool CopyPrivateData(uint8_t (&field)[N], std::span<const uint8_t> data) {
@@ -122,20 +120,27 @@ CmAgent::CmAgent(CmEnv& env, const CmConfig& config) : env_(env), config_(config
   config_.max_retries = std::min<uint32_t>(config_.max_retries, 15);  // a 4-bit field
   response_timeout_ = TimeValueFromMs(config_.response_timeout_ms);
   mra_timeout_ = TimeValueFromMs(config_.mra_timeout_ms);
-  next_index_ = config_.id_seed & kIndexMask;
-  next_instance_ = uint8_t(config_.id_seed >> 24);
   next_tid_ = uint64_t(config_.id_seed) << 32;
 }
 
 // ---------------------------------------------------------------------------- bookkeeping
 
-// The low 24 bits count, the top 8 revolve: an ID recurs only after 2^24 connections, so a
-// retried connection never looks like a duplicate of the one before.
+// A communication ID that recurs only after 2^32 connections of this agent, so that a retried
+// connection never looks like a duplicate of the one before, and that nobody can predict from
+// the IDs it saw (those of its own connections): a forged CM message (a DREQ) must guess it.
+// The agent's counter goes through a keyed permutation of the 32-bit numbers: a Feistel network
+// whose round function is the process's keyed hash (secret), salted with the agent's seed.
+// Eight rounds, as format-preserving ciphers on such small blocks use.
 uint32_t CmAgent::NewCommId() {
   for (;;) {
-    next_index_ = (next_index_ + 1) & kIndexMask;
-    next_instance_++;
-    uint32_t id = uint32_t(next_instance_) << 24 | next_index_;
+    uint32_t left = ++id_counter_ >> 16, right = id_counter_ & 0xFFFF;
+    for (uint32_t round = 0; round < 8; ++round) {
+      const uint32_t input[3] = {config_.id_seed, round, right};
+      const uint32_t mixed = left ^ (uint32_t(base::KeyedHash(input, sizeof input)) & 0xFFFF);
+      left = right;
+      right = mixed;
+    }
+    uint32_t id = left << 16 | right;
     if (id != 0 && !ceps_.contains(id)) return id;  // 0 means "no ID" in a REJ
   }
 }

@@ -60,8 +60,9 @@ struct CmConfig {
   uint8_t max_read_limit = 128;
   // The most RNR retries a peer's REQ/REP may ask of our requester (7 = forever).
   uint8_t max_rnr_retry = 7;
-  // Start of the communication ID and transaction ID sequences: random in production, so that a
-  // restarted process does not reuse the IDs its peers may still hold in time-wait.
+  // Start of the transaction ID sequence, and what sets the agent's communication IDs apart from
+  // other agents': random in production, so that a restarted process does not reuse the IDs its
+  // peers may still hold in time-wait.
   uint32_t id_seed = 0;
 };
 
@@ -351,8 +352,7 @@ class CmAgent {
   CmConfig config_;
   uint8_t response_timeout_ = 0;  // config_.response_timeout_ms as an IB time value
   uint8_t mra_timeout_ = 0;       // config_.mra_timeout_ms as an IB time value
-  uint32_t next_index_ = 0;       // low 24 bits of a communication ID
-  uint8_t next_instance_ = 0;     // top 8 bits, revolving
+  uint32_t id_counter_ = 0;  // communication IDs made (NewCommId permutes it)
   uint64_t next_tid_ = 0;
   base::PooledHashMap<uint32_t, Cep, base::KeyedHasher> ceps_;
   base::PooledHashMap<RemoteKey, uint32_t, RemoteKeyHash> by_remote_;  // passive CEPs
