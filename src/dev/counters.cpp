@@ -128,6 +128,7 @@ constexpr CounterInfo kInfo[kCounters] = {
     {"cm_peer_address_mismatches", kRoce},
     {"late_engine_takeovers", kBoth},
     {"illegal_endpoint_transitions", kBoth},
+    {"icmp_errors_ignored", kRoce},
 };
 
 const char* TransportName(Transport t) { return t == Transport::Roce ? "RoCEv2" : "iWARP"; }

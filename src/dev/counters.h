@@ -71,6 +71,8 @@ enum class Counter : uint16_t {
   // Both transports, per adapter: a connection endpoint changed state in a way its transition
   // table does not list (a release build logs it and goes on; checked builds abort).
   IllegalEndpointTransitions,
+  // RoCE ports, per adapter: ICMP errors about datagrams no connection of ours has outstanding.
+  IcmpErrorsIgnored,
   Count
 };
 inline constexpr size_t kCounters = size_t(Counter::Count);

@@ -272,23 +272,12 @@ void StoreIcrc(const IcrcAddresses& addrs, std::span<uint8_t> datagram) {
 
 // ---- decoding ----------------------------------------------------------------------------------
 
-PacketError DecodePacket(std::span<const uint8_t> datagram, const IcrcAddresses* addrs,
-                         Packet& out) {
-  if (datagram.size() < kBthLen + kIcrcLen) return PacketError::Truncated;
-  const size_t n = datagram.size() - kIcrcLen;  // BTH .. pad
-  if (addrs != nullptr &&
-      LoadLe32(datagram.data() + n) != ComputeIcrc(*addrs, datagram.first(n)))
-    return PacketError::BadIcrc;
-
-  const uint8_t* p = datagram.data();
-  Bth& b = out.headers.bth;
+PacketError DecodeBth(std::span<const uint8_t> bytes, Bth& b) {
+  if (bytes.size() < kBthLen) return PacketError::Truncated;
+  const uint8_t* p = bytes.data();
   if ((p[1] & 0xF) != 0) return PacketError::BadVersion;
   b.opcode = Opcode(p[0]);
-  const OpcodeInfo info = InfoFor(b.opcode);
-  if (!info.known) return PacketError::BadOpcode;
-  const size_t hlen = kBthLen + ExtensionLength(info.headers);
-  if (n < hlen) return PacketError::Truncated;
-
+  if (!InfoFor(b.opcode).known) return PacketError::BadOpcode;
   b.solicited = p[1] & 0x80;
   b.mig_req = p[1] & 0x40;
   b.pad_count = (p[1] >> 4) & 3;
@@ -298,13 +287,29 @@ PacketError DecodePacket(std::span<const uint8_t> datagram, const IcrcAddresses*
   b.dest_qp = LoadBe32(p + 4) & kQpnMask;
   b.ack_req = p[8] & 0x80;
   b.psn = LoadBe32(p + 8) & kPsnMask;
+  return PacketError::Ok;
+}
+
+PacketError DecodePacket(std::span<const uint8_t> datagram, const IcrcAddresses* addrs,
+                         Packet& out) {
+  if (datagram.size() < kBthLen + kIcrcLen) return PacketError::Truncated;
+  const size_t n = datagram.size() - kIcrcLen;  // BTH .. pad
+  if (addrs != nullptr &&
+      LoadLe32(datagram.data() + n) != ComputeIcrc(*addrs, datagram.first(n)))
+    return PacketError::BadIcrc;
+
+  Bth& b = out.headers.bth;
+  if (PacketError e = DecodeBth(datagram, b); e != PacketError::Ok) return e;
+  const OpcodeInfo info = InfoFor(b.opcode);
+  const size_t hlen = kBthLen + ExtensionLength(info.headers);
+  if (n < hlen) return PacketError::Truncated;
 
   const size_t rest = n - hlen;  // payload + pad
   if (b.pad_count > rest) return PacketError::Truncated;
   if (!info.has_payload && rest != 0) return PacketError::PayloadNotAllowed;
 
   Headers& h = out.headers;
-  p += kBthLen;
+  const uint8_t* p = datagram.data() + kBthLen;
   if (info.headers & kDeth) {
     h.deth.qkey = LoadBe32(p);
     h.deth.src_qp = LoadBe32(p + 4) & kQpnMask;

@@ -182,6 +182,10 @@ uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const std::span<const
 // Stores the ICRC after the packet: `datagram` is BTH .. pad followed by 4 bytes to fill.
 void StoreIcrc(const IcrcAddresses& addrs, std::span<uint8_t> datagram);
 
+// The BTH alone, from the first bytes of a datagram (an ICMP error quotes back only the start of
+// what we sent): Truncated if fewer than its 12 bytes, BadVersion, BadOpcode, else Ok.
+PacketError DecodeBth(std::span<const uint8_t> bytes, Bth& out);
+
 // Decodes a whole UDP payload: checks the ICRC (unless addrs is null), the headers, the pad, and
 // gives the payload without pad and ICRC. Checks run in the order a NIC runs them: length
 // (BTH + ICRC), ICRC, TVer, opcode, length (headers + ICRC), pad, payload. The ICRC comes first

@@ -253,6 +253,19 @@ void EncodeCm(const CmMessage& msg, std::span<uint8_t, kMadLen> out) {
   }
 }
 
+uint32_t SenderCommId(const CmMessage& m) {
+  switch (m.attr) {
+    case CmAttr::Req: return m.req.local_comm_id;
+    case CmAttr::Mra: return m.mra.local_comm_id;
+    case CmAttr::Rej: return m.rej.local_comm_id;
+    case CmAttr::Rep: return m.rep.local_comm_id;
+    case CmAttr::Rtu: return m.rtu.local_comm_id;
+    case CmAttr::Dreq: return m.dreq.local_comm_id;
+    case CmAttr::Drep: return m.drep.local_comm_id;
+    default: return 0;
+  }
+}
+
 CmError DecodeCm(std::span<const uint8_t> mad, CmMessage& out) {
   // Exactly one MAD: a GSI receive buffer holds 256 bytes, so a longer datagram is one a NIC
   // would drop (local length error), and a shorter one is cut.

@@ -161,6 +161,8 @@ const char* ToString(CmError e);
 // Writes the 256-byte MAD (header from msg.mad with attribute_id set from msg.attr).
 void EncodeCm(const CmMessage& msg, std::span<uint8_t, kMadLen> out);
 CmError DecodeCm(std::span<const uint8_t> mad, CmMessage& out);
+// The sender's communication ID (its Local Communication ID), of a message of any kind.
+uint32_t SenderCommId(const CmMessage& m);
 
 // ---- RDMA-CM IP addressing (Annex A11) ---------------------------------------------------------
 

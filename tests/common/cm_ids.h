@@ -1,5 +1,5 @@
 // Forging IB CM messages in tests: the two communication IDs of a message of any kind but REQ
-// (which carries only its sender's).
+// (which carries only its sender's). wire::ib::SenderCommId reads the first.
 #pragma once
 #include <cstdint>
 
@@ -19,21 +19,6 @@ inline void SetCommIds(wire::ib::CmMessage& m, uint32_t local, uint32_t remote) 
     case CmAttr::Dreq: m.dreq.local_comm_id = local, m.dreq.remote_comm_id = remote; break;
     case CmAttr::Drep: m.drep.local_comm_id = local, m.drep.remote_comm_id = remote; break;
     default: break;
-  }
-}
-
-// The sender's communication ID of a message of any kind.
-inline uint32_t SenderCommId(const wire::ib::CmMessage& m) {
-  using wire::ib::CmAttr;
-  switch (m.attr) {
-    case CmAttr::Req: return m.req.local_comm_id;
-    case CmAttr::Mra: return m.mra.local_comm_id;
-    case CmAttr::Rej: return m.rej.local_comm_id;
-    case CmAttr::Rep: return m.rep.local_comm_id;
-    case CmAttr::Rtu: return m.rtu.local_comm_id;
-    case CmAttr::Dreq: return m.dreq.local_comm_id;
-    case CmAttr::Drep: return m.drep.local_comm_id;
-    default: return 0;
   }
 }
 

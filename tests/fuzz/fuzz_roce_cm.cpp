@@ -100,7 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CmEvent e;
     while (agent.PopEvent(&e)) {
       if (known.insert(e.id).second) ids.push_back(e.id);
-      if (e.has_message) peer_ids.push_back(ndwv::testing::SenderCommId(e.msg));
+      if (e.has_message) peer_ids.push_back(ndwv::wire::ib::SenderCommId(e.msg));
     }
   };
   auto pick_id = [&](Reader& in) -> uint32_t {

@@ -429,6 +429,7 @@ struct Conn : QpWatch {
   }
 
   const uint32_t comm_id;  // the raw peer's communication ID
+  uint64_t ca_guid = kPeerGuid;  // the raw peer's (each connection's peer another device)
   std::shared_ptr<ProtectionDomain> pd = std::make_shared<ProtectionDomain>();
   std::shared_ptr<ConnectEndpoint> ep;
   Buffer writable{kRegion, 1}, locked{kRegion, 2}, readable{kRegion, 3}, recv{kRecvSize * kRecvs, 4};
@@ -471,6 +472,7 @@ class RoceHostile : public ::testing::Test {
   Conn& NewConn() {
     conns.push_back(std::make_unique<Conn>(0xC0 + conns.size(), 0x5EED0A01u + uint32_t(conns.size())));
     Conn& c = *conns.back();
+    c.ca_guid = kPeerGuid + conns.size() - 1;
     c.Setup();
     c.peer.Target(port);
     return c;
@@ -503,6 +505,7 @@ class RoceHostile : public ::testing::Test {
   // The raw peer's REQ, as an RDMA-CM active side builds it.
   ib::CmMessage Req(Conn& c) {
     ib::CmMessage m = PeerReq(port, c.comm_id, c.peer.self());
+    m.req.local_ca_guid = c.ca_guid;
     c.tid = m.mad.transaction_id;
     return m;
   }
@@ -1847,6 +1850,133 @@ TEST_F(RoceHostile, ReqFloodHoldsBoundedStateAndLegitimateConnectsGetThrough) {
   // cost the process next to nothing (before the bounds: ~25 MB).
   EXPECT_LT(rss_at_40k - rss_at_10k, 8 * 1024L) << "resident memory grew with the flood";
 #endif
+}
+
+
+// ==== 17. ICMP errors about the device's datagrams ===============================================
+
+// ICMP "port unreachable" errors as the peer's host would send them about a datagram the device
+// sent from 127.0.0.1:`device_port` to `to`, written on a raw ICMP socket (root only). `quoted`:
+// the start of that datagram's UDP payload, which the error carries back.
+class IcmpForger {
+ public:
+  IcmpForger() : fd_(socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMP)) {}
+  IcmpForger(const IcmpForger&) = delete;
+  IcmpForger& operator=(const IcmpForger&) = delete;
+  ~IcmpForger() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+
+  void PortUnreachable(uint16_t device_port, const sockaddr_storage& to, std::span<const uint8_t> quoted) {
+    constexpr size_t kIcmp = 8, kIp = 20, kUdp = 8;
+    std::vector<uint8_t> m(kIcmp + kIp + kUdp + quoted.size());
+    m[0] = 3;  // destination unreachable
+    m[1] = 3;  // port unreachable
+    uint8_t* ip = m.data() + kIcmp;  // the datagram as it left the device
+    ip[0] = 0x45;
+    wire::StoreBe16(ip + 2, uint16_t(kIp + kUdp + quoted.size()));
+    ip[8] = 64;
+    ip[9] = IPPROTO_UDP;
+    const in_addr loopback{htonl(INADDR_LOOPBACK)};
+    memcpy(ip + 12, &loopback, 4);
+    memcpy(ip + 16, &reinterpret_cast<const sockaddr_in&>(to).sin_addr, 4);
+    wire::StoreBe16(ip + 10, Checksum({ip, kIp}));
+    uint8_t* udp = ip + kIp;
+    wire::StoreBe16(udp, device_port);
+    wire::StoreBe16(udp + 2, PortOf(to));
+    wire::StoreBe16(udp + 4, uint16_t(kUdp + quoted.size()));
+    if (!quoted.empty()) memcpy(udp + kUdp, quoted.data(), quoted.size());
+    wire::StoreBe16(m.data() + 2, Checksum(m));
+    sockaddr_in host = Loopback(0);
+    ASSERT_EQ(sendto(fd_, m.data(), m.size(), 0, reinterpret_cast<const sockaddr*>(&host), sizeof host),
+              ssize_t(m.size()))
+        << strerror(errno);
+  }
+
+ private:
+  static uint16_t Checksum(std::span<const uint8_t> bytes) {  // the Internet checksum
+    uint32_t sum = 0;
+    for (size_t i = 0; i < bytes.size(); i += 2)
+      sum += uint32_t(bytes[i]) << 8 | (i + 1 < bytes.size() ? bytes[i + 1] : 0);
+    while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+    return uint16_t(~sum);
+  }
+  const int fd_;
+};
+
+// The start of an RC packet the device would send: its headers.
+std::vector<uint8_t> RcHeaders(Opcode op, uint32_t dest_qp, uint32_t psn) {
+  ib::Headers h;
+  h.bth.opcode = op;
+  h.bth.dest_qp = dest_qp;
+  h.bth.psn = psn & ib::kPsnMask;
+  std::vector<uint8_t> bytes(ib::HeaderLength(op));
+  ib::EncodeHeaders(h, bytes);
+  return bytes;
+}
+
+// Anyone on the path can send ICMP errors. One counts only if it quotes a datagram a connection
+// of the device has outstanding to that address: a CM message with the connection's (random)
+// communication ID, or an RC request to the peer's QPN with a PSN not yet acknowledged. Every
+// other one is counted and ignored, at the cost of a lookup; a good one ends its own connection
+// and no other.
+TEST_F(RoceHostile, IcmpErrorsEndOnlyTheConnectionWhoseDatagramTheyQuote) {
+  IcmpForger icmp;
+  if (!icmp.ok()) GTEST_SKIP() << "a raw ICMP socket needs root: " << strerror(errno);
+  Conn& c = NewConn();
+  Conn& other = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  ASSERT_NO_FATAL_FAILURE(Establish(other));
+
+  // A request of c's in flight: its peer takes it and does not acknowledge it.
+  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {c.writable.addr(), 16, c.writable.key})), WV_SUCCESS);
+  Inbound send;
+  ASSERT_TRUE(c.peer.Next(send));
+  ASSERT_EQ(send.op(), Opcode::SendOnly) << Describe(send);
+  const uint32_t psn = send.h.bth.psn;
+  auto rep_naming = [&](uint32_t our_comm_id) {  // the device's REP, as far as an error quotes it
+    ib::CmMessage m;
+    m.attr = ib::CmAttr::Rep;
+    m.rep = c.rep;
+    m.rep.local_comm_id = our_comm_id;
+    std::vector<uint8_t> datagram = c.peer.MadDatagram(RawPeer::Mad(m));
+    datagram.resize(datagram.size() - ib::kIcrcLen);
+    return datagram;
+  };
+  std::vector<uint8_t> truncated = RcHeaders(Opcode::SendOnly, kPeerQpn, psn);
+  truncated.resize(8);  // less than a BTH
+  const std::pair<const sockaddr_storage*, std::vector<uint8_t>> stale[] = {
+      {&c.peer.self(), RcHeaders(Opcode::SendOnly, kPeerQpn, ib::PsnAdd(psn, 1))},  // not sent
+      {&c.peer.self(), RcHeaders(Opcode::SendOnly, kPeerQpn, ib::PsnAdd(psn, ib::kPsnMask))},  // acknowledged
+      {&c.peer.self(), RcHeaders(Opcode::SendOnly, kPeerQpn + 1, psn)},  // another QP of the peer
+      {&c.peer.self(), RcHeaders(Opcode::Acknowledge, kPeerQpn, psn)},   // an answer: the peer's PSN
+      {&c.peer.self(), truncated},
+      {&c.peer.self(), rep_naming(c.rep.local_comm_id ^ 1)},             // no such communication ID
+      {&c.peer.self(), rep_naming(other.rep.local_comm_id)},             // another peer's connection
+      {&other.peer.self(), RcHeaders(Opcode::SendOnly, kPeerQpn, psn)},  // nothing in flight there
+  };
+  const uint64_t ignored_before = AdapterCounters(Transport::Roce).Get(Counter::IcmpErrorsIgnored);
+  auto ignored = [&] { return AdapterCounters(Transport::Roce).Get(Counter::IcmpErrorsIgnored) - ignored_before; };
+  for (const auto& [to, quoted] : stale) ASSERT_NO_FATAL_FAILURE(icmp.PortUnreachable(port, *to, quoted));
+  ASSERT_TRUE(WaitUntil([&] { return ignored() >= std::size(stale); }))
+      << "the device took " << ignored() << " of " << std::size(stale) << " stale errors";
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+  EXPECT_EQ(other.qp->state(), QpState::Rts);
+  c.Drain();
+  EXPECT_TRUE(c.completions.empty()) << "the Send in flight completed";
+
+  // The error the peer's host sends when its process is gone: c's Send fails as if its retries
+  // ran out, c ends; the other connection goes on.
+  ASSERT_NO_FATAL_FAILURE(icmp.PortUnreachable(port, c.peer.self(), RcHeaders(Opcode::SendOnly, kPeerQpn, psn)));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
+  expected[7] = WcStatus::TimeoutRetry;
+  c.ExpectCompletions(expected);
+  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS)) << "NotifyDisconnect was not told";
+  ASSERT_NO_FATAL_FAILURE(ExpectSendLands(other, Bytes(64, 45), 0));
+  EXPECT_EQ(other.notify.count(), 0u);
+  EXPECT_EQ(ignored(), std::size(stale));
 }
 
 }  // namespace

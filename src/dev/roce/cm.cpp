@@ -207,6 +207,17 @@ CmAgent::Cep* CmAgent::FindByRemote(uint64_t ca_guid, uint32_t remote_id, const 
 
 void CmAgent::IndexQp(const Cep& cep) {
   if (cep.remote_ca_guid || cep.remote_qpn) by_qp_[{cep.remote_ca_guid, cep.remote_qpn}] = cep.local_id;
+  by_peer_qp_[{PackedAddress::Of(cep.peer), cep.remote_qpn}] = cep.local_id;
+}
+
+uint32_t CmAgent::CmMessageSentTo(const sockaddr_storage& to, uint32_t id) const {
+  const Cep* cep = Find(id);
+  return cep && SameAddress(cep->peer, to) ? id : 0;
+}
+
+uint32_t CmAgent::ConnectionTo(const sockaddr_storage& to, uint32_t peer_qpn) const {
+  auto it = by_peer_qp_.find({PackedAddress::Of(to), peer_qpn});
+  return it == by_peer_qp_.end() ? 0 : it->second;
 }
 
 void CmAgent::Limit(CmLimit limit, Cep* cep, const sockaddr_storage& peer, const char* detail) {
@@ -269,6 +280,8 @@ void CmAgent::Erase(Cep& cep) {
   if (cep.passive) by_remote_.erase({cep.remote_ca_guid, cep.remote_id, cep.peer});
   auto qp = by_qp_.find({cep.remote_ca_guid, cep.remote_qpn});
   if (qp != by_qp_.end() && qp->second == cep.local_id) by_qp_.erase(qp);
+  auto peer_qp = by_peer_qp_.find({PackedAddress::Of(cep.peer), cep.remote_qpn});
+  if (peer_qp != by_peer_qp_.end() && peer_qp->second == cep.local_id) by_peer_qp_.erase(peer_qp);
   ceps_.erase(cep.local_id);
 }
 

@@ -38,6 +38,7 @@
 #include "base/lazy_deque.h"
 #include "base/log.h"
 #include "base/object_pool.h"
+#include "dev/address.h"
 #include "wire/ib_cm.h"
 
 namespace ndwv::dev::roce {
@@ -253,6 +254,11 @@ class CmAgent {
   // Retransmit timeout of a CEP (REQ: 2 lifetimes + the response timeout we advertised; REP: the
   // REQ's local response timeout; DREQ: the CEP's own), 0 if no such ID. For tests and logs.
   uint32_t TimeoutMsOf(uint32_t id) const;
+  // Which connection an ICMP error about a datagram we sent to `to` concerns, by what the error
+  // quoted of it: a CM message names our communication ID, an RC packet the peer's QPN. 0 if no
+  // connection of ours sends that to `to`: the error is stale or forged.
+  uint32_t CmMessageSentTo(const sockaddr_storage& to, uint32_t id) const;
+  uint32_t ConnectionTo(const sockaddr_storage& to, uint32_t peer_qpn) const;
   size_t size() const { return ceps_.size(); }  // CEPs held, time-wait records included
   // The deadline of a CEP's timer (retransmission, request lifetime, time-wait), UINT64_MAX if
   // none or no such ID. For tests.
@@ -295,6 +301,12 @@ class CmAgent {
   struct QpKeyHash {
     size_t operator()(const std::pair<uint64_t, uint32_t>& k) const;
   };
+  // A peer's QP as our datagrams reach it: its port's address and its QPN.
+  struct PeerQp {
+    PackedAddress peer;
+    uint32_t qpn;
+    bool operator==(const PeerQp&) const = default;
+  };
 
   // One handler per incoming message type.
   void OnReq(const sockaddr_storage& from, const wire::ib::CmMessage& m);
@@ -317,7 +329,8 @@ class CmAgent {
   Cep* Lookup(const sockaddr_storage& from, uint32_t ours, uint32_t theirs);
   Cep* FindByRemote(uint64_t ca_guid, uint32_t remote_id, const sockaddr_storage& from);
   bool FromPeer(const Cep& cep, const sockaddr_storage& from);  // counts and warns if not
-  // The peer's QP is now bound to this CEP (ESTABLISHED or TIMEWAIT): the stale rule finds it.
+  // The peer's QP is now bound to this CEP (ESTABLISHED or TIMEWAIT): the stale rule finds it,
+  // and so does an ICMP error about our RC packets to it (ConnectionTo).
   void IndexQp(const Cep& cep);
 
   // Validation: false if the REQ is refused (a REJ was sent). Clamps `req` to our limits.
@@ -357,6 +370,7 @@ class CmAgent {
   base::PooledHashMap<uint32_t, Cep, base::KeyedHasher> ceps_;
   base::PooledHashMap<RemoteKey, uint32_t, RemoteKeyHash> by_remote_;  // passive CEPs
   base::PooledHashMap<std::pair<uint64_t, uint32_t>, uint32_t, QpKeyHash> by_qp_;
+  base::PooledHashMap<PeerQp, uint32_t, base::KeyedHasher> by_peer_qp_;
   base::PooledHashSet<uint64_t> services_;
   base::PooledSet<std::pair<uint64_t, uint32_t>> deadlines_;  // (deadline, local id)
   base::LazyDeque<CmEvent> events_;

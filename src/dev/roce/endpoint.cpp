@@ -541,19 +541,20 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
   }
 }
 
-void Endpoint::OnUnreachable(const sockaddr_storage& to, int error) {
+void Endpoint::OnUnreachable(const Unreachable& what) {
   // ECONNREFUSED: the peer's port is closed, its process is gone (ports are per process), like a
   // TCP reset. No way to the host: a Connect fails as a TCP connect would; an established
-  // connection leaves that to its retry budget (the route may come back).
+  // connection leaves that to its retry budget (the route may come back). The port matched the
+  // error to this connection; an RC request's PSN is the link's to check.
   Finisher finish;
   std::shared_ptr<RcLink> link;
   {
-    if (!LockOrRetry([self = weak_from_this(), to, error] {
-          if (auto endpoint = self.lock()) endpoint->OnUnreachable(to, error);
+    if (!LockOrRetry([self = weak_from_this(), what] {
+          if (auto endpoint = self.lock()) endpoint->OnUnreachable(what);
         }))
       return;
     base::MutexLock lock(mutex_, std::adopt_lock);
-    if (!SameAddress(to, peer_port_)) return;
+    const int error = what.error;
     if (error != ECONNREFUSED && state_ != State::Connecting) return;
     switch (state_) {
       case State::Connecting:  // our REQ was refused, or cannot reach the host
@@ -562,7 +563,7 @@ void Endpoint::OnUnreachable(const sockaddr_storage& to, int error) {
                                                    : WV_HOST_UNREACHABLE);
         return;
       case State::Disconnecting:  // nobody will answer our DREQ: the connection is over
-        FinishDisconnect(WV_SUCCESS);
+        if (!what.request_psn) FinishDisconnect(WV_SUCCESS);  // (the DREQ's own error says so)
         return;
       case State::Accepting:
       case State::Connected:
@@ -573,7 +574,7 @@ void Endpoint::OnUnreachable(const sockaddr_storage& to, int error) {
         return;
     }
   }
-  if (link) link->PeerGone();
+  if (link) link->PeerGone(what.request_psn);
 }
 
 // A port's receive path runs on the engine or on a poller lending its thread under its CQ's

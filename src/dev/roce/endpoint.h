@@ -43,7 +43,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
   int32_t Reject(const void* data, size_t length) override;
 
   void OnCmEvent(const CmEvent& event) override;
-  void OnUnreachable(const sockaddr_storage& to, int error) override;
+  void OnUnreachable(const Unreachable& what) override;
   void OnFirstPacket() override;
   void OnLinkFailed() override;
 

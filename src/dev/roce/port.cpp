@@ -698,12 +698,13 @@ void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_st
 }
 
 void Port::ReadErrors() {
-  std::vector<std::pair<sockaddr_storage, int>> unreachable;
   for (;;) {
-    sockaddr_storage to{};
+    sockaddr_storage to{};  // where the datagram the error is about went
     char control[512];
-    uint8_t data[64];
-    iovec iov{data, sizeof data};
+    // What the error quotes back of that datagram: a CM MAD whole (a host or an RFC 1812
+    // router quotes up to 576 bytes of IPv4, 1280 of IPv6); of an RC packet its BTH is enough.
+    uint8_t quoted[kBthLen + kDethLen + kMadLen];
+    iovec iov{quoted, sizeof quoted};
     msghdr msg{};
     msg.msg_name = &to;
     msg.msg_namelen = sizeof to;
@@ -711,29 +712,48 @@ void Port::ReadErrors() {
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
-    if (recvmsg(fd_, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) break;
+    ssize_t length = recvmsg(fd_, &msg, MSG_ERRQUEUE | MSG_DONTWAIT);
+    if (length < 0) break;
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
       if (!((c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_RECVERR) ||
             (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_RECVERR)))
         continue;
       const auto* error = reinterpret_cast<const sock_extended_err*>(CMSG_DATA(c));
       if (error->ee_errno == ECONNREFUSED || error->ee_errno == EHOSTUNREACH || error->ee_errno == ENETUNREACH)
-        unreachable.emplace_back(to, int(error->ee_errno));
+        OnUnreachable(to, int(error->ee_errno), {quoted, size_t(length)});
     }
   }
-  if (unreachable.empty()) return;
-  Port& cm = Owner();  // a flow's errors concern its owner's connections
-  std::vector<std::shared_ptr<CmUser>> users;
-  {
+}
+
+void Port::OnUnreachable(const sockaddr_storage& to, int error, std::span<const uint8_t> quoted) {
+  // The error names one connection by what it quotes, found in O(1) and checked the way a TCP
+  // stack checks the sequence number an ICMP error quotes (RFC 5927): our unpredictable
+  // communication ID in a CM message, the peer's QPN and a PSN still in flight in an RC request.
+  // Anyone can send ICMP errors; one that names nothing costs a lookup and is counted.
+  Port& cm = Owner();
+  CmUser::Unreachable what{error, std::nullopt};
+  std::shared_ptr<CmUser> user;
+  Bth bth;
+  if (DecodeBth(quoted, bth) == PacketError::Ok) {
     base::MutexLock lock(cm.cm_mutex_);
-    for (auto& [id, weak] : cm.users_)
-      if (auto user = weak.lock()) users.push_back(std::move(user));
+    uint32_t id = 0;
+    constexpr size_t kMadAt = kBthLen + kDethLen;
+    if (bth.dest_qp == kGsiQpn) {
+      CmMessage m;
+      if (quoted.size() >= kMadAt + kMadLen && DecodeCm(quoted.subspan(kMadAt, kMadLen), m) == CmError::Ok)
+        id = cm.agent_->CmMessageSentTo(to, SenderCommId(m));
+    } else if (!IsAnswer(bth.opcode)) {  // an answer (ACK, Read Response) carries the peer's PSN
+      id = cm.agent_->ConnectionTo(to, bth.dest_qp);
+      what.request_psn = bth.psn;
+    }
+    if (auto it = cm.users_.find(id); id && it != cm.users_.end()) user = it->second.lock();
   }
-  for (const auto& [to, error] : unreachable) {
-    NDWV_LOG(Debug, "roce port %s: %s is unreachable (%s)", name_.c_str(), Describe(to).c_str(),
-             strerror(error));
-    for (auto& user : users) user->OnUnreachable(to, error);
+  if (!user) {
+    AdapterCounters(Transport::Roce).AddShared(Counter::IcmpErrorsIgnored);  // where the link counts a stale PSN
+    return;
   }
+  NDWV_LOG(Debug, "roce port %s: %s is unreachable (%s)", name_.c_str(), Describe(to).c_str(), strerror(error));
+  user->OnUnreachable(what);
 }
 
 namespace {

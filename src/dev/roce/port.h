@@ -27,6 +27,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 #include <unordered_map>
@@ -62,9 +63,15 @@ class PacketSink {
 class CmUser {
  public:
   virtual void OnCmEvent(const CmEvent& event) = 0;
-  // A datagram to `to` met `error`: ECONNREFUSED (ICMP port unreachable: nothing listens
-  // there), EHOSTUNREACH or ENETUNREACH (no way to that host).
-  virtual void OnUnreachable(const sockaddr_storage& to, int error) = 0;
+  // An ICMP error about a datagram this connection sent, matched to it by what the error quoted
+  // back (Port::ReadErrors).
+  struct Unreachable {
+    // ECONNREFUSED (port unreachable: nothing listens there), EHOSTUNREACH or ENETUNREACH (no
+    // way to that host).
+    int error = 0;
+    std::optional<uint32_t> request_psn;  // an RC request's PSN; none for a CM message
+  };
+  virtual void OnUnreachable(const Unreachable& what) = 0;
  protected:
   ~CmUser() = default;
 };
@@ -207,7 +214,9 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   static void Deliver(Run& run);
   // The sink of `qpn` (and the peer it takes packets from), or null.
   std::shared_ptr<PacketSink> FindSink(uint32_t qpn, PackedAddress* peer) NDWV_REQUIRES(rx_mutex_);
-  void ReadErrors();  // ICMP errors queued by IP_RECVERR
+  // ICMP errors queued by IP_RECVERR, each to the one connection whose datagram it quotes.
+  void ReadErrors();
+  void OnUnreachable(const sockaddr_storage& to, int error, std::span<const uint8_t> quoted);
   // At process exit, every connection of every port is closed as Destroy does (a DREQ for an
   // established one), so that peers learn of it without waiting out their retries.
   static void CloseAllAtExit();

@@ -225,10 +225,14 @@ void RcLink::OnNotifyArmed() {
   port_->NotifyArmed();
 }
 
-void RcLink::PeerGone() {
+void RcLink::PeerGone(std::optional<uint32_t> request_psn) {
   {
     base::MutexLock lock(mutex_);
     if (shut_) return;
+    if (request_psn && !(PsnDiff(*request_psn, acked_psn_) > 0 && PsnDiff(*request_psn, sent_end_psn_) < 0)) {
+      counters_.Add(Counter::IcmpErrorsIgnored);
+      return;
+    }
     NDWV_LOG(Info, "%s: the peer's port is closed", counters_.identity());
     if (!flights_.empty()) {
       FailFront(WcStatus::TimeoutRetry);

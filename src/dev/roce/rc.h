@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "base/lazy_deque.h"
 #include "base/mutex.h"
@@ -80,8 +81,10 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   // acknowledged before the connection closes).
   void FlushAcks();
   // The peer's port is closed (ICMP port unreachable): its process is gone. The oldest request
-  // fails as if its retries ran out (TimeoutRetry), the QP fails.
-  void PeerGone();
+  // fails as if its retries ran out (TimeoutRetry), the QP fails. `request_psn`: the error
+  // quoted our request with this PSN; unless it is one sent and not yet acknowledged the error
+  // is stale or forged, and is counted and ignored.
+  void PeerGone(std::optional<uint32_t> request_psn = std::nullopt);
 
   // Link
   void Kick() override;
