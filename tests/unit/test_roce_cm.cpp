@@ -392,12 +392,12 @@ TEST_F(RoceCm, HappyPathCarriesQpnPsnIrdOrdAndPrivateData) {
   EXPECT_EQ(qb.path_mtu, 3);
   EXPECT_EQ(qb.local_ack_timeout, 14);
 
-  ASSERT_EQ(a_->agent.SendRtu(active, Text("rtu")), WV_SUCCESS);
+  ASSERT_EQ(a_->agent.SendRtu(active), WV_SUCCESS);
   Run();
   auto est = b_->Events();
   ASSERT_EQ(est.size(), 1u);
   EXPECT_EQ(est[0].kind, K::Established);
-  EXPECT_EQ(TextOf(est[0].msg.rtu.private_data, sizeof est[0].msg.rtu.private_data), "rtu");
+  EXPECT_EQ(TextOf(est[0].msg.rtu.private_data, sizeof est[0].msg.rtu.private_data), "");
   EXPECT_EQ(a_->State(active), CmState::Established);
   EXPECT_EQ(b_->State(passive), CmState::Established);
   EXPECT_TRUE(a_->Events().empty());

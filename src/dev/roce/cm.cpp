@@ -264,14 +264,14 @@ uint64_t CmAgent::NextDeadlineMs() const {
 }
 
 void CmAgent::EnterTimewait(Cep& cep) {
-  cep.state = CmState::Timewait;
+  SetState(cep, CmState::Timewait);
   IndexQp(cep);
   Arm(cep, env_.NowMs() + config_.timewait_ms);
 }
 
 void CmAgent::EnterIdle(Cep& cep) {
   Disarm(cep);
-  cep.state = CmState::Idle;
+  SetState(cep, CmState::Idle);
   if (cep.destroyed) Erase(cep);
 }
 
@@ -312,8 +312,19 @@ void CmAgent::Send(const sockaddr_storage& to, CmMessage m) {
   env_.SendMad(to, m);
 }
 
+bool CmAgent::AwaitsAnswer(CmState state) {
+  return state == CmState::ReqSent || state == CmState::MraReqRcvd || state == CmState::RepSent ||
+         state == CmState::MraRepRcvd || state == CmState::DreqSent;
+}
+
+void CmAgent::SetState(Cep& cep, CmState state) {
+  cep.state = state;
+  if (!AwaitsAnswer(state)) cep.outstanding.reset();
+}
+
 void CmAgent::SendOutstanding(Cep& cep, CmMessage m) {
-  cep.outstanding = m;
+  if (cep.outstanding) *cep.outstanding = m;
+  else cep.outstanding = std::make_unique<CmMessage>(m);
   cep.transmissions = 1;
   cep.mra_waits = 0;  // a new exchange
   Send(cep.peer, m);
@@ -356,7 +367,6 @@ void CmAgent::SendMra(Cep& cep, MraFor what) {
   m.mra.remote_comm_id = cep.remote_id;
   m.mra.message_mraed = what;
   m.mra.service_timeout = mra_timeout_;
-  cep.last_answer = m;
   Send(cep.peer, m);
 }
 
@@ -368,7 +378,7 @@ void CmAgent::SendDreq(Cep& cep, std::span<const uint8_t> private_data) {
   m.dreq.remote_comm_id = cep.remote_id;
   m.dreq.remote_qpn = cep.remote_qpn;
   CopyPrivateData(m.dreq.private_data, private_data);
-  cep.state = CmState::DreqSent;
+  SetState(cep, CmState::DreqSent);
   SendOutstanding(cep, m);
 }
 
@@ -396,7 +406,7 @@ uint32_t CmAgent::Connect(const sockaddr_storage& to, const ConnectArgs& args) {
   // §3.5: 2 packet lifetimes + the response time we asked of the peer.
   cep.timeout_ms = 2 * config_.packet_lifetime_ms + TimeValueToMs(response_timeout_);
   cep.max_retries = config_.max_retries;
-  cep.state = CmState::ReqSent;
+  SetState(cep, CmState::ReqSent);
 
   CmMessage m;
   m.attr = CmAttr::Req;
@@ -426,22 +436,24 @@ uint32_t CmAgent::Connect(const sockaddr_storage& to, const ConnectArgs& args) {
   return id;
 }
 
-int32_t CmAgent::SendRtu(uint32_t id, std::span<const uint8_t> private_data) {
+CmMessage CmAgent::RtuOf(const Cep& cep) {
+  CmMessage m;
+  m.attr = CmAttr::Rtu;
+  m.mad.transaction_id = cep.tid;
+  m.rtu.local_comm_id = cep.local_id;
+  m.rtu.remote_comm_id = cep.remote_id;
+  return m;
+}
+
+int32_t CmAgent::SendRtu(uint32_t id) {
   Cep* cep = Find(id);
   if (!cep) return WV_NOT_FOUND;
   if (cep->state != CmState::RepRcvd && cep->state != CmState::MraRepSent)
     return WV_INVALID_DEVICE_STATE;
-  CmMessage m;
-  m.attr = CmAttr::Rtu;
-  m.mad.transaction_id = cep->tid;
-  m.rtu.local_comm_id = cep->local_id;
-  m.rtu.remote_comm_id = cep->remote_id;
-  if (!CopyPrivateData(m.rtu.private_data, private_data)) return WV_INVALID_PARAMETER;
-  cep->last_answer = m;  // resent if the REP comes again (the RTU was lost)
-  cep->state = CmState::Established;
+  SetState(*cep, CmState::Established);
   cep->established_reported = true;  // the active consumer knows: it sent the RTU
   IndexQp(*cep);
-  Send(cep->peer, m);
+  Send(cep->peer, RtuOf(*cep));  // made again if the REP comes again (the RTU was lost)
   return WV_SUCCESS;
 }
 
@@ -471,7 +483,7 @@ int32_t CmAgent::Accept(uint32_t id, const AcceptArgs& args) {
   r.rnr_retry_count = args.rnr_retry_count;
   r.srq = args.srq;
   r.local_ca_guid = config_.ca_guid;
-  cep->state = CmState::RepSent;
+  SetState(*cep, CmState::RepSent);
   SendOutstanding(*cep, m);
   return WV_SUCCESS;
 }
@@ -513,7 +525,7 @@ int32_t CmAgent::Reject(uint32_t id, std::span<const uint8_t> private_data) {
 
 void CmAgent::ReportEstablished(Cep& cep, const CmMessage* rtu) {
   Disarm(cep);  // the REP is answered
-  cep.state = CmState::Established;
+  SetState(cep, CmState::Established);
   IndexQp(cep);
   if (cep.established_reported) return;
   cep.established_reported = true;
@@ -620,14 +632,11 @@ void CmAgent::OnDeadline(Cep& cep) {
     EnterIdle(cep);
     return;
   }
-  bool retransmitting = cep.state == CmState::ReqSent || cep.state == CmState::MraReqRcvd ||
-                        cep.state == CmState::RepSent || cep.state == CmState::MraRepRcvd ||
-                        cep.state == CmState::DreqSent;
-  if (!retransmitting) return;
+  if (!AwaitsAnswer(cep.state)) return;
   if (cep.transmissions < 1 + cep.max_retries) {
     cep.transmissions++;
     counters_.retransmits++;
-    Send(cep.peer, cep.outstanding);
+    Send(cep.peer, *cep.outstanding);
     Arm(cep, env_.NowMs() + cep.timeout_ms);
     return;
   }
@@ -720,7 +729,7 @@ void CmAgent::OnReq(const sockaddr_storage& from, const CmMessage& received) {
   cep.max_retries = std::min<uint32_t>(req.max_cm_retries, config_.max_retries);
   ClampReadLimits(cep, req.responder_resources, req.initiator_depth);
   ClampRnrRetry(cep, req.rnr_retry_count);
-  cep.state = CmState::ReqRcvd;
+  SetState(cep, CmState::ReqRcvd);
   by_remote_[{cep.remote_ca_guid, cep.remote_id, cep.peer}] = id;
   // The request lives as long as its sender waits for our REP unanswered (what it asked of us
   // per transmission, times its transmissions); MRAs we send extend it (OnDuplicateReq).
@@ -741,13 +750,9 @@ void CmAgent::OnDuplicateReq(Cep& dup) {
         return;
       }
       dup.mra_waits++;
-      if (dup.state == CmState::ReqRcvd) {
-        SendMra(dup, kMraForReq);
-        dup.state = CmState::MraReqSent;
-      } else {
-        counters_.duplicate_answers++;
-        Send(dup.peer, dup.last_answer);
-      }
+      if (dup.state == CmState::ReqRcvd) SetState(dup, CmState::MraReqSent);
+      else counters_.duplicate_answers++;  // the same MRA again
+      SendMra(dup, kMraForReq);
       // The peer waits out the MRA's service timeout (and 2 packet lifetimes) before it repeats
       // itself; the repeat then has a response time of ours to arrive in.
       Arm(dup, std::max(dup.deadline, env_.NowMs() + TimeValueToMs(mra_timeout_) +
@@ -756,7 +761,7 @@ void CmAgent::OnDuplicateReq(Cep& dup) {
     case CmState::RepSent:
     case CmState::MraRepRcvd:  // our REP was lost
       counters_.duplicate_answers++;
-      Send(dup.peer, dup.outstanding);
+      Send(dup.peer, *dup.outstanding);
       return;
     case CmState::Timewait:
       counters_.stale_rejects_sent++;
@@ -829,9 +834,9 @@ void CmAgent::OnMra(const sockaddr_storage& from, const CmMessage& m) {
   }
   if (for_req) {
     cep->remote_id = m.mra.local_comm_id;
-    cep->state = CmState::MraReqRcvd;
+    SetState(*cep, CmState::MraReqRcvd);
   } else {
-    cep->state = CmState::MraRepRcvd;
+    SetState(*cep, CmState::MraRepRcvd);
   }
   // §3.5: wait the service time the peer asked for before retransmitting.
   Arm(*cep, env_.NowMs() + service + 2 * config_.packet_lifetime_ms);
@@ -892,7 +897,7 @@ void CmAgent::OnRep(const sockaddr_storage& from, const CmMessage& received) {
       cep->remote_id = rep.local_comm_id;
       cep->remote_qpn = rep.local_qpn;
       cep->remote_ca_guid = rep.local_ca_guid;
-      cep->state = CmState::RepRcvd;
+      SetState(*cep, CmState::RepRcvd);
       cep->mra_waits = 0;  // a new exchange: the REP's
       CmMessage m = received;
       ClampReadLimits(*cep, m.rep.responder_resources, m.rep.initiator_depth);
@@ -902,13 +907,14 @@ void CmAgent::OnRep(const sockaddr_storage& from, const CmMessage& received) {
     }
     case CmState::RepRcvd:  // the consumer has not sent its RTU yet: ask for time
       SendMra(*cep, kMraForRep);
-      cep->state = CmState::MraRepSent;
+      SetState(*cep, CmState::MraRepSent);
       return;
     case CmState::MraRepSent:
     case CmState::Established:  // resend the MRA, or the RTU that was lost
       if (!cep->passive) {
         counters_.duplicate_answers++;
-        Send(cep->peer, cep->last_answer);
+        if (cep->state == CmState::MraRepSent) SendMra(*cep, kMraForRep);
+        else Send(cep->peer, RtuOf(*cep));
         return;
       }
       Drop(CmDrop::WrongState);
@@ -966,7 +972,7 @@ void CmAgent::OnDreq(const sockaddr_storage& from, const CmMessage& m) {
       [[fallthrough]];
     case CmState::Established:
       cep->dreq_tid = m.mad.transaction_id;
-      cep->state = CmState::DreqRcvd;
+      SetState(*cep, CmState::DreqRcvd);
       Emit(*cep, CmEventKind::DreqReceived, &m);
       return;
     case CmState::DreqSent:  // crossing DREQs: ours needs no answer now, theirs does

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <set>
 #include <span>
 #include <unordered_map>
@@ -215,9 +216,10 @@ class CmAgent {
   CmAgent(CmEnv& env, const CmConfig& config);
 
   // Active side. Connect sends the REQ and returns the new CEP's ID (0 if the private data is
-  // too long). SendRtu follows RepReceived, once the consumer's QP is in RTR/RTS.
+  // too long). SendRtu follows RepReceived, once the consumer's QP is in RTR/RTS. The RTU
+  // carries no private data (neither ND's CompleteConnect nor RDMA-CM sends any).
   uint32_t Connect(const sockaddr_storage& to, const ConnectArgs& args);
-  int32_t SendRtu(uint32_t id, std::span<const uint8_t> private_data = {});
+  int32_t SendRtu(uint32_t id);
 
   // Passive side. REQs for a service nobody listens on are rejected with reason 8. A REQ the
   // consumer neither accepts nor rejects expires (RequestExpired) after the REQ's own budget
@@ -282,8 +284,10 @@ class CmAgent {
     uint64_t deadline = UINT64_MAX;
     uint32_t mra_waits = 0;       // MRAs honoured (or, passive in REQ_RCVD, sent) this exchange
     uint32_t warned = 0;          // CmLimit bits already logged for this connection
-    wire::ib::CmMessage outstanding;  // REQ, REP or DREQ awaiting its answer
-    wire::ib::CmMessage last_answer;  // RTU or MRA, resent when the peer repeats itself
+    // The REQ, REP or DREQ awaiting its answer, held only while it may be sent again (a message
+    // is 272 bytes; an established connection needs none). The RTU or MRA we resend when the
+    // peer repeats itself is made again from the fields above (RtuOf, SendMra).
+    std::unique_ptr<wire::ib::CmMessage> outstanding;
   };
 
   // A peer's request as the passive CEP knows it again: its CA GUID, its communication ID and
@@ -319,6 +323,9 @@ class CmAgent {
   void OnDuplicateReq(Cep& dup);
   void OnDeadline(Cep& cep);  // may erase cep
 
+  // Every state change: leaving the states that await an answer drops the message awaiting it.
+  static bool AwaitsAnswer(CmState state);
+  static void SetState(Cep& cep, CmState state);
   uint32_t NewCommId();
   uint64_t NewTid();
   Cep* Find(uint32_t id);
@@ -349,6 +356,7 @@ class CmAgent {
                 std::span<const uint8_t> private_data = {});
   enum MraFor : uint8_t { kMraForReq = 0, kMraForRep = 1 };  // the MRA's Message MRAed
   void SendMra(Cep& cep, MraFor what);
+  static wire::ib::CmMessage RtuOf(const Cep& cep);
   void RejectReq(const sockaddr_storage& to, const wire::ib::CmMessage& req,
                  wire::ib::RejReason reason);  // a REQ we gave no CEP
   void Arm(Cep& cep, uint64_t deadline);
