@@ -323,8 +323,7 @@ void CmAgent::SetState(Cep& cep, CmState state) {
 }
 
 void CmAgent::SendOutstanding(Cep& cep, CmMessage m) {
-  if (cep.outstanding) *cep.outstanding = m;
-  else cep.outstanding = std::make_unique<CmMessage>(m);
+  cep.outstanding = std::make_unique<CmMessage>(m);
   cep.transmissions = 1;
   cep.mra_waits = 0;  // a new exchange
   Send(cep.peer, m);

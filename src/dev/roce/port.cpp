@@ -746,7 +746,8 @@ void Port::OnUnreachable(const sockaddr_storage& to, int error, std::span<const 
       id = cm.agent_->ConnectionTo(to, bth.dest_qp);
       what.request_psn = bth.psn;
     }
-    if (auto it = cm.users_.find(id); id && it != cm.users_.end()) user = it->second.lock();
+    if (id)
+      if (auto it = cm.users_.find(id); it != cm.users_.end()) user = it->second.lock();
   }
   if (!user) {
     AdapterCounters(Transport::Roce).AddShared(Counter::IcmpErrorsIgnored);  // where the link counts a stale PSN
