@@ -134,6 +134,22 @@ expect_rows() {  # expect_rows <tool> <transport> <iterations>
   expect "$out.server" '^Beginning test: nd1?[a-z]+\.exe$' '^End of test: nd1?[a-z]+\.exe$'
 }
 
+# One run of `<tool> -m` as server and client: true if neither side's engine took the socket
+# back late more than NDWV_TOOLS_LATE_TAKEOVERS times; leaves the two counts in $seen.
+memory_waits_in_bound() {  # memory_waits_in_bound <tool> <transport>
+  local m=$1 t=$2 side takeovers within=true
+  run_tools "$m" "$m" "$t" -m -- -m
+  expect_rows "$m" "$t" 200
+  seen=""
+  for side in client server; do
+    takeovers=$(grep -Eo 'late_engine_takeovers=[0-9]+' "$tmp/$m-$t.$side" | head -1 | cut -d= -f2)
+    [ -n "$takeovers" ] || show_fail "$tmp/$m-$t.$side" -- "$m -m ($t, $side): no late_engine_takeovers counter"
+    [ "$takeovers" -le "${NDWV_TOOLS_LATE_TAKEOVERS:-30}" ] || within=false
+    seen="$seen $side $takeovers"
+  done
+  $within
+}
+
 for t in iwarp roce; do
   NDWV_TRANSPORTS=$t run_local "$t"
 
@@ -160,16 +176,14 @@ for t in iwarp roce; do
   # Write. The engine must not leave the socket to pollers that then stop (PollerRule,
   # dev/poller_handoff.h): each takeover by its timer that finds data waiting is a wait of up to
   # 10 ms. A few may happen (a preempted process; NDWV_TOOLS_LATE_TAKEOVERS, default 30, allows
-  # more under ThreadSanitizer); one per round trip is the stall this guards against.
+  # more under ThreadSanitizer); one per round trip is the stall this guards against. That stall
+  # comes back in every run, while a machine busy with other tests can preempt the processes of
+  # one run hundreds of times: a pair passes if one of three runs stays within the bound.
   for m in ndrpingpong nd1rpingpong; do
-    run_tools "$m" "$m" "$t" -m -- -m
-    expect_rows "$m" "$t" 200
-    seen=""
-    for side in client server; do
-      takeovers=$(grep -Eo 'late_engine_takeovers=[0-9]+' "$tmp/$m-$t.$side" | head -1 | cut -d= -f2)
-      [ -n "$takeovers" ] || show_fail "$tmp/$m-$t.$side" -- "$m -m ($t, $side): no late_engine_takeovers counter"
-      [ "$takeovers" -le "${NDWV_TOOLS_LATE_TAKEOVERS:-30}" ] || show_fail "$tmp/$m-$t.$side" -- "$m -m ($t, $side): $takeovers late engine takeovers in 600 round trips"
-      seen="$seen $side $takeovers"
+    for attempt in 1 2 3; do
+      if memory_waits_in_bound "$m" "$t"; then break; fi
+      [ "$attempt" -lt 3 ] || show_fail "$tmp/$m-$t.client" "$tmp/$m-$t.server" -- "$m -m ($t): more than ${NDWV_TOOLS_LATE_TAKEOVERS:-30} late engine takeovers in 600 round trips in each of 3 runs:$seen"
+      echo "$m -m on $t: run $attempt had late engine takeovers$seen; again"
     done
     echo "$m -m on $t: ok ($(grep -E "$(row 65536 200)" "$tmp/$m-$t.client" | tr -s ' '); late engine takeovers:$seen)"
   done
