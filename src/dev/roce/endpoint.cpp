@@ -205,7 +205,7 @@ void Endpoint::OnRequest(const CmEvent& event) {
     child->port_ = port_;
     child->local_ = port_->AddressFor(event.peer);  // a wildcard listener's: the address the peer reached
     child->comm_id_ = event.id;
-    child->req_ = req;
+    child->offer_ = {req.starting_psn, req.responder_resources, req.rnr_retry_count, req.path_mtu};
     child->peer_qpn_ = req.local_qpn;
     // The peer is where the REQ came from. The RDMA-CM IP header's source is the sender's claim
     // (an honest one differs behind a NAT): a mismatch is counted and logged, not refused.
@@ -253,7 +253,7 @@ void Endpoint::Adopt(Endpoint& child) {
   exclusive_port_ = false;
   local_ = child.local_;
   comm_id_ = child.comm_id_;
-  req_ = child.req_;
+  offer_ = child.offer_;
   peer_qpn_ = child.peer_qpn_;
   peer_ = child.peer_;
   peer_port_ = child.peer_port_;
@@ -366,12 +366,12 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
     if (status == WV_SUCCESS) status = qp_->Modify(QpState::Rts);
     if (status != WV_SUCCESS) return WV_CONNECTION_INVALID;
     RcParams link = BaseLinkParams();
-    link.dest_qpn = rep_.local_qpn;
-    link.sq_psn = rep_.starting_psn;  // the PSN the passive side expects
+    link.dest_qpn = peer_qpn_;
+    link.sq_psn = offer_.starting_psn;  // the PSN the passive side expects
     link.rq_psn = rq_psn_;
     link.ird = local_params_.ird;  // 0: the peer may not Read from us
-    link.ord = std::max<uint32_t>(std::min<uint32_t>(local_params_.ord, rep_.responder_resources), 1);
-    link.rnr_retry = rep_.rnr_retry_count;
+    link.ord = std::max<uint32_t>(std::min<uint32_t>(local_params_.ord, offer_.responder_resources), 1);
+    link.rnr_retry = offer_.rnr_retry_count;
     // An own port is connected to the peer's already; on the shared port the data travels
     // through a flow to the peer's port, as an accepted connection's does.
     if (!StartLink(link, exclusive_port_ ? nullptr : Port::OpenFlow(port_, peer_port_))) return WV_CONNECTION_INVALID;
@@ -392,7 +392,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   // The path MTU: the REQ's (a valid code: the CM refuses others), at most what the route takes.
   uint8_t route_mtu;
   if (FindPathMtu(peer_port_, flow.get(), &port_->recent_routes(), &route_mtu) != 0) route_mtu = kUnknownRouteMtuCode;
-  mtu_ = MtuBytes(std::min<uint8_t>(req_.path_mtu, route_mtu));
+  mtu_ = MtuBytes(std::min<uint8_t>(offer_.path_mtu, route_mtu));
   local_params_ = params;
   if (qp->state() == QpState::Reset) qp->Modify(QpState::Init);
   qp->Modify(QpState::Rtr);
@@ -401,16 +401,16 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   qp_ = qp;
   rq_psn_ = RandomPsn();
   RcParams link = BaseLinkParams();
-  link.dest_qpn = req_.local_qpn;
-  link.sq_psn = req_.starting_psn;  // the PSN the active side expects
+  link.dest_qpn = peer_qpn_;
+  link.sq_psn = offer_.starting_psn;  // the PSN the active side expects
   link.probes_first = false;
   link.held_until_established = true;
   link.rq_psn = rq_psn_;
   // Our IRD covers what the requester may issue (0: no Reads); our ORD stays within what it
   // accepts (§3.9).
   link.ird = params.ird;
-  link.ord = std::max<uint32_t>(std::min<uint32_t>(params.ord, req_.responder_resources), 1);
-  link.rnr_retry = req_.rnr_retry_count;
+  link.ord = std::max<uint32_t>(std::min<uint32_t>(params.ord, offer_.responder_resources), 1);
+  link.rnr_retry = offer_.rnr_retry_count;
   if (!StartLink(link, std::move(flow))) {
     qp_.reset();
     return WV_CONNECTION_ABORTED;
@@ -425,7 +425,7 @@ int32_t Endpoint::Accept(std::shared_ptr<QueuePair> qp, const ConnectParams& par
   // Read at a time (a Read posted against a limit of 0 waits rather than hangs the queue forever:
   // the peer refuses it).
   args.ird = uint8_t(std::min<uint32_t>(params.ird, 255));
-  args.ord = uint8_t(std::min<uint32_t>({params.ord, req_.responder_resources, 255}));
+  args.ord = uint8_t(std::min<uint32_t>({params.ord, offer_.responder_resources, 255}));
   args.rnr_retry_count = Config().roce_rnr_retry;
   args.private_data = private_data;
   int32_t status = port_->Cm([&, id = comm_id_](CmAgent& agent) { return agent.Accept(id, args); });
@@ -474,15 +474,17 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
     case CmEventKind::ReqReceived:
       if (state_ == State::Listening) OnRequest(event);
       return;
-    case CmEventKind::RepReceived:
+    case CmEventKind::RepReceived: {
       if (state_ != State::Connecting) return;
-      rep_ = event.msg.rep;
-      peer_qpn_ = rep_.local_qpn;
+      const CmRep& rep = event.msg.rep;
+      offer_ = {rep.starting_psn, rep.responder_resources, rep.rnr_retry_count};
+      peer_qpn_ = rep.local_qpn;
       peer_port_ = event.peer;  // the passive side's port: the CM and the data go there now
-      peer_params_ = PeerParams(rep_.responder_resources, rep_.initiator_depth, rep_.private_data);
+      peer_params_ = PeerParams(rep.responder_resources, rep.initiator_depth, rep.private_data);
       SetState(State::Replied);
       finish.Add(std::exchange(connect_op_, nullptr), WV_SUCCESS);
       return;
+    }
     case CmEventKind::Established:
       if (state_ != State::Accepting) return;
       SetState(State::Connected);

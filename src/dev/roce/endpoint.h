@@ -150,8 +150,15 @@ class Endpoint final : public EndpointBase<Endpoint>,
   uint32_t mtu_ NDWV_GUARDED_BY(mutex_) = 1024;  // payload bytes per packet on this path
   uint32_t rq_psn_ NDWV_GUARDED_BY(mutex_) = 0;  // the PSN we expect first
   ConnectParams local_params_ NDWV_GUARDED_BY(mutex_);
-  wire::ib::CmReq req_ NDWV_GUARDED_BY(mutex_);  // passive: the request
-  wire::ib::CmRep rep_ NDWV_GUARDED_BY(mutex_);  // active: the reply
+  // What the link takes from the peer's REQ (passive) or REP (active): the messages themselves
+  // (432 bytes) would stay with the connection for its life.
+  struct PeerOffer {
+    uint32_t starting_psn = 0;         // the PSN the peer expects first
+    uint8_t responder_resources = 0;   // the peer's IRD
+    uint8_t rnr_retry_count = 0;
+    uint8_t path_mtu = 0;              // REQ: its path MTU code
+  };
+  PeerOffer offer_ NDWV_GUARDED_BY(mutex_);
   std::shared_ptr<QueuePair> qp_ NDWV_GUARDED_BY(mutex_);  // from Connect/Accept until the link takes it
   std::shared_ptr<RcLink> link_ NDWV_GUARDED_BY(mutex_);
 
