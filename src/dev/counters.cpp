@@ -189,6 +189,12 @@ sockaddr_storage ConnectionCounters::Expanded(const IpAndPort& address) {
   return expanded;
 }
 
+std::string ConnectionCounters::Identity() const {
+  return std::string(transport_ == Transport::Roce ? "roce" : "iwarp") + " qp " + std::to_string(qpn_) + " [" +
+         Describe(local()) + " -> " + Describe(peer()) +
+         (peer_qpn_ ? " qp " + std::to_string(peer_qpn_) : std::string()) + "]";
+}
+
 void ConnectionCounters::Register(Transport transport, uint32_t qpn, uint32_t peer_qpn,
                                   const sockaddr_storage& local, const sockaddr_storage& peer) {
   if (registered_) return;
@@ -197,9 +203,6 @@ void ConnectionCounters::Register(Transport transport, uint32_t qpn, uint32_t pe
   peer_qpn_ = peer_qpn;
   memcpy(&local_, &local, sizeof local_);  // the family's part (AF_INET or AF_INET6)
   memcpy(&peer_, &peer, sizeof peer_);
-  identity_ = std::string(transport == Transport::Roce ? "roce" : "iwarp") + " qp " + std::to_string(qpn) +
-              " [" + Describe(local) + " -> " + Describe(peer) +
-              (peer_qpn ? " qp " + std::to_string(peer_qpn) : std::string()) + "]";
   CounterRegistry& registry = CounterRegistry::For(transport);
   base::MutexLock lock(registry.mutex);
   prev_ = registry.last;

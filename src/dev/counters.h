@@ -132,8 +132,10 @@ class ConnectionCounters {
   // (iWARP puts no QPN on the wire).
   void Register(Transport transport, uint32_t qpn, uint32_t peer_qpn, const sockaddr_storage& local,
                 const sockaddr_storage& peer);
-  // "roce qp 5 [127.0.0.1:49152 -> 127.0.0.1:4791 qp 7]": made once by Register, for log lines.
-  const char* identity() const { return identity_.c_str(); }
+  bool registered() const { return registered_; }
+  // "roce qp 5 [127.0.0.1:49152 -> 127.0.0.1:4791 qp 7]", for log lines: made when one is
+  // written (kept, it was a heap string per connection, and making it showed in each setup).
+  std::string Identity() const;
   uint32_t qpn() const { return qpn_; }
   uint32_t peer_qpn() const { return peer_qpn_; }
   sockaddr_storage local() const { return Expanded(local_); }
@@ -173,7 +175,6 @@ class ConnectionCounters {
   };
   static sockaddr_storage Expanded(const IpAndPort& address);
   IpAndPort local_{}, peer_{};
-  std::string identity_;
   ConnectionCounters* prev_ = nullptr;  // the registry's list (under its mutex)
   ConnectionCounters* next_ = nullptr;
 };

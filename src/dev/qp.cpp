@@ -111,8 +111,8 @@ int32_t QueuePair::Modify(QpState to) {
     if (from == to && to == QpState::Error) return WV_SUCCESS;
     if (!IsLegalTransition(from, to)) return WV_INVALID_DEVICE_STATE;
     state_.store(to, std::memory_order_release);
-    if (link_ && *link_->counters().identity())
-      NDWV_LOG(Debug, "%s: %s -> %s", link_->counters().identity(), ToString(from), ToString(to));
+    if (link_ && link_->counters().registered())
+      NDWV_LOG(Debug, "%s: %s -> %s", link_->counters().Identity().c_str(), ToString(from), ToString(to));
     else
       NDWV_LOG(Debug, "qp %u: %s -> %s", qpn_, ToString(from), ToString(to));
     if (to == QpState::Error || to == QpState::Reset) {
@@ -134,8 +134,8 @@ int32_t QueuePair::Modify(QpState to) {
   size_t flushed = Flush();
   if (!link && flushed) NDWV_LOG(Debug, "qp %u: flushed %zu requests", qpn_, flushed);
   if (link) {
-    if (flushed && *link->counters().identity())
-      NDWV_LOG(Debug, "%s: flushed %zu requests", link->counters().identity(), flushed);
+    if (flushed && link->counters().registered())
+      NDWV_LOG(Debug, "%s: flushed %zu requests", link->counters().Identity().c_str(), flushed);
     link->counters().AddShared(Counter::Flushes);
     link->counters().AddShared(Counter::FlushedRequests, flushed);
   }

@@ -99,10 +99,10 @@ TEST(CounterNames, AreUniqueAndApplyToATransport) {
 TEST(ConnectionCounters, IdentityNamesBothEndsAndQpns) {
   ConnectionCounters roce;
   roce.Register(Transport::Roce, 5, 7, Loopback(49152), Loopback(4791));
-  EXPECT_STREQ(roce.identity(), "roce qp 5 [127.0.0.1:49152 -> 127.0.0.1:4791 qp 7]");
+  EXPECT_EQ(roce.Identity(), "roce qp 5 [127.0.0.1:49152 -> 127.0.0.1:4791 qp 7]");
   ConnectionCounters iwarp;
   iwarp.Register(Transport::Iwarp, 6, 0, Loopback(50000), Loopback(54325));
-  EXPECT_STREQ(iwarp.identity(), "iwarp qp 6 [127.0.0.1:50000 -> 127.0.0.1:54325]");
+  EXPECT_EQ(iwarp.Identity(), "iwarp qp 6 [127.0.0.1:50000 -> 127.0.0.1:54325]");
 }
 
 TEST(ConnectionCounters, LiveRowThenTotalsWhenTheConnectionEnds) {

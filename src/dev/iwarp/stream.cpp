@@ -121,7 +121,7 @@ void Stream::Broken() {
   rx_mutex_.AssertHeld();
   rx_.phase = RxPhase::Dead;
   if (!error_reported_.exchange(true)) {
-    NDWV_LOG(Debug, "%s: iWARP stream lost%s", counters_.identity(),
+    NDWV_LOG(Debug, "%s: iWARP stream lost%s", counters_.Identity().c_str(),
              timed_out_ ? " (the peer stopped acknowledging)" : "");
     // A dead peer or link: the oldest request still waiting for the peer takes the timeout.
     if (qp_ && timed_out_) qp_->FailOldest(WcStatus::TimeoutRetry);

@@ -63,7 +63,7 @@ void Stream::PlacedPeerMessage() {
 
 void Stream::QueueTerminate(TermCode code) {
   rx_mutex_.AssertHeld();
-  NDWV_LOG(Info, "%s: sending Terminate (%s)", counters_.identity(), Describe(code));
+  NDWV_LOG(Info, "%s: sending Terminate (%s)", counters_.Identity().c_str(), Describe(code));
   std::span<const uint8_t> offending(rx_.raw_hdr, rx_.hdr_len ? 2 + rx_.hdr_len : 0);  // the segment at fault
   SendTerminate(code, offending);
 }
@@ -164,7 +164,7 @@ bool Stream::Fill(size_t need) {
       // The peer closed its half at a message boundary: a graceful disconnect.
       rx_.phase = RxPhase::Dead;
       rx_.peer_closed = true;
-      NDWV_LOG(Debug, "%s: peer closed the stream", counters_.identity());
+      NDWV_LOG(Debug, "%s: peer closed the stream", counters_.Identity().c_str());
       NotifyObserver(&StreamObserver::OnPeerClosed);
       qp_->DeferError();  // the peer stopped: flush; the close that follows is our half
       return false;
@@ -429,7 +429,7 @@ bool Stream::LockReadResponseTarget(std::shared_lock<base::SharedMutex>& placeme
   const SendWqe& read = qp_->send_at(rx_.read.position);
   if (SgesGranted(read.sge, read.num_sge)) return true;
   placement.unlock();
-  NDWV_LOG(Info, "%s: a Read's buffer was deregistered before its response arrived", counters_.identity());
+  NDWV_LOG(Info, "%s: a Read's buffer was deregistered before its response arrived", counters_.Identity().c_str());
   qp_->FinishSend(rx_.read.position, WcStatus::LocalProtection);
   Fail(MakeTerm(DdpTaggedCode::InvalidStag), WcStatus::Flushed);
   return false;
@@ -606,7 +606,7 @@ bool Stream::FinishReadRequest() {
     if (owed >= params_.ird) {
       counters_.Add(Counter::ReadsBeyondIrd);
       NDWV_LOG(Warn, "%s: Read Request beyond the IRD of %u (%zu answers not yet sent): Terminate",
-               counters_.identity(), params_.ird, owed);
+               counters_.Identity().c_str(), params_.ird, owed);
       Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
       return false;
     }
@@ -622,7 +622,7 @@ void Stream::DropBadTerminate(const char* what) {
   rx_mutex_.AssertHeld();
   // A Terminate is never answered with one; nor can it be trusted to name a request of ours:
   // they are flushed.
-  NDWV_LOG(Info, "%s: peer sent a malformed Terminate (%s): the stream ends", counters_.identity(), what);
+  NDWV_LOG(Info, "%s: peer sent a malformed Terminate (%s): the stream ends", counters_.Identity().c_str(), what);
   counters_.Add(Counter::DropsBadDdp);
   Broken();
 }
@@ -639,7 +639,7 @@ bool Stream::FinishTerminate() {
     DropBadTerminate("it carries bytes its flags do not announce");
     return false;
   }
-  NDWV_LOG(Info, "%s: peer sent Terminate (%s)", counters_.identity(), Describe(term.ctrl.code));
+  NDWV_LOG(Info, "%s: peer sent Terminate (%s)", counters_.Identity().c_str(), Describe(term.ctrl.code));
   counters_.Add(term.ctrl.code.layer == TermLayer::Rdmap ? Counter::TerminatesReceivedRdmap
                 : term.ctrl.code.layer == TermLayer::Ddp ? Counter::TerminatesReceivedDdp
                                                          : Counter::TerminatesReceivedLlp);

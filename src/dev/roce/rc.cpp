@@ -160,7 +160,7 @@ bool RcLink::Start() {
     last_rx_ = CoarseNow();
     EnsureTimer(KeepaliveDue(last_rx_, params_));
   }
-  NDWV_LOG(Debug, "%s: RC link up, mtu %u, sq psn %u, rq psn %u, ird %u, ord %u", counters_.identity(),
+  NDWV_LOG(Debug, "%s: RC link up, mtu %u, sq psn %u, rq psn %u, ird %u, ord %u", counters_.Identity().c_str(),
            params_.mtu, params_.sq_psn, params_.rq_psn, params_.ird, params_.ord);
   return true;
 }
@@ -233,7 +233,7 @@ void RcLink::PeerGone(std::optional<uint32_t> request_psn) {
       counters_.Add(Counter::IcmpErrorsIgnored);
       return;
     }
-    NDWV_LOG(Info, "%s: the peer's port is closed", counters_.identity());
+    NDWV_LOG(Info, "%s: the peer's port is closed", counters_.Identity().c_str());
     if (!flights_.empty()) {
       FailFront(WcStatus::TimeoutRetry);
     } else {
@@ -295,7 +295,7 @@ bool RcLink::Transmit(const Headers& h, const uint8_t* inline_data, const Sge* s
   if (gather) d.pieces[d.count++] = {out, tail};
   else d.pieces[d.count++] = {built, size_t(out - built) + tail};
   d.size = header + length + tail;
-  NDWV_LOG(Trace, "%s: send %s psn %u len %u%s", counters_.identity(), ToString(h.bth.opcode), h.bth.psn,
+  NDWV_LOG(Trace, "%s: send %s psn %u len %u%s", counters_.Identity().c_str(), ToString(h.bth.opcode), h.bth.psn,
            length, h.bth.ack_req ? " ackreq" : "");
   counters_.Add(Counter::TxPackets);
   counters_.Add(Counter::TxBytes, length);
@@ -529,7 +529,7 @@ void RcLink::OnPackets(std::span<const Packet> packets) {
       // inbound packets are dropped; nothing more is executed or answered.
       if (shut_ || failed_) break;
       Opcode op = packet.headers.bth.opcode;
-      NDWV_LOG(Trace, "%s: recv %s psn %u len %zu (epsn %u)", counters_.identity(), ToString(op),
+      NDWV_LOG(Trace, "%s: recv %s psn %u len %zu (epsn %u)", counters_.Identity().c_str(), ToString(op),
                packet.headers.bth.psn, packet.payload.size(), epsn_);
       counters_.Add(Counter::RxPackets);
       if (op == Opcode::Acknowledge) OnAck(packet);
@@ -630,7 +630,7 @@ void RcLink::FailFront(WcStatus status) {
   mutex_.AssertHeld();
   if (flights_.empty()) return;
   uint64_t position = flights_.front().position;
-  NDWV_LOG(Info, "%s: request at psn %u failed (status %d)", counters_.identity(), flights_.front().first_psn,
+  NDWV_LOG(Info, "%s: request at psn %u failed (status %d)", counters_.Identity().c_str(), flights_.front().first_psn,
            int(status));
   if (status == WcStatus::TimeoutRetry) counters_.Add(Counter::RetryExceeded);
   if (status == WcStatus::RnrRetry) counters_.Add(Counter::RnrRetryExceeded);
@@ -720,7 +720,7 @@ void RcLink::OnReadResponse(const Packet& packet) {
     // Placed by its PSN; the opcode need only be a response's (one sent before a request was
     // repeated may arrive after it, and carries the same bytes).
     if (packet.payload.size() != want) {
-      NDWV_LOG(Info, "%s: %s psn %u carries %zu bytes for a Read expecting %llu", counters_.identity(),
+      NDWV_LOG(Info, "%s: %s psn %u carries %zu bytes for a Read expecting %llu", counters_.Identity().c_str(),
                ToString(packet.headers.bth.opcode), psn, packet.payload.size(), (unsigned long long)want);
       return FailFront(WcStatus::BadResponse);
     }
@@ -739,7 +739,7 @@ void RcLink::OnReadResponse(const Packet& packet) {
 
 void RcLink::Nak(NakCode code, uint32_t psn, bool fatal, WcStatus receive_status) {
   mutex_.AssertHeld();
-  NDWV_LOG(Info, "%s: NAK %d for psn %u%s", counters_.identity(), int(code), psn, fatal ? ", QP fails" : "");
+  NDWV_LOG(Info, "%s: NAK %d for psn %u%s", counters_.Identity().c_str(), int(code), psn, fatal ? ", QP fails" : "");
   counters_.Add(code == NakCode::PsnSequenceError ? Counter::NaksSentSequence
                 : code == NakCode::RemoteAccessError ? Counter::NaksSentAccess
                 : code == NakCode::RemoteOperationalError ? Counter::NaksSentRemoteOp
@@ -975,10 +975,10 @@ void RcLink::HandleTimer(Clock::time_point now) {
   // wire lost, and the retry budget bounds every request however it waits.
   if (RetransmitDue(now)) {
     if (retries_left_-- == 0) {
-      NDWV_LOG(Info, "%s: no acknowledgement after %u retries", counters_.identity(), unsigned(params_.retry_count));
+      NDWV_LOG(Info, "%s: no acknowledgement after %u retries", counters_.Identity().c_str(), unsigned(params_.retry_count));
       return FailFront(WcStatus::TimeoutRetry);
     }
-    NDWV_LOG(Debug, "%s: ACK timeout, retransmitting from psn %u", counters_.identity(), ResumePsn(flights_.front()));
+    NDWV_LOG(Debug, "%s: ACK timeout, retransmitting from psn %u", counters_.Identity().c_str(), ResumePsn(flights_.front()));
     counters_.Add(Counter::AckTimeouts);
     waiting_since_ = now;
     if (timing_) timed_resent_ = now;  // the timed request goes again, if not acknowledged yet
