@@ -1855,24 +1855,35 @@ TEST_F(RoceHostile, ReqFloodHoldsBoundedStateAndLegitimateConnectsGetThrough) {
 
 // ==== 17. ICMP errors about the device's datagrams ===============================================
 
-// ICMP "port unreachable" errors as the peer's host would send them about a datagram the device
-// sent from 127.0.0.1:`device_port` to `to`, written on a raw ICMP socket (root only). `quoted`:
-// the start of that datagram's UDP payload, which the error carries back.
+// ICMP "unreachable" errors as the peer's host (or a router) would send them about a datagram the
+// device sent from the loopback address's `device_port` to `to`, written on a raw ICMP or ICMPv6
+// socket (root only). `quoted`: the start of that datagram's UDP payload, which the error carries
+// back. The kernel hands such an error to the socket that sent the datagram, whose family says
+// which of ICMP and ICMPv6 it reads.
 class IcmpForger {
  public:
-  IcmpForger() : fd_(socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMP)) {}
+  enum class Unreachable { Port, Host };
+
+  IcmpForger()
+      : v4_(socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMP)),
+        v6_(socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMPV6)) {}
   IcmpForger(const IcmpForger&) = delete;
   IcmpForger& operator=(const IcmpForger&) = delete;
   ~IcmpForger() {
-    if (fd_ >= 0) ::close(fd_);
+    for (int fd : {v4_, v6_})
+      if (fd >= 0) ::close(fd);
   }
-  bool ok() const { return fd_ >= 0; }
+  bool ok() const { return v4_ >= 0 && v6_ >= 0; }
 
   void PortUnreachable(uint16_t device_port, const sockaddr_storage& to, std::span<const uint8_t> quoted) {
+    Send(Unreachable::Port, device_port, to, quoted);
+  }
+  void Send(Unreachable what, uint16_t device_port, const sockaddr_storage& to, std::span<const uint8_t> quoted) {
+    if (to.ss_family == AF_INET6) return SendV6(what, device_port, to, quoted);
     constexpr size_t kIcmp = 8, kIp = 20, kUdp = 8;
     std::vector<uint8_t> m(kIcmp + kIp + kUdp + quoted.size());
-    m[0] = 3;  // destination unreachable
-    m[1] = 3;  // port unreachable
+    m[0] = 3;                                          // destination unreachable
+    m[1] = what == Unreachable::Port ? 3 : 1;          // port, or host, unreachable
     uint8_t* ip = m.data() + kIcmp;  // the datagram as it left the device
     ip[0] = 0x45;
     wire::StoreBe16(ip + 2, uint16_t(kIp + kUdp + quoted.size()));
@@ -1882,19 +1893,39 @@ class IcmpForger {
     memcpy(ip + 12, &loopback, 4);
     memcpy(ip + 16, &reinterpret_cast<const sockaddr_in&>(to).sin_addr, 4);
     wire::StoreBe16(ip + 10, Checksum({ip, kIp}));
-    uint8_t* udp = ip + kIp;
-    wire::StoreBe16(udp, device_port);
-    wire::StoreBe16(udp + 2, PortOf(to));
-    wire::StoreBe16(udp + 4, uint16_t(kUdp + quoted.size()));
-    if (!quoted.empty()) memcpy(udp + kUdp, quoted.data(), quoted.size());
+    WriteUdp(ip + kIp, device_port, to, quoted);
     wire::StoreBe16(m.data() + 2, Checksum(m));
-    sockaddr_in host = Loopback(0);
-    ASSERT_EQ(sendto(fd_, m.data(), m.size(), 0, reinterpret_cast<const sockaddr*>(&host), sizeof host),
-              ssize_t(m.size()))
-        << strerror(errno);
+    SendTo(v4_, m, LoopbackOf(AF_INET, 0));
   }
 
  private:
+  // ICMPv6 (RFC 4443): the kernel computes the checksum of what a raw ICMPv6 socket sends.
+  void SendV6(Unreachable what, uint16_t device_port, const sockaddr_storage& to, std::span<const uint8_t> quoted) {
+    constexpr size_t kIcmp = 8, kIp = 40, kUdp = 8;
+    std::vector<uint8_t> m(kIcmp + kIp + kUdp + quoted.size());
+    m[0] = 1;                                          // destination unreachable
+    m[1] = what == Unreachable::Port ? 4 : 3;          // port, or address, unreachable
+    uint8_t* ip = m.data() + kIcmp;
+    ip[0] = 0x60;
+    wire::StoreBe16(ip + 4, uint16_t(kUdp + quoted.size()));
+    ip[6] = IPPROTO_UDP;
+    ip[7] = 64;
+    memcpy(ip + 8, &in6addr_loopback, 16);
+    memcpy(ip + 24, &reinterpret_cast<const sockaddr_in6&>(to).sin6_addr, 16);
+    WriteUdp(ip + kIp, device_port, to, quoted);
+    SendTo(v6_, m, LoopbackOf(AF_INET6, 0));
+  }
+  static void WriteUdp(uint8_t* udp, uint16_t device_port, const sockaddr_storage& to, std::span<const uint8_t> quoted) {
+    wire::StoreBe16(udp, device_port);
+    wire::StoreBe16(udp + 2, PortOf(to));
+    wire::StoreBe16(udp + 4, uint16_t(8 + quoted.size()));
+    if (!quoted.empty()) memcpy(udp + 8, quoted.data(), quoted.size());
+  }
+  static void SendTo(int fd, const std::vector<uint8_t>& m, const sockaddr_storage& host) {
+    ASSERT_EQ(sendto(fd, m.data(), m.size(), 0, reinterpret_cast<const sockaddr*>(&host), AddressLength(host)),
+              ssize_t(m.size()))
+        << strerror(errno);
+  }
   static uint16_t Checksum(std::span<const uint8_t> bytes) {  // the Internet checksum
     uint32_t sum = 0;
     for (size_t i = 0; i < bytes.size(); i += 2)
@@ -1902,7 +1933,7 @@ class IcmpForger {
     while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
     return uint16_t(~sum);
   }
-  const int fd_;
+  const int v4_, v6_;
 };
 
 // The start of an RC packet the device would send: its headers.
@@ -1977,6 +2008,98 @@ TEST_F(RoceHostile, IcmpErrorsEndOnlyTheConnectionWhoseDatagramTheyQuote) {
   ASSERT_NO_FATAL_FAILURE(ExpectSendLands(other, Bytes(64, 45), 0));
   EXPECT_EQ(other.notify.count(), 0u);
   EXPECT_EQ(ignored(), std::size(stale));
+}
+
+// The same rule over IPv6, with the device as the active side: an ICMPv6 error that quotes one
+// Connect's REQ ends that Connect alone, with the status its kind names; one quoting a REQ by
+// another communication ID, cut short, or as if sent to another port, is counted and ignored.
+TEST_F(RoceHostile, Icmpv6ErrorsEndOnlyTheConnectWhoseRequestTheyQuote) {
+  IcmpForger icmp;
+  if (!icmp.ok()) GTEST_SKIP() << "a raw ICMP socket needs root: " << strerror(errno);
+  // The peer: a UDP socket on ::1 that takes the device's REQs and never answers.
+  const int peer_fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(peer_fd, 0) << strerror(errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{peer_fd};
+  sockaddr_storage peer = LoopbackOf(AF_INET6, 0);
+  ASSERT_EQ(bind(peer_fd, reinterpret_cast<const sockaddr*>(&peer), sizeof(sockaddr_in6)), 0) << strerror(errno);
+  socklen_t peer_length = sizeof peer;
+  getsockname(peer_fd, reinterpret_cast<sockaddr*>(&peer), &peer_length);
+
+  Conn& refused = NewConn();
+  Conn& unreachable = NewConn();
+  ConnectParams params;
+  params.ird = params.ord = 1;
+  for (Conn* c : {&refused, &unreachable})
+    ASSERT_EQ(c->ep->Connect(c->qp, reinterpret_cast<const sockaddr*>(&peer), sizeof(sockaddr_in6), params,
+                             &c->get_request),
+              WV_PENDING);
+
+  // Each Connect's REQ as it left the device (its ICRC is not quoted), by communication ID;
+  // a REQ the CM sends again is the same.
+  struct Sent {
+    std::vector<uint8_t> quoted;
+    uint16_t from_port;
+  };
+  std::map<uint32_t, Sent> reqs;
+  constexpr size_t kMadAt = ib::kBthLen + ib::kDethLen;
+  const auto deadline = Clock::now() + kBound;
+  while (reqs.size() < 2) {
+    pollfd p{peer_fd, POLLIN, 0};
+    ASSERT_GT(poll(&p, 1, RemainingMs(deadline)), 0) << "the device's REQs did not arrive";
+    uint8_t datagram[512];
+    sockaddr_storage from{};
+    socklen_t from_length = sizeof from;
+    ssize_t n = recvfrom(peer_fd, datagram, sizeof datagram, 0, reinterpret_cast<sockaddr*>(&from), &from_length);
+    ASSERT_EQ(n, ssize_t(kMadAt + ib::kMadLen + ib::kIcrcLen));
+    ib::CmMessage m;
+    ASSERT_EQ(ib::DecodeCm(std::span<const uint8_t>(datagram + kMadAt, ib::kMadLen), m), ib::CmError::Ok);
+    ASSERT_EQ(m.attr, ib::CmAttr::Req);
+    reqs[m.req.local_comm_id] = {std::vector<uint8_t>(datagram, datagram + n - ib::kIcrcLen), PortOf(from)};
+  }
+  // Which Connect sent which REQ is not known here: the error quoting the first must end exactly
+  // one of them, and the other's the other.
+  const Sent& first = reqs.begin()->second;
+  const Sent& second = std::next(reqs.begin())->second;
+
+  std::vector<uint8_t> other_id = first.quoted;
+  {
+    ib::CmMessage m;
+    ASSERT_EQ(ib::DecodeCm(std::span<const uint8_t>(other_id.data() + kMadAt, ib::kMadLen), m), ib::CmError::Ok);
+    m.req.local_comm_id ^= 1;
+    ib::EncodeCm(m, std::span<uint8_t, ib::kMadLen>(other_id.data() + kMadAt, ib::kMadLen));
+  }
+  const std::vector<uint8_t> cut_short(first.quoted.begin(), first.quoted.begin() + kMadAt + 64);
+  sockaddr_storage elsewhere = peer;
+  SetPort(elsewhere, uint16_t(PortOf(peer) + 1));
+  const uint64_t ignored_before = AdapterCounters(Transport::Roce).Get(Counter::IcmpErrorsIgnored);
+  auto ignored = [&] { return AdapterCounters(Transport::Roce).Get(Counter::IcmpErrorsIgnored) - ignored_before; };
+  using Kind = IcmpForger::Unreachable;
+  ASSERT_NO_FATAL_FAILURE(icmp.Send(Kind::Port, first.from_port, peer, other_id));
+  ASSERT_NO_FATAL_FAILURE(icmp.Send(Kind::Port, first.from_port, peer, cut_short));
+  ASSERT_NO_FATAL_FAILURE(icmp.Send(Kind::Port, first.from_port, elsewhere, first.quoted));
+  ASSERT_TRUE(WaitUntil([&] { return ignored() >= 3; })) << "the device took " << ignored() << " of 3 stale errors";
+  EXPECT_EQ(refused.get_request.count() + unreachable.get_request.count(), 0u) << "a stale error ended a Connect";
+
+  // The peer's host says its port is closed: that Connect is refused, the other goes on.
+  ASSERT_NO_FATAL_FAILURE(icmp.Send(Kind::Port, first.from_port, peer, first.quoted));
+  Conn* ended = nullptr;
+  ASSERT_TRUE(WaitUntil([&] {
+    for (Conn* c : {&refused, &unreachable})
+      if (c->get_request.count()) ended = c;
+    return ended != nullptr;
+  })) << "the error quoting a REQ ended no Connect";
+  Conn& still = ended == &refused ? unreachable : refused;
+  EXPECT_EQ(ended->get_request.Wait(), std::optional<int32_t>(WV_CONNECTION_REFUSED));
+  EXPECT_EQ(still.get_request.count(), 0u) << "an error quoting one REQ ended both Connects";
+
+  // No way to the host: the other Connect fails as a TCP connect would.
+  ASSERT_NO_FATAL_FAILURE(icmp.Send(Kind::Host, second.from_port, peer, second.quoted));
+  EXPECT_EQ(still.get_request.Wait(), std::optional<int32_t>(WV_HOST_UNREACHABLE));
+  EXPECT_EQ(ended->get_request.count(), 1u);
+  EXPECT_EQ(ignored(), 3u);
 }
 
 }  // namespace
