@@ -141,6 +141,9 @@ void PortClaim::Drop() {
 
 int32_t BindTcpPort(int fd, sockaddr_storage& local, PortClaim& claim) {
   if (PortOf(local) == 0) {
+    // Nothing to bind: connect() or listen() picks the address and port the same way, without
+    // the two system calls.
+    if (IsWildcard(local)) return WV_SUCCESS;
     int on = 1;
     if (setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on) != 0) return BindAndReadBack(fd, local);
     // The port is chosen at connect() or listen(): a read-back now would find it still 0.

@@ -65,10 +65,11 @@ class PortClaim {
 //   connections nor the ones it leaves itself, however its process ends, keep the port from the
 //   next Bind. A program outside ndwv that holds the port refuses the Bind (WV_SHARING_VIOLATION)
 //   unless it allows sharing too and does not listen.
-// * Port 0: only the address is bound (IP_BIND_ADDRESS_NO_PORT); the kernel picks the port at
-//   connect(), by the whole address pair (a port serves connections to different peers, and the
-//   TIME_WAIT of an earlier connection to another peer does not block it), or at listen(). The
-//   socket shares nothing while it lives; ReleaseTcpPort lets its TIME_WAIT go.
+// * Port 0: only the address is bound (IP_BIND_ADDRESS_NO_PORT; a wildcard address is not bound
+//   at all, which comes to the same); the kernel picks the port at connect(), by the whole
+//   address pair (a port serves connections to different peers, and the TIME_WAIT of an earlier
+//   connection to another peer does not block it), or at listen(). The socket shares nothing
+//   while it lives; ReleaseTcpPort lets its TIME_WAIT go.
 // Returns what BindUdpPort does.
 int32_t BindTcpPort(int fd, sockaddr_storage& local, PortClaim& claim);
 // Called before a TCP socket sends its FIN (shutdown or close), so that the TIME_WAIT it may
