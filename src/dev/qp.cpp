@@ -51,8 +51,8 @@ QueuePair::QueuePair(std::shared_ptr<ProtectionDomain> pd, std::shared_ptr<Compl
       send_cq_(std::move(send_cq)),
       recv_cq_(std::move(recv_cq)),
       srq_(std::move(srq)),
-      sq_(caps.send_depth),
-      rq_(srq_ ? 0 : caps.recv_depth) {
+      sq_(caps.send_depth, SendWqeBytes(caps.send_sge, caps.max_inline)),
+      rq_(srq_ ? 0 : caps.recv_depth, RecvWqeBytes(caps.recv_sge)) {
   error_work_.owner = this;
   error_work_.run = [](WorkItem* item) {
     QueuePair* owner = static_cast<ErrorWork*>(item)->owner;
@@ -152,6 +152,19 @@ void QueuePair::DeferError() {
   }
   Engine::Get().Defer(&error_work_);
 }
+
+namespace {
+uint32_t SgesInLines(size_t header, size_t bytes) {
+  constexpr size_t kLine = 64;
+  const size_t lines = (bytes + kLine - 1) / kLine * kLine;
+  return uint32_t(std::min<size_t>((lines - header) / sizeof(Sge), kMaxSge));
+}
+}  // namespace
+
+uint32_t SendSgeFillingLines(uint32_t sge, uint32_t max_inline) {
+  return SgesInLines(offsetof(SendWqe, sge), SendWqeBytes(sge, max_inline));
+}
+uint32_t RecvSgeFillingLines(uint32_t sge) { return SgesInLines(offsetof(RecvWqe, sge), RecvWqeBytes(sge)); }
 
 // What a flush reports for a request. A Bind or an Invalidate changed its window when it was
 // posted (wv binds before it posts; PostSend invalidates), and a flush cannot undo that: it reports

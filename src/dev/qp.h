@@ -6,10 +6,13 @@
 // the engine or on a CQ poller's thread; state changes to Error (flush) run on the work pool or on
 // the caller's thread (Flush, release), never on the engine.
 #pragma once
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -85,6 +88,19 @@ struct RecvWqe {
     for (uint32_t i = 0; i < num_sge; ++i) out->sge[i] = sge[i];
   }
 };
+
+// The bytes a queue's entries take (Ring): the fixed fields, then room for `sge` SGEs, or for
+// `max_inline` bytes of inline data on a send queue.
+static_assert(std::is_standard_layout_v<SendWqe> && std::is_standard_layout_v<RecvWqe>, "offsetof");
+inline size_t SendWqeBytes(uint32_t sge, uint32_t max_inline) {
+  return offsetof(SendWqe, sge) + std::max(std::min(sge, kMaxSge) * sizeof(Sge), size_t(std::min(max_inline, kMaxInline)));
+}
+inline size_t RecvWqeBytes(uint32_t sge) { return offsetof(RecvWqe, sge) + std::min(sge, kMaxSge) * sizeof(Sge); }
+// The SGEs an entry for `sge` SGEs (and `max_inline` bytes) holds once its bytes are rounded up to
+// whole cache lines: what a queue can grant beyond the request at no cost, as an RNIC's WQE stride
+// does. At most kMaxSge.
+uint32_t SendSgeFillingLines(uint32_t sge, uint32_t max_inline);
+uint32_t RecvSgeFillingLines(uint32_t sge);
 
 struct QpCaps {
   uint32_t send_depth, recv_depth, send_sge, recv_sge, max_inline;

@@ -6,7 +6,7 @@ namespace ndwv::dev {
 
 SharedReceiveQueue::SharedReceiveQueue(std::shared_ptr<ProtectionDomain> pd, uint32_t depth,
                                        uint32_t max_sge, uint32_t limit)
-    : pd_(std::move(pd)), ring_(depth), max_sge_(max_sge), limit_(limit) {}
+    : pd_(std::move(pd)), ring_(depth, RecvWqeBytes(max_sge)), max_sge_(max_sge), limit_(limit) {}
 
 int32_t SharedReceiveQueue::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge) {
   if (num_sge > max_sge_) return WV_DATA_OVERRUN;

@@ -63,8 +63,11 @@ HRESULT ProtectionDomain::CreateConnectQueuePair(WV_QP_CREATE* create, IWVConnec
   if (!srq && (create->ReceiveDepth == 0 || create->ReceiveDepth > a.max_qp_wr)) return WV_INVALID_PARAMETER;
   if (create->SendSge > a.max_sge || create->ReceiveSge > a.max_sge) return WV_INVALID_PARAMETER;
   if (create->MaxInlineSend > a.max_inline) return WV_INVALID_PARAMETER;
-  dev::QpCaps caps{uint32_t(create->SendDepth), uint32_t(create->ReceiveDepth), uint32_t(create->SendSge),
-                   uint32_t(create->ReceiveSge), uint32_t(create->MaxInlineSend)};
+  // SGEs as asked, or more: as many as fill the entries' cache lines, which cost nothing more (a
+  // verbs provider may grant more than asked; Query tells what was granted).
+  dev::QpCaps caps{uint32_t(create->SendDepth), uint32_t(create->ReceiveDepth),
+                   dev::SendSgeFillingLines(uint32_t(create->SendSge), uint32_t(create->MaxInlineSend)),
+                   dev::RecvSgeFillingLines(uint32_t(create->ReceiveSge)), uint32_t(create->MaxInlineSend)};
   auto device_qp = base::MakePooled<dev::QueuePair>(pd_, send_cq->cq(), recv_cq->cq(),
                                                    srq ? srq->srq() : nullptr, create->Context, caps);
   *qp = new ConnectQueuePair(this, *create, std::move(device_qp));
