@@ -218,6 +218,13 @@ HRESULT Adapter::CreateSharedReceiveQueue(REFIID iid, HANDLE hOverlappedFile, UL
       iid, ppSharedReceiveQueue);
 }
 
+namespace {
+// One SGE more than asked: applications post that many and expect success (nd2-spi.md §12,
+// ndmw). The verbs layer rounds it up to what fills its entries; beyond that a post fails
+// ND_DATA_OVERRUN, as on an RNIC whose WQE stride is the limit.
+ULONG GrantedSge(ULONG asked, ULONG maximum) { return std::min(asked + 1, maximum); }
+}  // namespace
+
 HRESULT Adapter::CreateQueuePair(REFIID iid, IUnknown* pReceiveCompletionQueue,
                                  IUnknown* pInitiatorCompletionQueue, void* context,
                                  ULONG receiveQueueDepth, ULONG initiatorQueueDepth,
@@ -236,7 +243,8 @@ HRESULT Adapter::CreateQueuePair(REFIID iid, IUnknown* pReceiveCompletionQueue,
   if (inlineDataSize > info_.MaxInlineDataSize) return ND_INVALID_PARAMETER_9;
   QueuePair* qp = nullptr;
   return PublishNew(NewQueuePair(*receiveCq, *initiatorCq, nullptr, context, receiveQueueDepth,
-                                 initiatorQueueDepth, inlineDataSize, &qp),
+                                 initiatorQueueDepth, GrantedSge(maxReceiveRequestSge, info_.MaxReceiveSge),
+                                 GrantedSge(maxInitiatorRequestSge, info_.MaxInitiatorSge), inlineDataSize, &qp),
                     &qp, iid, ppQueuePair);
 }
 
@@ -257,14 +265,15 @@ HRESULT Adapter::CreateQueuePairWithSrq(REFIID iid, IUnknown* pReceiveCompletion
   if (maxInitiatorRequestSge > info_.MaxInitiatorSge) return ND_INVALID_PARAMETER_7;
   if (inlineDataSize > info_.MaxInlineDataSize) return ND_INVALID_PARAMETER_8;
   QueuePair* qp = nullptr;
-  return PublishNew(NewQueuePair(*receiveCq, *initiatorCq, srq, context, 0, initiatorQueueDepth,
-                                 inlineDataSize, &qp),
+  return PublishNew(NewQueuePair(*receiveCq, *initiatorCq, srq, context, 0, initiatorQueueDepth, 0,
+                                 GrantedSge(maxInitiatorRequestSge, info_.MaxInitiatorSge), inlineDataSize, &qp),
                     &qp, iid, ppQueuePair);
 }
 
 HRESULT Adapter::NewQueuePair(CompletionQueue& receiveCq, CompletionQueue& initiatorCq,
                               SharedReceiveQueue* srq, void* context, ULONG receiveQueueDepth,
-                              ULONG initiatorQueueDepth, ULONG inlineDataSize, QueuePair** qp) {
+                              ULONG initiatorQueueDepth, ULONG receiveSge, ULONG initiatorSge,
+                              ULONG inlineDataSize, QueuePair** qp) {
   WV_QP_CREATE create{};
   create.pSendCq = initiatorCq.wv();
   create.pReceiveCq = receiveCq.wv();
@@ -272,8 +281,8 @@ HRESULT Adapter::NewQueuePair(CompletionQueue& receiveCq, CompletionQueue& initi
   create.Context = context;  // comes back as ND2_RESULT.QueuePairContext
   create.SendDepth = initiatorQueueDepth;
   create.ReceiveDepth = receiveQueueDepth;
-  create.SendSge = info_.MaxInitiatorSge;
-  create.ReceiveSge = srq != nullptr ? 0 : info_.MaxReceiveSge;
+  create.SendSge = initiatorSge;
+  create.ReceiveSge = srq != nullptr ? 0 : receiveSge;
   create.MaxInlineSend = inlineDataSize;
   create.InitiatorDepth = info_.MaxOutboundReadLimit;
   create.ResponderResources = info_.MaxInboundReadLimit;

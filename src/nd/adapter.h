@@ -38,14 +38,14 @@ class Adapter final : public Object<Adapter, IND2Adapter, IID_IND2Adapter> {
   }
 
   // The objects of the adapter, made with arguments already checked, each returned with its
-  // creation reference (the IND2Adapter methods publish them; version 1 wraps them). SGE
-  // capacity is the adapter's maximum whatever was asked: applications post more SGEs than they
-  // declared and expect success (nd2-spi.md §12, ndmw); the QP can hold the most read limits,
-  // which the connection sets.
+  // creation reference (the IND2Adapter methods publish them; version 1 wraps them). A QP holds
+  // `receiveSge` and `initiatorSge` SGEs per request, as granted by the caller, and the most read
+  // limits, which the connection sets.
   HRESULT NewCompletionQueue(base::HandleRef file, ULONG queueDepth, CompletionQueue** cq);
   HRESULT NewQueuePair(CompletionQueue& receiveCq, CompletionQueue& initiatorCq,
                        SharedReceiveQueue* srq, void* context, ULONG receiveQueueDepth,
-                       ULONG initiatorQueueDepth, ULONG inlineDataSize, QueuePair** qp);
+                       ULONG initiatorQueueDepth, ULONG receiveSge, ULONG initiatorSge,
+                       ULONG inlineDataSize, QueuePair** qp);
   HRESULT NewMemoryWindow(MemoryWindow** mw);
   HRESULT NewConnector(base::HandleRef file, Connector** connector);
   HRESULT NewListener(base::HandleRef file, Listener** listener);

@@ -806,8 +806,9 @@ TEST(ConformanceQp, FlushIsPerQueuePairAndAFullQueueLeavesItUsable) {
   });
 }
 
-// §12 SGE rules: more SGEs than the adapter allows → ND_DATA_OVERRUN (the QP stays usable);
-// [tests] (ndmw) a 2-SGE Send on a QP created with maxInitiatorRequestSge = 1 succeeds; unknown
+// §12 SGE rules: more SGEs than the QP holds (or than the adapter allows) → ND_DATA_OVERRUN (the
+// QP stays usable); [tests] (ndmw) a 2-SGE Send on a QP created with maxInitiatorRequestSge = 1
+// succeeds; unknown
 // flags → ND_INVALID_PARAMETER_4 (Send) / _6 (Read, Write).
 TEST(ConformanceQp, SgeRulesAndFlags) {
   RunLocal([] {
@@ -820,6 +821,9 @@ TEST(ConformanceQp, SgeRulesAndFlags) {
     IT_OK(p.b.qp->Receive(Ctx(0x11), &receive, 1));
     std::vector<ND2_SGE> many(p.adapterB.info().MaxReceiveSge + 1, receive);
     IT_CHECK_HR(ND_DATA_OVERRUN, p.b.qp->Receive(Ctx(0x12), many.data(), ULONG(many.size())));
+    // A QP holds one SGE more than asked, and what fills its entries' cache lines: not the
+    // adapter's maximum (a 1-SGE receive entry holds 2, a send entry 3).
+    IT_CHECK_HR(ND_DATA_OVERRUN, p.b.qp->Receive(Ctx(0x13), many.data(), 4));
     p.Connect();
 
     FillPattern(out.data(), 200, 5);
@@ -831,6 +835,7 @@ TEST(ConformanceQp, SgeRulesAndFlags) {
 
     std::vector<ND2_SGE> tooMany(p.adapterA.info().MaxInitiatorSge + 1, two[0]);
     IT_CHECK_HR(ND_DATA_OVERRUN, p.a.qp->Send(Ctx(0x21), tooMany.data(), ULONG(tooMany.size()), 0));
+    IT_CHECK_HR(ND_DATA_OVERRUN, p.a.qp->Send(Ctx(0x26), tooMany.data(), 5, 0));
     IT_CHECK_HR(ND_INVALID_PARAMETER_4, p.a.qp->Send(Ctx(0x22), two, 1, 0x40));
     IT_CHECK_HR(ND_INVALID_PARAMETER_6, p.a.qp->Write(Ctx(0x23), two, 1, Va(in.data()), 0,
                                                       ND_OP_FLAG_SEND_AND_SOLICIT_EVENT));

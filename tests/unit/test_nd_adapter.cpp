@@ -202,7 +202,8 @@ TEST_F(NdTest, CreateQueuePairChecksEveryArgumentByPosition) {
   EXPECT_EQ(create(cq, cq, 4, 4, 1, 1, info.MaxInlineDataSize + 1), ND_INVALID_PARAMETER_9);
   EXPECT_EQ(pd->lastQp, nullptr) << "nothing reached WV";
 
-  // The maxima themselves are fine; SGE capacity is granted up to the adapter's maximum.
+  // The maxima themselves are fine. SGE capacity asked of WV: one more than the application asked
+  // (ndmw posts that many), which WV rounds up to what fills its entries; at most the maximum.
   int context = 0;
   ASSERT_EQ(adapter->CreateQueuePair(IID_IND2QueuePair, cq, cq, &context, info.MaxReceiveQueueDepth,
                                      info.MaxInitiatorQueueDepth, 1, 1, info.MaxInlineDataSize, &p),
@@ -211,14 +212,18 @@ TEST_F(NdTest, CreateQueuePairChecksEveryArgumentByPosition) {
   EXPECT_EQ(made.Context, &context);
   EXPECT_EQ(made.ReceiveDepth, info.MaxReceiveQueueDepth);
   EXPECT_EQ(made.SendDepth, info.MaxInitiatorQueueDepth);
-  EXPECT_EQ(made.SendSge, info.MaxInitiatorSge);
-  EXPECT_EQ(made.ReceiveSge, info.MaxReceiveSge);
+  EXPECT_EQ(made.SendSge, 2u);
+  EXPECT_EQ(made.ReceiveSge, 2u);
   EXPECT_EQ(made.MaxInlineSend, info.MaxInlineDataSize);
   EXPECT_EQ(made.QpType, WvQpTypeRc);
   EXPECT_EQ(made.pSendCq, device->lastCq);
   EXPECT_EQ(made.pReceiveCq, device->lastCq);
   EXPECT_EQ(made.pSharedReceiveQueue, nullptr);
 
+  EXPECT_EQ(static_cast<IND2QueuePair*>(p)->Release(), 0u);
+  ASSERT_EQ(create(cq, cq, 4, 4, info.MaxReceiveSge, info.MaxInitiatorSge, 0), ND_SUCCESS);
+  EXPECT_EQ(pd->lastCreate.SendSge, info.MaxInitiatorSge);
+  EXPECT_EQ(pd->lastCreate.ReceiveSge, info.MaxReceiveSge);
   EXPECT_EQ(static_cast<IND2QueuePair*>(p)->Release(), 0u);
   EXPECT_EQ(mr->Release(), 0u);
   EXPECT_EQ(cq->Release(), 0u);

@@ -68,7 +68,7 @@ HRESULT Connector::CreateEndpoint(INDCompletionQueue* pInboundCq, INDCompletionQ
   nd::QueuePair* created = nullptr;
   HRESULT hr = adapter_->base().NewQueuePair(
       inbound->base(), outbound->base(), nullptr, nullptr, ULONG(nInboundEntries),
-      ULONG(nOutboundEntries), ULONG(info.MaxInlineData), &created);
+      ULONG(nOutboundEntries), ULONG(nInboundSge), ULONG(nOutboundSge), ULONG(info.MaxInlineData), &created);
   if (FAILED(hr)) {
     hasEndpoint_.store(false);
     return hr;
