@@ -27,8 +27,8 @@
 #include <mutex>
 #include <optional>
 
-#include "base/lazy_deque.h"
 #include "base/mutex.h"
+#include "base/ring_queue.h"
 #include "dev/engine.h"
 #include "dev/qp.h"
 #include "dev/roce/port.h"
@@ -173,7 +173,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   bool failed_ NDWV_GUARDED_BY(mutex_) = false;          // the QP failed: nothing more goes out
 
   // requester
-  base::LazyDeque<Flight> flights_ NDWV_GUARDED_BY(mutex_);
+  base::RingQueue<Flight> flights_ NDWV_GUARDED_BY(mutex_);
   size_t resend_from_ NDWV_GUARDED_BY(mutex_) = 0;       // first flight with packets left to send in this pass
   uint64_t next_position_ NDWV_GUARDED_BY(mutex_) = 0;   // next send queue entry to start
   uint32_t next_psn_ NDWV_GUARDED_BY(mutex_);
@@ -204,7 +204,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   bool in_write_ NDWV_GUARDED_BY(mutex_) = false;
   uint64_t write_va_ NDWV_GUARDED_BY(mutex_) = 0;
   uint32_t write_rkey_ NDWV_GUARDED_BY(mutex_) = 0, write_length_ NDWV_GUARDED_BY(mutex_) = 0, write_offset_ NDWV_GUARDED_BY(mutex_) = 0;
-  base::LazyDeque<Response> responses_ NDWV_GUARDED_BY(mutex_);
+  base::RingQueue<Response> responses_ NDWV_GUARDED_BY(mutex_);
   bool first_packet_seen_ NDWV_GUARDED_BY(mutex_) = false;
   Clock::time_point last_rx_ NDWV_GUARDED_BY(mutex_);    // keepalive: when a packet last arrived
   bool counted_live_ NDWV_GUARDED_BY(mutex_) = false;    // in the process's count of links that keep alive
