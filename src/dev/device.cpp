@@ -22,7 +22,10 @@ namespace ndwv::dev {
 Device::Device(uint64_t guid, Transport transport, const char* name)
     : guid_(guid), transport_(transport), name_(name) {
   attributes_.max_mr_size = uint64_t(1) << 40;
-  attributes_.max_qp_wr = 4096;
+  // As deep as an RNIC's (mlx4: 16,351). Programs take the maximum as their depth and some count
+  // on it being large: Microsoft's ndping grants its peer (depth - 1) / 2 credits per depth / 2
+  // receives, one short each time, and at 4,096 stalls after 2^22 messages, in its 256-byte round.
+  attributes_.max_qp_wr = 16384;
   attributes_.max_sge = kMaxSge;
   attributes_.max_cq_entries = 65536;
   attributes_.max_inline = kMaxInline;
