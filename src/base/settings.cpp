@@ -14,7 +14,7 @@
 namespace ndwv::base {
 
 const std::vector<SettingInfo>& SettingTable() {
-  static const std::vector<SettingInfo> table = {
+  static const std::vector<SettingInfo>& table = *new std::vector<SettingInfo>{
     {"NDWV_LOG_LEVEL", SettingType::Choice, "error", 0, 0, "error,warn,info,debug,trace",
      "Least severe log level written to stderr."},
     {"NDWV_TRANSPORTS", SettingType::Choice, "iwarp+roce", 0, 0, "iwarp,roce,iwarp+roce,roce+iwarp",
@@ -189,7 +189,7 @@ bool Fill(Settings& settings, bool environment) {
 }  // namespace
 
 const Settings* LoadSettings() {
-  static Settings settings;
+  static Settings& settings = *new Settings;  // never destroyed (settings.h)
   static bool ok = false;
   static std::once_flag once;
   std::call_once(once, [] {
@@ -201,11 +201,11 @@ const Settings* LoadSettings() {
 
 const Settings& Config() {
   if (const Settings* loaded = LoadSettings()) return *loaded;
-  static const Settings defaults = [] {
+  static const Settings& defaults = *new Settings([] {
     Settings s;
     Fill(s, false);
     return s;
-  }();
+  }());
   return defaults;
 }
 

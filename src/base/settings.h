@@ -45,6 +45,9 @@ struct Settings {
 // All declarations, in the order ndinfo prints them.
 const std::vector<SettingInfo>& SettingTable();
 
+// Like every static object of the library, the settings are never destroyed: a program's exit
+// runs the static destructors while its other threads, and the library's, may still call in.
+//
 // The process's settings. Returns nullptr (after printing why to stderr) if a variable is set to
 // a value its declaration does not accept.
 const Settings* LoadSettings();

@@ -41,14 +41,15 @@ Device::Device(uint64_t guid, Transport transport, const char* name)
 }
 
 const std::vector<Device*>& Device::All() {
-  static const std::vector<Device*> devices = [] {
+  // Never destroyed, as no static object of the library is: a program's exit runs the static
+  // destructors while its other threads, and the engine, still call in (base/settings.h).
+  static const std::vector<Device*>& devices = *new std::vector<Device*>([] {
     std::vector<Device*> list;
     const base::Settings* settings = base::LoadSettings();
     if (!settings) return list;
     // "ndwv" in ASCII, then the transport: stable ids, so a saved adapter id stays valid.
-    // Static objects: the devices live as long as the process.
-    static Device iwarp(0x6e6477760000'0001ull, Transport::Iwarp, "ndwv-iwarp");
-    static Device roce(0x6e6477760000'0002ull, Transport::Roce, "ndwv-roce");
+    static Device& iwarp = *new Device(0x6e6477760000'0001ull, Transport::Iwarp, "ndwv-iwarp");
+    static Device& roce = *new Device(0x6e6477760000'0002ull, Transport::Roce, "ndwv-roce");
     // "a+b": a first. Every address of the host is served by the first device (see DESIGN.md).
     const std::string& order = settings->transports;
     for (size_t at = 0; at < order.size();) {
@@ -61,7 +62,7 @@ const std::vector<Device*>& Device::All() {
     for (Device* device : list) transports.push_back(device->transport());
     StartCounterReports(transports);  // NDWV_COUNTERS
     return list;
-  }();
+  }());
   return devices;
 }
 

@@ -19,9 +19,11 @@ using ndwv::nd::Provider;
 
 namespace {
 
-ndwv::base::Mutex g_mutex{"ndsupport g_mutex"};
+// Never destroyed (base/settings.h): a program may exit, without NdCleanup, while its other
+// threads still call in.
+ndwv::base::Mutex& g_mutex = *new ndwv::base::Mutex("ndsupport g_mutex");
 int g_starts NDWV_GUARDED_BY(g_mutex) = 0;
-ComPtr<IWVProvider> g_wv NDWV_GUARDED_BY(g_mutex);
+ComPtr<IWVProvider>& g_wv NDWV_GUARDED_BY(g_mutex) = *new ComPtr<IWVProvider>;
 
 // A provider over the verbs layer the library holds, while it is started.
 ComPtr<Provider> StartedProvider() {
