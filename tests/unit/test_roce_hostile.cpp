@@ -1523,6 +1523,70 @@ TEST_F(RoceHostile, AnAckWaitingUnreadWhenItsTimeoutFiresIsTakenNotRetransmitted
   EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
 }
 
+// A socket that peers keep full must not hold the engine's loop: it reads a port at most
+// kEngineReads times per turn (two buffers each), then fires the timers due and serves the
+// other sockets, and the application's wake-ups held meanwhile go out. Before, it read until
+// the socket was empty: under Microsoft's ndconn (thousands of connects at once, on RoCE) one
+// turn lasted seconds, and a CQ overran while its application slept.
+TEST(RoceEngineTurns, AFullPortIsReadInTurnsWithTheTimersBetween) {
+  int32_t status = 0;
+  std::shared_ptr<roce::Port> port = roce::Port::Open(LoopbackOf(AF_INET, 0), false, &status);
+  ASSERT_TRUE(port) << status;
+  const uint64_t before = port->counters().received;
+  // Datagrams the engine reads while it is held: each its own buffer (no GRO between separate
+  // sends), malformed, counted and dropped. Few enough for the smallest socket buffer (208 KiB,
+  // an unprivileged process's; the port asks for 4 MiB).
+  constexpr size_t kQueued = 160;
+  static_assert(kQueued > 2 * roce::Port::kEngineReads, "more than one turn's reads");
+  auto hold = std::make_shared<EngineHold>();
+  ASSERT_TRUE(hold->Engage()) << "the engine never ran the handler";
+  int sender = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sender, 0);
+  const sockaddr_storage to = port->local();
+  const uint8_t junk[8] = {};
+  for (size_t i = 0; i < kQueued; ++i)
+    ASSERT_EQ(sendto(sender, junk, sizeof junk, 0, reinterpret_cast<const sockaddr*>(&to), sizeof(sockaddr_in)),
+              ssize_t(sizeof junk));
+  close(sender);
+
+  // A timer due at once records the count at each firing and arms itself again: its first
+  // firing ends the held turn; each later one follows one turn of reads.
+  struct Turns {
+    Timer timer;
+    roce::Port* port;
+    std::mutex mutex;
+    std::vector<uint64_t> seen;
+  } turns;
+  turns.port = port.get();
+  turns.timer.owner = &turns;
+  turns.timer.fire = [](Timer* timer) {
+    auto* t = static_cast<Turns*>(timer->owner);
+    uint64_t received = t->port->counters().received;
+    std::lock_guard lock(t->mutex);
+    t->seen.push_back(received);
+    if (t->seen.size() < 3) Engine::Get().Arm(&t->timer, std::chrono::milliseconds(0));
+  };
+  Engine::Get().Arm(&turns.timer, std::chrono::milliseconds(0));
+  hold->Release();
+  const auto deadline = Clock::now() + 10s;
+  auto fired = [&] {
+    std::lock_guard lock(turns.mutex);
+    return turns.seen.size();
+  };
+  while (fired() < 3 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(fired(), 3u) << "the timer did not fire three times";
+  // The first firing came before any read; the second after one turn's (one buffer per
+  // datagram here), the third after the next.
+  std::lock_guard lock(turns.mutex);
+  EXPECT_EQ(turns.seen[0] - before, 0u);
+  EXPECT_EQ(turns.seen[1] - before, 2u * roce::Port::kEngineReads);
+  EXPECT_EQ(turns.seen[2] - before, 4u * roce::Port::kEngineReads);
+  // And the rest is read by later turns.
+  while (port->counters().received - before < kQueued && Clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(port->counters().received - before, kQueued);
+}
+
 // An ACK a CQ poller left due (coalesced: it would go with the next poll's transmission) goes
 // out by the link's timer when no poll follows. The engine sends the ACK of what it reads at
 // once and arms no timer for it, so the timer is armed only where an ACK stays due.

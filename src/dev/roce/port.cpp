@@ -616,13 +616,14 @@ struct Port::RxBuffer {
 thread_local std::unique_ptr<Port::RxBuffer> Port::t_rx_;
 
 void Port::DriveReceive(bool once) {
-  // The receiver in charge reads: the engine until the socket is empty; a poller one buffer, and
-  // what it leaves is read by its next poll or by the (level-triggered) engine.
+  // The receiver in charge reads: the engine until the socket is empty or kEngineReads calls
+  // have been made; a poller one buffer. What either leaves is read by the next poll or by the
+  // engine, whose epoll watch is level-triggered.
   if (!rx_mutex_.try_lock()) return;
   base::MutexLock lock(rx_mutex_, std::adopt_lock);
   if (!t_rx_) t_rx_ = std::make_unique<RxBuffer>();  // one per receiving thread
   RxBuffer& rx = *t_rx_;
-  for (int errors = 0;;) {
+  for (int errors = 0, reads = 0;;) {
     rx.Reset();
     // A poller asks for one message: recvmsg costs less than recvmmsg on the (most frequent)
     // empty poll, and a GRO buffer already brings a run of datagrams at once.
@@ -643,7 +644,7 @@ void Port::DriveReceive(bool once) {
       break;
     }
     for (int i = 0; i < got; ++i) Handle(rx.messages[i], rx.slot[i].data, rx.slot[i].from, rx.run);
-    if (once || got < int(RxBuffer::kSlots)) break;
+    if (once || got < int(RxBuffer::kSlots) || ++reads == kEngineReads) break;
   }
   rx.run.sink.reset();  // a link is not kept alive by the port between calls
 }

@@ -149,9 +149,14 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   int SendBatch(const sockaddr_storage& to, const sockaddr_storage& from, OutDatagram* datagrams, int count);
   void WaitWritable(std::weak_ptr<PacketSink> sink);
   // Reads and dispatches what has arrived (the engine, or a CQ poller lending its thread). The
-  // engine reads until the socket is empty; a poller (`once`) reads one buffer (a GRO buffer may
-  // hold many datagrams) and returns to its completions: the empty read that would follow costs
-  // a system call on every message's path, and the next poll reads again anyway.
+  // engine reads until the socket is empty, at most kEngineReads times (two buffers each): a
+  // socket that peers keep full (a burst of thousands of connects, a flood) must not hold the
+  // engine's loop, whose other sockets, timers and held wake-ups of the application wait for it
+  // to return (an application asleep on a CQ saw it overrun). Its level-triggered watch reports
+  // the rest at once. A poller (`once`) reads one buffer (a GRO buffer may hold many datagrams)
+  // and returns to its completions: the empty read that would follow costs a system call on
+  // every message's path, and the next poll reads again anyway.
+  static constexpr int kEngineReads = 32;
   void DriveReceive(bool once = false);
   // Who reads the socket, the engine or the pollers (the rule: PollerRule, dev/poller_handoff.h). A poller
   // found its CQ empty and drove this port; `placed_peer_message`: its receive ended a message
