@@ -102,6 +102,10 @@ void Engine::Modify(int fd, uint32_t events) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);  // back from events == 0
 }
 
+void Engine::CallAgain(std::weak_ptr<IoHandler> handler, uint32_t events) {
+  again_.emplace_back(std::move(handler), events);
+}
+
 void Engine::Unwatch(int fd) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   base::MutexLock lock(handlers_mutex_);
@@ -287,15 +291,21 @@ void Engine::Loop() {
   // waits unread: with thousands of busy sockets one batch is not all of them.
   constexpr int kReadyBeforeTimers = 1024;
   epoll_event events[kBatch];
+  std::vector<std::pair<std::weak_ptr<IoHandler>, uint32_t>> again;
   for (;;) {
-    int n = epoll_wait(epoll_fd_, events, kBatch, NextTimeoutMs());
+    const int timeout = NextTimeoutMs();
+    int n = epoll_wait(epoll_fd_, events, kBatch, again_.empty() ? timeout : 0);
     // Awake: a timer armed from now on needs no wake-up (a connection's setup and teardown arm
     // one from the application's thread, mostly while the loop is busy with other connections).
     sleeps_until_.store(Clock::time_point::min(), std::memory_order_relaxed);
+    again.swap(again_);  // a handler that asks again now runs in the next turn
     for (int handled = 0;;) {
       {
         // A waiter with several completions in this batch wakes once, at its end.
         base::WakeBatch wakes;
+        for (auto& [weak, what] : again)
+          if (auto handler = weak.lock()) handler->OnIo(what);
+        again.clear();
         for (int i = 0; i < n; ++i) Dispatch(events[i]);
       }
       handled += n;

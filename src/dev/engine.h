@@ -60,6 +60,11 @@ class Engine {
   void Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler);
   void Modify(int fd, uint32_t events);  // 0: out of the epoll set until events are given again
   void Unwatch(int fd);
+  // From a handler, on the engine thread, that ended its turn with work left (a socket it did not
+  // read to its end, bytes it read ahead): its OnIo(events) runs again in the next turn of the
+  // loop, after the timers due, beside the sockets ready by then, without waiting for epoll
+  // (which would not report an edge-triggered socket again, nor bytes already read).
+  void CallAgain(std::weak_ptr<IoHandler> handler, uint32_t events);
 
   void Arm(Timer* timer, std::chrono::milliseconds delay);
   // True if the timer was armed and will not fire.
@@ -119,6 +124,8 @@ class Engine {
   // before it sleeps (written under timer_mutex_, but for that min()).
   std::atomic<Clock::time_point> sleeps_until_{Clock::time_point::max()};
   std::atomic<uint64_t> events_handled_{0};  // written by the engine thread only
+  // CallAgain's handlers for the next turn; the engine thread's only.
+  std::vector<std::pair<std::weak_ptr<IoHandler>, uint32_t>> again_;
 
   base::Mutex work_mutex_{"Engine::work_mutex_"};
   WorkItem* work_head_ NDWV_GUARDED_BY(work_mutex_) = nullptr;

@@ -46,6 +46,7 @@
 #include "dev/counters.h"
 #include "dev/cq.h"
 #include "guarded_buffer.h"
+#include "engine_hold.h"
 #include "qp_watch.h"
 #include "dev/device.h"
 #include "dev/endpoint.h"
@@ -1820,6 +1821,45 @@ TEST_F(IwarpHostile, ControlSegmentReadInPartArrivesIntactAfterTheThreadReceives
   }
   EXPECT_TRUE(Unchanged(split.recv, "receive buffers", 0, kRecvSize, message));
   EXPECT_TRUE(Unchanged(other.recv, "receive buffers", 0, kRecvSize, other_message));
+}
+
+// A peer that keeps its socket full (here with zero-length Writes, which cost it nothing and
+// ndwv nothing but the reading) must not hold the engine's loop: the engine takes at most
+// kEngineSegments of a stream per turn, then fires the timers due and serves the other
+// sockets, and takes the rest, read ahead or still in the socket, in the next turns.
+TEST_F(IwarpHostile, AStreamKeptFullIsReadInTurnsWithTheTimersBetween) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  auto stream = std::dynamic_pointer_cast<iwarp::Stream>(c.qp->link());
+  ASSERT_TRUE(stream);
+  const uint64_t before = stream->counters().Get(Counter::RxPackets);
+  constexpr size_t kQueued = 300;
+  static_assert(kQueued > 2 * iwarp::Stream::kEngineSegments, "more than two turns' segments");
+  auto hold = std::make_shared<EngineHold>();
+  ASSERT_TRUE(hold->Engage()) << "the engine never ran the handler";
+  std::vector<uint8_t> writes;
+  for (size_t i = 0; i < kQueued; ++i) {
+    std::vector<uint8_t> fpdu = Fpdu(DdpHeader::Tagged(RdmapOpcode::RdmaWrite, 0, 0, true), {}, c.peer.crc);
+    writes.insert(writes.end(), fpdu.begin(), fpdu.end());
+  }
+  c.peer.Send(writes);
+
+  TurnRecorder turns(3, [&] { return stream->counters().Get(Counter::RxPackets) - before; });
+  turns.Start();
+  hold->Release();
+  const std::vector<uint64_t> seen = turns.Wait(kBound);
+  ASSERT_EQ(seen.size(), 3u) << "the timer did not fire three times";
+  EXPECT_EQ(seen[0], 0u);  // the held turn ended: nothing read yet
+  EXPECT_EQ(seen[1], iwarp::Stream::kEngineSegments);
+  EXPECT_EQ(seen[2], 2 * iwarp::Stream::kEngineSegments);
+  // The rest follows, and the connection is whole.
+  ASSERT_TRUE(WaitUntil([&] { return stream->counters().Get(Counter::RxPackets) - before == kQueued; }, kBound))
+      << stream->counters().Get(Counter::RxPackets) - before << " of " << kQueued << " segments read";
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+  PostWrite(c, 9);
+  Segment write;
+  ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, write));
+  EXPECT_EQ(write.hdr.opcode, RdmapOpcode::RdmaWrite);
 }
 
 // Zero-length Read Requests count against the IRD like any other. A peer that sends them and

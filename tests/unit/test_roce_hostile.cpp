@@ -57,6 +57,7 @@
 #include "dev/cq.h"
 #include "../common/cm_ids.h"
 #include "guarded_buffer.h"
+#include "engine_hold.h"
 #include "qp_watch.h"
 #include "dev/endpoint.h"
 #include "dev/memory.h"
@@ -1439,49 +1440,6 @@ TEST_F(RoceHostile, AnRcLinkGivenAnMtuOfZeroStillCutsPacketsOfAnIbMtu) {
   EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
 }
 
-// Holds the engine thread inside an event handler until released (or 5 s): what the engine
-// would do meanwhile (read sockets, fire timers) waits, as on an engine busy with thousands of
-// connections.
-class EngineHold final : public IoHandler, public std::enable_shared_from_this<EngineHold> {
- public:
-  ~EngineHold() {
-    Release();
-    if (pipe_[0] >= 0) Engine::Get().Unwatch(pipe_[0]);
-    for (int fd : pipe_)
-      if (fd >= 0) ::close(fd);
-  }
-  // The engine is inside OnIo when this returns true.
-  bool Engage() {
-    if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0) return false;
-    Engine::Get().Watch(pipe_[0], EPOLLIN, weak_from_this());
-    if (write(pipe_[1], "x", 1) != 1) return false;
-    return entered_.get_future().wait_for(5s) == std::future_status::ready;
-  }
-  void Release() {
-    {
-      std::lock_guard lock(mutex_);
-      released_ = true;
-    }
-    changed_.notify_all();
-  }
-  void OnIo(uint32_t) override {
-    char byte;
-    (void)!read(pipe_[0], &byte, 1);
-    if (std::exchange(held_, true)) return;
-    entered_.set_value();
-    std::unique_lock lock(mutex_);
-    changed_.wait_for(lock, 5s, [&] { return released_; });
-  }
-
- private:
-  int pipe_[2] = {-1, -1};
-  std::promise<void> entered_;
-  bool held_ = false;  // the engine's
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool released_ = false;
-};
-
 // An engine busy elsewhere fires the timers due before it reads the sockets that became ready
 // meanwhile (past 1,024 of them): an acknowledgement already in the link's socket must not be
 // taken for a loss. The peer acknowledges a Send while the engine is held up; the link's ACK
@@ -1549,38 +1507,17 @@ TEST(RoceEngineTurns, AFullPortIsReadInTurnsWithTheTimersBetween) {
               ssize_t(sizeof junk));
   close(sender);
 
-  // A timer due at once records the count at each firing and arms itself again: its first
-  // firing ends the held turn; each later one follows one turn of reads.
-  struct Turns {
-    Timer timer;
-    roce::Port* port;
-    std::mutex mutex;
-    std::vector<uint64_t> seen;
-  } turns;
-  turns.port = port.get();
-  turns.timer.owner = &turns;
-  turns.timer.fire = [](Timer* timer) {
-    auto* t = static_cast<Turns*>(timer->owner);
-    uint64_t received = t->port->counters().received;
-    std::lock_guard lock(t->mutex);
-    t->seen.push_back(received);
-    if (t->seen.size() < 3) Engine::Get().Arm(&t->timer, std::chrono::milliseconds(0));
-  };
-  Engine::Get().Arm(&turns.timer, std::chrono::milliseconds(0));
+  TurnRecorder turns(3, [&] { return port->counters().received - before; });
+  turns.Start();
   hold->Release();
-  const auto deadline = Clock::now() + 10s;
-  auto fired = [&] {
-    std::lock_guard lock(turns.mutex);
-    return turns.seen.size();
-  };
-  while (fired() < 3 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
-  ASSERT_EQ(fired(), 3u) << "the timer did not fire three times";
+  const std::vector<uint64_t> seen = turns.Wait(10s);
+  ASSERT_EQ(seen.size(), 3u) << "the timer did not fire three times";
   // The first firing came before any read; the second after one turn's (one buffer per
   // datagram here), the third after the next.
-  std::lock_guard lock(turns.mutex);
-  EXPECT_EQ(turns.seen[0] - before, 0u);
-  EXPECT_EQ(turns.seen[1] - before, 2u * roce::Port::kEngineReads);
-  EXPECT_EQ(turns.seen[2] - before, 4u * roce::Port::kEngineReads);
+  EXPECT_EQ(seen[0], 0u);
+  EXPECT_EQ(seen[1], 2u * roce::Port::kEngineReads);
+  EXPECT_EQ(seen[2], 4u * roce::Port::kEngineReads);
+  const auto deadline = Clock::now() + 10s;
   // And the rest is read by later turns.
   while (port->counters().received - before < kQueued && Clock::now() < deadline)
     std::this_thread::sleep_for(1ms);

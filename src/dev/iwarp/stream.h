@@ -102,6 +102,11 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   uint32_t ResponsesQueued() const { return responses_queued_.load(std::memory_order_acquire); }
   // IoHandler
   void OnIo(uint32_t events) override;
+  // The engine reads until the socket is empty, but takes at most this many segments in one
+  // turn of its loop and the rest in the next (Engine::CallAgain): a peer that keeps the
+  // socket full (a stream of zero-length Writes costs it nothing) must not hold the loop, whose
+  // other sockets, timers and held wake-ups of the application wait for it to return.
+  static constexpr uint32_t kEngineSegments = 64;
 
  private:
   enum class RxPhase { Header, Payload, Trailer, Dead };
@@ -354,6 +359,7 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   struct RxState {
     // The receive path runs on a poller.
     bool by_poller = false;
+    uint32_t turn_left = 0;  // segments this call may still take (kEngineSegments)
     RxPhase phase = RxPhase::Header;
     // Bytes read and not yet taken: [staging_begin, staging_end) of the staging a receive step
     // uses (StagingInUse). Between steps only the stream's own holds any: from the first step

@@ -1,6 +1,7 @@
 // The receive side of an iWARP stream (Stream, stream.h): a resumable state machine over the
 // socket's bytes (header, payload, trailer), each segment's checks, placement and completion by
 // its opcode (kRxHandlers).
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -70,16 +71,21 @@ void Stream::QueueTerminate(TermCode code) {
 
 void Stream::DriveReceive(bool poller) {
   rx_called_.store(true);  // before the runner: a busy one runs again
+  const bool engine = !poller && Engine::Get().OnEngineThread();
+  bool turn_ended = false;
   rx_runner_.Run(rx_mutex_, [&] {
     rx_mutex_.AssertHeld();
     rx_.by_poller = poller;
+    rx_.turn_left = engine ? kEngineSegments : UINT32_MAX;
     if (!shut_) {
       StagingInUse staging(*this);
       ProcessRx();
       if (broken_.load()) Broken();  // the transmit side found the socket gone
     }
+    turn_ended = rx_.turn_left == 0 && rx_.phase != RxPhase::Dead;
     return true;
   });
+  if (turn_ended) Engine::Get().CallAgain(weak_from_this(), EPOLLIN);
 }
 
 Stream::StagingInUse::StagingInUse(Stream& stream) : stream_(stream) {
@@ -118,6 +124,7 @@ void Stream::ProcessRx() {
         if (progress && rx_.by_poller && rx_.hdr.last && rx_.staging_begin == rx_.staging_end &&
             !handoff_.engine_reads())
           return;
+        if (progress && --rx_.turn_left == 0) return;  // the engine's share of a turn (DriveReceive)
         break;
       case RxPhase::Dead: return;
     }
