@@ -5,6 +5,11 @@
 // signals its event, queues a packet to the completion port associated with the request's
 // overlapped file and wakes WaitOverlapped() callers. After that the OVERLAPPED belongs to the
 // application again and is never touched.
+//
+// A request that may outlive the call that started it is a PendingOverlapped: closing its
+// overlapped file completes it ND_CANCELED, as Windows cancels a file's I/O at its close, and
+// what completes it later writes nothing. Programs count on that: Microsoft's SDK harness starts
+// a Disconnect, releases everything, closes the file and frees the OVERLAPPED at once.
 #pragma once
 
 #include <utility>
@@ -12,6 +17,8 @@
 #include "ndwv/win32.h"
 
 namespace ndwv::base {
+
+class File;
 
 // A new overlapped file handle (the result of IND2Adapter::CreateOverlappedFile), owned by the
 // caller until CloseHandle. NULL if out of memory.
@@ -34,6 +41,29 @@ void BeginOverlapped(OVERLAPPED* ov);
 // port is associated (yet); wakes WaitOverlapped. `file` may be NULL (no port) and must be held
 // (RetainFile) by the caller. Does not change the thread's last error.
 void CompleteOverlapped(HANDLE file, OVERLAPPED* ov, HRESULT status, ULONG_PTR bytes = 0);
+
+// A request in flight through an overlapped file (see above): begun by the constructor,
+// completed once by Complete or by the file's close, whichever comes first. Destroyed without
+// completing (a request refused before it started), it leaves the file's list untouched
+// otherwise. `file` may be NULL and must be held (RetainFile) while this lives.
+class PendingOverlapped {
+ public:
+  PendingOverlapped(HANDLE file, OVERLAPPED* ov);
+  ~PendingOverlapped();
+  PendingOverlapped(const PendingOverlapped&) = delete;
+  PendingOverlapped& operator=(const PendingOverlapped&) = delete;
+
+  void Complete(HRESULT status, ULONG_PTR bytes = 0);
+
+ private:
+  friend class File;  // win32.cpp: the overlapped file, which keeps its requests in a list
+  enum class State { Running, Listed, CancelledByClose };
+  HANDLE file_;
+  OVERLAPPED* ov_;
+  State state_ = State::Running;  // under the file's lock while it is listed
+  PendingOverlapped* prev_ = nullptr;
+  PendingOverlapped* next_ = nullptr;
+};
 
 // The request's status: its final status, or ND_PENDING if it is running and !wait. With wait,
 // blocks until it completes (no event needed).

@@ -167,6 +167,10 @@ class Port final : public HandleObject {
   bool closed_ NDWV_GUARDED_BY(mutex_) = false;
 };
 
+}  // namespace
+
+// An overlapped file: the completion port it is associated with, and its requests in flight
+// (PendingOverlapped), which its close completes (overlapped.h).
 class File final : public HandleObject {
  public:
   static constexpr HandleKind kKind = HandleKind::kFile;
@@ -192,11 +196,29 @@ class File final : public HandleObject {
     return port;
   }
 
+  // A request begins: listed until it completes, unless the file is closed already.
+  void Begin(PendingOverlapped* request);
+  // The request's completion: published (under the lock, which the close waits for) unless the
+  // close completed it already. `publish` writes the OVERLAPPED.
+  template <class Publish>
+  void Complete(PendingOverlapped* request, Publish&& publish);
+  // Leaves the list without completing (a request refused before it started).
+  void Forget(PendingOverlapped* request);
+  // The application closed its handle: every request listed completes ND_CANCELED now.
+  void OnClosed() override;
+
  private:
+  void Unlink(PendingOverlapped* request) NDWV_REQUIRES(requests_mutex_);
+
   std::mutex associateMutex_;
   std::atomic<Port*> port_{nullptr};
   ULONG_PTR key_ = 0;
+  Mutex requests_mutex_{"File::requests_mutex_"};
+  PendingOverlapped* requests_ NDWV_GUARDED_BY(requests_mutex_) = nullptr;
+  bool closed_ NDWV_GUARDED_BY(requests_mutex_) = false;
 };
+
+namespace {
 
 // A handle without its two low bits, which Windows ignores in every call (an OVERLAPPED's
 // `hEvent | 1` is still the event). Objects are at least 4-byte aligned: the bits are never theirs.
@@ -372,15 +394,22 @@ void BeginOverlapped(OVERLAPPED* ov) {
   InternalOf(ov).store(EncodeStatus(ND_PENDING), std::memory_order_release);
 }
 
+namespace {
+
+// The file behind a request's handle, if it is one.
+File* FileOf(HANDLE handle) {
+  auto* object = static_cast<HandleObject*>(handle);
+  return object != nullptr && object->kind() == HandleKind::kFile ? static_cast<File*>(object) : nullptr;
+}
+
+}  // namespace
+
 void CompleteOverlapped(HANDLE file, OVERLAPPED* ov, HRESULT status, ULONG_PTR bytes) {
   // Everything needed from the OVERLAPPED is read before the status is published.
   const HANDLE hEvent = ov->hEvent;
   Port* port = nullptr;
   ULONG_PTR key = 0;
-  if (file != nullptr && !SkipsPort(hEvent)) {
-    auto* object = static_cast<HandleObject*>(file);
-    if (object->kind() == HandleKind::kFile) port = static_cast<File*>(object)->port(&key);
-  }
+  if (File* f = FileOf(file); f != nullptr && !SkipsPort(hEvent)) port = f->port(&key);
 
   std::atomic_ref(ov->InternalHigh).store(bytes, std::memory_order_relaxed);
   // seq_cst pairs with the waiter count below (a waiter registers, then re-reads Internal).
@@ -398,6 +427,69 @@ void CompleteOverlapped(HANDLE file, OVERLAPPED* ov, HRESULT status, ULONG_PTR b
   }
   if (auto event = Held<Event>::Lookup(hEvent)) event->Set();
   if (port != nullptr) port->Enqueue(Packet{ov, key, bytes, status});
+}
+
+void File::Begin(PendingOverlapped* request) {
+  MutexLock lock(requests_mutex_);
+  if (closed_) return;  // nothing will cancel it: its completion is published as it comes
+  request->state_ = PendingOverlapped::State::Listed;
+  request->next_ = requests_;
+  if (requests_) requests_->prev_ = request;
+  requests_ = request;
+}
+
+void File::Unlink(PendingOverlapped* request) {
+  if (request->prev_) request->prev_->next_ = request->next_;
+  else requests_ = request->next_;
+  if (request->next_) request->next_->prev_ = request->prev_;
+  request->prev_ = request->next_ = nullptr;
+}
+
+template <class Publish>
+void File::Complete(PendingOverlapped* request, Publish&& publish) {
+  MutexLock lock(requests_mutex_);
+  switch (request->state_) {
+    case PendingOverlapped::State::Listed: Unlink(request); break;
+    case PendingOverlapped::State::CancelledByClose: return;  // its OVERLAPPED may be gone
+    case PendingOverlapped::State::Running: break;            // begun after the close
+  }
+  request->state_ = PendingOverlapped::State::Running;
+  publish();
+}
+
+void File::Forget(PendingOverlapped* request) {
+  MutexLock lock(requests_mutex_);
+  if (request->state_ == PendingOverlapped::State::Listed) Unlink(request);
+  request->state_ = PendingOverlapped::State::Running;
+}
+
+void File::OnClosed() {
+  // Under the lock throughout: a completion under way finishes first, and none writes after.
+  MutexLock lock(requests_mutex_);
+  closed_ = true;
+  while (PendingOverlapped* request = requests_) {
+    Unlink(request);
+    request->state_ = PendingOverlapped::State::CancelledByClose;
+    CompleteOverlapped(this, request->ov_, ND_CANCELED);
+  }
+}
+
+PendingOverlapped::PendingOverlapped(HANDLE file, OVERLAPPED* ov) : file_(file), ov_(ov) {
+  BeginOverlapped(ov);
+  if (File* f = FileOf(file)) f->Begin(this);
+}
+
+PendingOverlapped::~PendingOverlapped() {
+  if (File* f = FileOf(file_)) f->Forget(this);
+}
+
+void PendingOverlapped::Complete(HRESULT status, ULONG_PTR bytes) {
+  File* f = FileOf(file_);
+  if (f == nullptr) {
+    CompleteOverlapped(file_, ov_, status, bytes);
+    return;
+  }
+  f->Complete(this, [&] { CompleteOverlapped(file_, ov_, status, bytes); });
 }
 
 WakeBatch::WakeBatch() : outermost_(!t_holding_wakes) { t_holding_wakes = true; }

@@ -21,18 +21,16 @@ namespace ndwv::wv {
 // One overlapped request in flight: completes its OVERLAPPED to the object's file.
 class OverlappedOp : public dev::AsyncOp {
  public:
-  OverlappedOp(const base::HandleRef& file, OVERLAPPED* overlapped) : file_(file), overlapped_(overlapped) {
-    base::BeginOverlapped(overlapped);
-  }
+  OverlappedOp(const base::HandleRef& file, OVERLAPPED* overlapped) : file_(file), request_(file.get(), overlapped) {}
   virtual ~OverlappedOp() = default;
   void Complete(int32_t status) override {
-    base::CompleteOverlapped(file_.get(), overlapped_, status);
+    request_.Complete(status);
     delete this;
   }
 
  private:
-  base::HandleRef file_;
-  OVERLAPPED* overlapped_;
+  base::HandleRef file_;  // held as long as its request (declared first: destroyed last)
+  base::PendingOverlapped request_;
 };
 
 // Starts `op` through `start` (a device call returning WV_PENDING or an error): the verbs return

@@ -199,6 +199,56 @@ TEST(IntegrationOverlapped, CompletionPortOnOneSideEventsOnTheOther) {
   });
 }
 
+// ---- 7a'. closing the overlapped file --------------------------------------------------------------
+
+// CloseHandle of an overlapped file completes the requests still pending through it
+// (ND_CANCELED, before it returns, with their packets on the file's port), as Windows cancels a
+// file's I/O at its close, and what would have completed them later writes nothing: the program
+// may free the OVERLAPPEDs at once (Microsoft's SDK harness frees the one of an unawaited
+// Disconnect; a late write there corrupted its stack).
+TEST(IntegrationOverlapped, ClosingTheFileCancelsItsRequestsAndNothingIsWrittenAfter) {
+  RunLocal([] {
+    sockaddr_in loopback = Loopback(0);
+    Ref<IND2Adapter> adapter;
+    IT_OK(NdOpenAdapter(IID_IND2Adapter, reinterpret_cast<const sockaddr*>(&loopback), sizeof loopback,
+                        adapter.Out()));
+    HANDLE file = nullptr;
+    IT_OK(adapter->CreateOverlappedFile(&file));
+    HANDLE port = CreateIoCompletionPort(file, nullptr, kKey, 0);
+    IT_CHECK(port != nullptr);
+    Ref<IND2CompletionQueue> cq;
+    IT_OK(adapter->CreateCompletionQueue(IID_IND2CompletionQueue, file, 16, 0, 0, cq.Out()));
+    OVERLAPPED first{}, second{};
+    IT_CHECK_HR(ND_PENDING, cq->Notify(ND_CQ_NOTIFY_ANY, &first));
+    IT_CHECK_HR(ND_PENDING, cq->Notify(ND_CQ_NOTIFY_ERRORS, &second));
+
+    IT_CHECK(CloseHandle(file));
+    for (OVERLAPPED* ov : {&first, &second}) {
+      IT_CHECK_MSG(HasOverlappedIoCompleted(ov), "a request was still pending after CloseHandle");
+      IT_CHECK_HR(ND_CANCELED, HRESULT(ov->Internal));
+      DWORD bytes = 0;
+      ULONG_PTR key = 0;
+      OVERLAPPED* got = nullptr;
+      IT_CHECK_MSG(!GetQueuedCompletionStatus(port, &bytes, &key, &got, 0) && got != nullptr,
+                   "no failure packet on the port for a request the close canceled");
+      IT_CHECK(key == kKey);
+    }
+    ExpectPortEmpty(port, "after the close's packets");
+
+    // The CQ still holds the two Notifies, and ends them when it goes: they are over for the
+    // program, and their OVERLAPPEDs (filled with a pattern now) are left alone.
+    memset(&first, 0xA5, sizeof first);
+    memset(&second, 0xA5, sizeof second);
+    IT_CHECK_EQ(0u, cq.Reset());
+    OVERLAPPED pattern;
+    memset(&pattern, 0xA5, sizeof pattern);
+    IT_CHECK_MSG(memcmp(&first, &pattern, sizeof pattern) == 0 && memcmp(&second, &pattern, sizeof pattern) == 0,
+                 "an OVERLAPPED was written after its file was closed");
+    ExpectPortEmpty(port, "after the CQ's release");
+    IT_CHECK(CloseHandle(port));
+  });
+}
+
 // ---- 7b. blocking Notify + GetOverlappedResult(wait) -----------------------------------------------
 
 // Cancels `object`'s requests if still armed after `ms`: bounds a blocking GetOverlappedResult.
