@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/checked.h"
 #include "base/fork.h"
 #include "base/futex.h"
 #include "base/overlapped.h"
@@ -103,6 +104,12 @@ void Engine::Modify(int fd, uint32_t events) {
 }
 
 void Engine::CallAgain(std::weak_ptr<IoHandler> handler, uint32_t events) {
+  if constexpr (base::kCheckedBuild) {
+    if (!OnEngineThread()) {  // again_ is the engine thread's own
+      fprintf(stderr, "ndwv: Engine::CallAgain off the engine thread\n");
+      abort();
+    }
+  }
   again_.emplace_back(std::move(handler), events);
 }
 
