@@ -43,9 +43,9 @@ void BeginOverlapped(OVERLAPPED* ov);
 void CompleteOverlapped(HANDLE file, OVERLAPPED* ov, HRESULT status, ULONG_PTR bytes = 0);
 
 // A request in flight through an overlapped file (see above): begun by the constructor,
-// completed once by Complete or by the file's close, whichever comes first. Destroyed without
-// completing (a request refused before it started), it leaves the file's list untouched
-// otherwise. `file` may be NULL and must be held (RetainFile) while this lives.
+// completed once, by Complete or by the file's close, whichever comes first. One destroyed
+// without completing (refused before it started) just leaves the file's list. `file` may be NULL
+// (no file, nothing to cancel) and must be held (RetainFile) while this lives.
 class PendingOverlapped {
  public:
   PendingOverlapped(HANDLE file, OVERLAPPED* ov);

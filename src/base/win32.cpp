@@ -198,10 +198,9 @@ class File final : public HandleObject {
 
   // A request begins: listed until it completes, unless the file is closed already.
   void Begin(PendingOverlapped* request);
-  // The request's completion: published (under the lock, which the close waits for) unless the
-  // close completed it already. `publish` writes the OVERLAPPED.
-  template <class Publish>
-  void Complete(PendingOverlapped* request, Publish&& publish);
+  // The request's completion: published under the lock, which the close waits for, unless the
+  // close completed it already.
+  void Complete(PendingOverlapped* request, HRESULT status, ULONG_PTR bytes);
   // Leaves the list without completing (a request refused before it started).
   void Forget(PendingOverlapped* request);
   // The application closed its handle: every request listed completes ND_CANCELED now.
@@ -445,8 +444,7 @@ void File::Unlink(PendingOverlapped* request) {
   request->prev_ = request->next_ = nullptr;
 }
 
-template <class Publish>
-void File::Complete(PendingOverlapped* request, Publish&& publish) {
+void File::Complete(PendingOverlapped* request, HRESULT status, ULONG_PTR bytes) {
   MutexLock lock(requests_mutex_);
   switch (request->state_) {
     case PendingOverlapped::State::Listed: Unlink(request); break;
@@ -454,7 +452,7 @@ void File::Complete(PendingOverlapped* request, Publish&& publish) {
     case PendingOverlapped::State::Running: break;            // begun after the close
   }
   request->state_ = PendingOverlapped::State::Running;
-  publish();
+  CompleteOverlapped(this, request->ov_, status, bytes);
 }
 
 void File::Forget(PendingOverlapped* request) {
@@ -484,12 +482,8 @@ PendingOverlapped::~PendingOverlapped() {
 }
 
 void PendingOverlapped::Complete(HRESULT status, ULONG_PTR bytes) {
-  File* f = FileOf(file_);
-  if (f == nullptr) {
-    CompleteOverlapped(file_, ov_, status, bytes);
-    return;
-  }
-  f->Complete(this, [&] { CompleteOverlapped(file_, ov_, status, bytes); });
+  if (File* f = FileOf(file_)) f->Complete(this, status, bytes);
+  else CompleteOverlapped(file_, ov_, status, bytes);
 }
 
 WakeBatch::WakeBatch() : outermost_(!t_holding_wakes) { t_holding_wakes = true; }
