@@ -482,7 +482,8 @@ class RoceHostile : public ::testing::Test {
   // An RC link of c's QP made directly, without the CM, on a port of its own that c's raw peer
   // targets (our packets start at PSN 100); the QP in RTS. `params` brings what the test sets.
   void DirectLink(Conn& c, roce::RcParams params, std::shared_ptr<roce::RcLink>& link,
-                  std::shared_ptr<roce::Port>* port_out = nullptr) {
+                  std::shared_ptr<roce::Port>* port_out = nullptr,
+                  std::weak_ptr<roce::RcObserver> observer = {}) {
     int32_t status = 0;
     auto port_of_link = roce::Port::Open(LoopbackOf(AF_INET, 0), false, &status);
     if (port_out) *port_out = port_of_link;
@@ -494,7 +495,7 @@ class RoceHostile : public ::testing::Test {
     params.peer = c.peer.self();
     params.dest_qpn = kPeerQpn;
     params.sq_psn = 100;
-    link = std::make_shared<roce::RcLink>(port_of_link, c.qp, params, std::weak_ptr<roce::RcObserver>());
+    link = std::make_shared<roce::RcLink>(port_of_link, c.qp, params, std::move(observer));
     ASSERT_TRUE(link->Start());
     ASSERT_EQ(c.qp->Modify(QpState::Rts), WV_SUCCESS);
   }
@@ -1373,6 +1374,166 @@ TEST_F(RoceHostile, ProperDreqIsAnsweredWithADrepAndTheQpIsFlushedAfterIt) {
   EXPECT_EQ(again.attr, ib::CmAttr::Drep);
   EXPECT_TRUE(c.peer.DrainNow().empty());
   EXPECT_TRUE(Unchanged(c.writable, "writable region"));
+}
+
+// Over UDP the peer's ACK of our last Send may be lost while its DREQ arrives. Flushed at the
+// DREQ, the Send would end ND_CANCELED though the peer has it (Microsoft's ndconn died of that
+// on RoCE under load). The DREP waits until what we sent is acknowledged: the peer's QP answers
+// a retransmission until the DREP (docs/teardown.md, "PeerClosing").
+class RoceHostileClose : public RoceHostile {
+ protected:
+  // c established, a signaled Send (wr 7) of ours in flight and not acknowledged, then the
+  // peer's DREQ. Returns the DREQ; `send` is the Send as it went out.
+  void SendThenDreq(Conn& c, Inbound& send, ib::CmMessage& dreq) {
+    ASSERT_NO_FATAL_FAILURE(Establish(c));
+    ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {c.writable.addr(), 16, c.writable.key})), WV_SUCCESS);
+    ASSERT_TRUE(c.peer.Next(send));
+    ASSERT_EQ(send.op(), Opcode::SendOnly) << Describe(send);
+    dreq = Naming(c, ib::CmAttr::Dreq, 0xD8E0000000000007ull);
+    ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(dreq));
+  }
+
+  // The next MAD from the device, skipping retransmissions of `send` (at most `skips`).
+  void NextCmAfterRetransmissions(Conn& c, const Inbound& send, ib::CmMessage& out, int skips, int* skipped) {
+    Inbound in;
+    for (*skipped = 0; *skipped <= skips; ++*skipped) {
+      ASSERT_TRUE(c.peer.Next(in));
+      if (in.op() == Opcode::UdSendOnly) {
+        ASSERT_EQ(ib::DecodeCm(in.payload, out), ib::CmError::Ok);
+        return;
+      }
+      ASSERT_EQ(in.op(), Opcode::SendOnly) << "neither the Send again nor a MAD: " << Describe(in);
+      ASSERT_EQ(in.h.bth.psn, send.h.bth.psn);
+    }
+    FAIL() << "no MAD after " << skips << " retransmissions";
+  }
+
+  void ExpectDrepFor(const ib::CmMessage& m, const ib::CmMessage& dreq) {
+    ASSERT_EQ(m.attr, ib::CmAttr::Drep) << "got " << ib::ToString(m.attr);
+    EXPECT_EQ(m.mad.transaction_id, dreq.mad.transaction_id);
+  }
+};
+
+TEST_F(RoceHostileClose, ADreqBeforeOurSendsAckIsAnsweredOnceTheSendIsAcknowledged) {
+  Conn& c = NewConn();
+  Inbound send;
+  ib::CmMessage dreq;
+  ASSERT_NO_FATAL_FAILURE(SendThenDreq(c, send, dreq));
+
+  // Not the DREP: the Send again, the ACK for it being missing.
+  Inbound again;
+  ASSERT_TRUE(c.peer.Next(again));
+  ASSERT_EQ(again.op(), Opcode::SendOnly) << "the DREQ was answered before our Send was acknowledged: " << Describe(again);
+  EXPECT_EQ(again.h.bth.psn, send.h.bth.psn);
+  EXPECT_EQ(again.payload, send.payload);
+  c.Drain();
+  EXPECT_TRUE(c.completions.empty()) << "something completed while the Send waited for its ACK";
+  EXPECT_EQ(c.notify.count(), 0u) << "NotifyDisconnect completed before the DREP";
+  EXPECT_EQ(c.qp->state(), QpState::Rts);
+
+  // The ACK: the Send completes successfully, then the DREP goes and the QP is flushed.
+  ib::Headers ack = c.peer.To(Opcode::Acknowledge, send.h.bth.psn, false);
+  ack.aeth.syndrome = ib::MakeSyndrome(AethKind::Ack, ib::kCreditInvalid);
+  c.peer.Send(c.peer.Build(ack, {}));
+  ib::CmMessage drep;
+  int retransmissions = 0;
+  ASSERT_NO_FATAL_FAILURE(NextCmAfterRetransmissions(c, send, drep, 8, &retransmissions));
+  ASSERT_NO_FATAL_FAILURE(ExpectDrepFor(drep, dreq));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
+  expected[7] = WcStatus::Success;
+  c.ExpectCompletions(expected);
+  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
+}
+
+TEST_F(RoceHostileClose, ADreqWhileOurSendIsNeverAcknowledgedIsAnsweredWhenItsRetriesRunOut) {
+  Conn& c = NewConn();
+  Inbound send;
+  ib::CmMessage dreq;
+  ASSERT_NO_FATAL_FAILURE(SendThenDreq(c, send, dreq));
+  // The peer never acknowledges: the Send is retried (retry count 7, the default), fails, and
+  // the DREP follows at once.
+  ib::CmMessage drep;
+  int retransmissions = 0;
+  ASSERT_NO_FATAL_FAILURE(NextCmAfterRetransmissions(c, send, drep, 8, &retransmissions));
+  ASSERT_NO_FATAL_FAILURE(ExpectDrepFor(drep, dreq));
+  EXPECT_EQ(retransmissions, 7);
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
+  expected[7] = WcStatus::TimeoutRetry;
+  c.ExpectCompletions(expected);
+  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
+}
+
+// The close's own bound, for a request that could wait without end: RNR retries without limit
+// (7, which a peer's REQ cannot ask of us: NDWV_ROCE_RNR_RETRY, 6 by default, caps it), every
+// copy RNR NAKed. Tried on a link of its own, its observer watched.
+TEST_F(RoceHostileClose, SettlingEndsAfterItsBoundWhileThePeerRnrNaksForever) {
+  struct Watch : roce::RcObserver {
+    void OnFirstPacket() override {}
+    void OnLinkFailed() override { failed++; }
+    void OnSentSettled() override { settled++; }
+    std::atomic<int> failed{0}, settled{0};
+  };
+  auto watch = std::make_shared<Watch>();
+  Conn& c = NewConn();
+  roce::RcParams params;
+  params.ack_timeout_ms = 50;
+  params.retry_count = 2;
+  params.rnr_retry = 7;
+  std::shared_ptr<roce::RcLink> link;
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, params, link, nullptr, watch));
+  EXPECT_FALSE(link->SettleSent()) << "nothing was sent: nothing to wait for";
+
+  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {c.writable.addr(), 8, c.writable.key})), WV_SUCCESS);
+  Inbound send;
+  ASSERT_TRUE(c.peer.Next(send));
+  ASSERT_EQ(send.op(), Opcode::SendOnly) << Describe(send);
+  ASSERT_TRUE(link->SettleSent());
+  ib::Headers rnr = c.peer.To(Opcode::Acknowledge, send.h.bth.psn, false);
+  rnr.aeth.syndrome = ib::MakeSyndrome(AethKind::RnrNak, 20);  // 10.24 ms
+  int naks = 0;
+  Inbound in;
+  while (watch->settled == 0) {
+    c.peer.Send(c.peer.Build(rnr, {}));
+    naks++;
+    ASSERT_LT(naks, 10000) << "the wait never ended";
+    ASSERT_TRUE(c.peer.Next(in)) << "after " << naks << " RNR NAKs";
+    ASSERT_EQ(in.op(), Opcode::SendOnly) << Describe(in);
+  }
+  EXPECT_GT(naks, 1);
+  EXPECT_EQ(watch->settled, 1);
+  EXPECT_EQ(watch->failed, 0);
+  c.Drain();
+  EXPECT_TRUE(c.completions.empty()) << "the Send ended: the link's owner flushes it";
+  EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
+}
+
+TEST_F(RoceHostileClose, OurDisconnectWhileThePeersDreqWaitsSendsTheDrepAtOnceAndFlushes) {
+  Conn& c = NewConn();
+  Inbound send;
+  ib::CmMessage dreq;
+  ASSERT_NO_FATAL_FAILURE(SendThenDreq(c, send, dreq));
+  // The device has the DREQ (else our Disconnect sends a DREQ of its own, crossing the peer's).
+  ASSERT_TRUE(WaitUntil([&] { return Counters().Received(ib::CmAttr::Dreq) == 1; }, kBound));
+  // Both outlive the test if it fails before the Disconnect completes: the device still holds them.
+  auto* disconnected = new Op;
+  auto* request = new DisconnectRequest;
+  request->qp = c.qp;
+  request->op = disconnected;
+  ASSERT_EQ(c.ep->Disconnect(request), WV_PENDING);
+  ib::CmMessage drep;
+  int retransmissions = 0;
+  ASSERT_NO_FATAL_FAILURE(NextCmAfterRetransmissions(c, send, drep, 1, &retransmissions));
+  ASSERT_NO_FATAL_FAILURE(ExpectDrepFor(drep, dreq));
+  ASSERT_EQ(disconnected->Wait(), std::optional<int32_t>(WV_SUCCESS));
+  delete request;
+  delete disconnected;
+  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_CONNECTION_DISCONNECTED));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
+  expected[7] = WcStatus::Flushed;
+  c.ExpectCompletions(expected);
 }
 
 // ==== 13. the CM's bounds: invalid REQs, unanswered requests, a REQ flood =====================

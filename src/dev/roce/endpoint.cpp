@@ -113,7 +113,7 @@ Endpoint::~Endpoint() = default;
 const char* Endpoint::ToString(State s) {
   static const char* const names[] = {"Idle", "Bound", "Listening", "Connecting", "Replied",
                                       "Requested", "Accepting", "Connected", "LinkFailed",
-                                      "Disconnecting", "PeerDisconnected", "Disconnected", "Closed"};
+                                      "PeerClosing",      "Disconnecting", "PeerDisconnected", "Disconnected", "Closed"};
   return names[int(s)];
 }
 
@@ -500,7 +500,7 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
         SetState(State::Disconnected);
         link_->Fail();
         finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_REFUSED);
-      } else if (state_ == State::Connected || state_ == State::LinkFailed) {
+      } else if (state_ == State::Connected || state_ == State::LinkFailed || state_ == State::PeerClosing) {
         PeerDisconnected(finish);
       } else if (state_ == State::Disconnecting) {
         FinishDisconnect(WV_SUCCESS);
@@ -527,8 +527,11 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
       if (state_ != State::Connected && state_ != State::Accepting && state_ != State::LinkFailed) return;
       if (state_ == State::Accepting) Establish(finish);  // a DREQ implies the REP arrived (the agent reported it)
       if (link_) link_->FlushAcks();
-      port_->Cm([id = comm_id_](CmAgent& agent) { return agent.Disconnect(id); });  // the DREP
-      PeerDisconnected(finish);
+      if (state_ != State::LinkFailed && link_ && link_->SettleSent()) {
+        SetState(State::PeerClosing);  // OnSentSettled or OnLinkFailed answers
+        return;
+      }
+      AnswerDreq(finish);
       return;
     case CmEventKind::DrepReceived:
       if (state_ == State::Disconnecting) FinishDisconnect(WV_SUCCESS);
@@ -570,6 +573,7 @@ void Endpoint::OnUnreachable(const Unreachable& what) {
       case State::Accepting:
       case State::Connected:
       case State::LinkFailed:
+      case State::PeerClosing:
         link = link_;  // its requests fail as if retries ran out, now rather than later
         break;
       default:
@@ -608,6 +612,7 @@ void Endpoint::OnLinkFailed() {
       }))
     return;
   base::MutexLock lock(mutex_, std::adopt_lock);
+  if (state_ == State::PeerClosing) return AnswerDreq(finish);  // nothing more will settle
   if (state_ == State::Accepting) {
     finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_ABORTED);
   } else if (state_ != State::Connected) {
@@ -617,12 +622,28 @@ void Endpoint::OnLinkFailed() {
   finish.AddList(notify_ops_, WV_SUCCESS);
 }
 
+void Endpoint::OnSentSettled() {
+  Finisher finish;
+  if (!LockOrRetry([self = weak_from_this()] {
+        if (auto endpoint = self.lock()) endpoint->OnSentSettled();
+      }))
+    return;
+  base::MutexLock lock(mutex_, std::adopt_lock);
+  if (state_ == State::PeerClosing) AnswerDreq(finish);
+}
+
 // -------------------------------------------------------------------------------- teardown
 
 void Endpoint::Establish(Finisher& finish) {
   mutex_.AssertHeld();
   if (link_) link_->Established();
   finish.Add(std::exchange(accept_op_, nullptr), WV_SUCCESS);
+}
+
+void Endpoint::AnswerDreq(Finisher& finish) {
+  mutex_.AssertHeld();
+  port_->Cm([id = comm_id_](CmAgent& agent) { return agent.Disconnect(id); });  // the DREP
+  PeerDisconnected(finish);
 }
 
 void Endpoint::PeerDisconnected(Finisher& finish) {
@@ -635,10 +656,13 @@ void Endpoint::PeerDisconnected(Finisher& finish) {
 
 Endpoint::Closing Endpoint::StartCloseLocked() {
   mutex_.AssertHeld();
+  // While the peer's DREQ waits for our DREP, the agent's Disconnect is that DREP: the close
+  // exchange ends with it (the requests still unacknowledged are flushed, as the caller asked).
+  const bool answering = state_ == State::PeerClosing;
   SetState(State::Disconnecting);
   if (link_) link_->FlushAcks();
-  if (port_->Cm([id = comm_id_](CmAgent& agent) { return agent.Disconnect(id); }) != WV_SUCCESS)
-    FinishDisconnect(WV_SUCCESS);  // the agent has nothing to close (already closing)
+  if (port_->Cm([id = comm_id_](CmAgent& agent) { return agent.Disconnect(id); }) != WV_SUCCESS || answering)
+    FinishDisconnect(WV_SUCCESS);  // nothing left to wait for (or the agent was already closing)
   return {};
 }
 
@@ -662,7 +686,9 @@ Endpoint::Connection Endpoint::DropConnectionLocked(std::deque<std::shared_ptr<E
     port_->RemoveUser(comm_id_);
   }
   // Released while connected: the QP fails and is flushed (its link stops now).
-  if (state_ == State::Connected || state_ == State::Accepting || state_ == State::LinkFailed) connection.link = link_;
+  if (state_ == State::Connected || state_ == State::Accepting || state_ == State::LinkFailed ||
+      state_ == State::PeerClosing)
+    connection.link = link_;
   link_.reset();
   qp_.reset();
   return connection;

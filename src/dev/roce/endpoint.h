@@ -9,8 +9,9 @@
 //            (a lost RTU) -> QP to RTS on the work pool, Accept completes -> Connected
 //   close:   Disconnect: DREQ -> DREP received (ND_SUCCESS) or DREQ retries exhausted
 //            (ND_TIMEOUT); only then the QP phase flushes on the work pool and Disconnect
-//            completes. A peer's DREQ is answered with a DREP at once, completes
-//            NotifyDisconnect, and flushes the QP (after the DREP was sent, never before).
+//            completes. A peer's DREQ is answered with a DREP once what we sent is
+//            acknowledged (RcLink::SettleSent, bounded), which completes NotifyDisconnect and
+//            flushes the QP (after the DREP was sent, never before).
 // CM events arrive through the port outside its lock, one at a time, in order.
 #pragma once
 #include <deque>
@@ -46,6 +47,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
   void OnUnreachable(const Unreachable& what) override;
   void OnFirstPacket() override;
   void OnLinkFailed() override;
+  void OnSentSettled() override;
 
   // The endpoint's states, and where each may go (SetState checks; public for the tests, and
   // docs/teardown.md shows the table).
@@ -54,6 +56,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
     Connecting, Replied,     // active: REQ sent; REP received (Connect completed)
     Requested, Accepting,    // passive: REQ received; REP sent
     Connected, LinkFailed,   // LinkFailed: the QP failed (retries, peer gone); CM still up
+    PeerClosing,             // the peer's DREQ came; our DREP waits for what we sent to settle
     Disconnecting, PeerDisconnected, Disconnected, Closed
   };
   static constexpr size_t kStates = size_t(State::Closed) + 1;
@@ -68,10 +71,12 @@ class Endpoint final : public EndpointBase<Endpoint>,
       {State::Connecting, {State::Replied, State::Bound, State::Closed}},
       {State::Replied, {State::Connected, State::Closed}},
       {State::Requested, {State::Accepting, State::Disconnected, State::Closed}},
-      {State::Accepting, {State::Connected, State::LinkFailed, State::Disconnecting, State::PeerDisconnected,
-                          State::Disconnected, State::Closed}},
-      {State::Connected, {State::LinkFailed, State::Disconnecting, State::PeerDisconnected, State::Closed}},
+      {State::Accepting, {State::Connected, State::LinkFailed, State::PeerClosing, State::Disconnecting,
+                          State::PeerDisconnected, State::Disconnected, State::Closed}},
+      {State::Connected, {State::LinkFailed, State::PeerClosing, State::Disconnecting, State::PeerDisconnected,
+                          State::Closed}},
       {State::LinkFailed, {State::Disconnecting, State::PeerDisconnected, State::Closed}},
+      {State::PeerClosing, {State::Disconnecting, State::PeerDisconnected, State::Closed}},
       {State::Disconnecting, {State::Disconnected, State::Closed}},
       {State::PeerDisconnected, {State::Disconnected, State::Closed}},
       {State::Disconnected, {State::Disconnected, State::Closed}},
@@ -83,7 +88,8 @@ class Endpoint final : public EndpointBase<Endpoint>,
   static constexpr ConnectionPhase PhaseOf(State s) {
     switch (s) {
       case State::Connected:
-      case State::Accepting: return ConnectionPhase::Connected;
+      case State::Accepting:
+      case State::PeerClosing: return ConnectionPhase::Connected;  // NotifyDisconnect comes with our DREP
       case State::LinkFailed: return ConnectionPhase::Failed;
       case State::PeerDisconnected: return ConnectionPhase::PeerClosed;
       case State::Disconnecting: return ConnectionPhase::Closing;
@@ -130,6 +136,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
       NDWV_REQUIRES(mutex_);
   // Passive: the RTU, the first packet or a DREQ came; the QP is in RTS since Accept.
   void Establish(Finisher& finish) NDWV_REQUIRES(mutex_);
+  void AnswerDreq(Finisher& finish) NDWV_REQUIRES(mutex_);  // the DREP, then PeerDisconnected
   void PeerDisconnected(Finisher& finish) NDWV_REQUIRES(mutex_);  // the close exchange is over: flush and tell
   RcParams BaseLinkParams() const NDWV_REQUIRES(mutex_);
 

@@ -242,12 +242,34 @@ void RcLink::PeerGone(std::optional<uint32_t> request_psn) {
       failed_ = true;
     }
   }
-  ReportFailure();
+  Report();
 }
 
-void RcLink::ReportFailure() {
+void RcLink::Report() {
   if (failure_to_report_.exchange(false))
     if (auto observer = observer_.lock()) observer->OnLinkFailed();
+  if (settled_to_report_.exchange(false))
+    if (auto observer = observer_.lock()) observer->OnSentSettled();
+}
+
+bool RcLink::SettleSent() {
+  base::MutexLock lock(mutex_);
+  if (shut_ || failed_ || flights_.empty()) return false;
+  settling_ = true;
+  settle_psn_ = next_psn_;
+  // One ACK wait more than the retries take: a request being retried ends with its own status.
+  settle_by_ = Clock::now() + (params_.retry_count + 2) * g_ack_wait.For(std::chrono::milliseconds(params_.ack_timeout_ms));
+  EnsureTimer(settle_by_);
+  return true;
+}
+
+void RcLink::CheckSettled(Clock::time_point now) {
+  mutex_.AssertHeld();
+  if (!settling_) return;
+  if (!failed_ && !flights_.empty() && PsnDiff(flights_.front().first_psn, settle_psn_) < 0 && now < settle_by_)
+    return;
+  settling_ = false;
+  if (!failed_) settled_to_report_ = true;  // a failure is reported as one
 }
 
 void RcLink::FlushAcks() {
@@ -542,10 +564,11 @@ void RcLink::OnPackets(std::span<const Packet> packets) {
     // just now needs no timer: arming one per message cost a heap update and a firing each.
     if (ack_due_) EnsureTimer(ack_by_);
     if (params_.keepalive_ms) last_rx_ = CoarseNow();
+    CheckSettled();
   }
   if (first_packet)
     if (auto observer = observer_.lock()) observer->OnFirstPacket();
-  ReportFailure();
+  Report();
 }
 
 // ---- requester side
@@ -960,7 +983,7 @@ void RcLink::OnTimer(Timer* timer) {
     if (!keep || self->shut_) return;
     self->HandleTimer(now);
   }
-  keep->ReportFailure();
+  keep->Report();
 }
 
 void RcLink::HandleTimer(Clock::time_point now) {
@@ -1007,6 +1030,8 @@ void RcLink::HandleTimer(Clock::time_point now) {
     }
   }
   if (shut_) return;
+  CheckSettled(now);
+  if (settling_) EnsureTimer(settle_by_);
   if (ack_due_) EnsureTimer(ack_by_);
   if (!flights_.empty()) EnsureTimer(rnr_waiting_ ? rnr_until_ : RetransmitAt());
 }

@@ -63,6 +63,8 @@ class RcObserver {
   virtual void OnFirstPacket() = 0;
   // The QP failed (retries exhausted, a fatal NAK, the peer gone) and is moving to Error.
   virtual void OnLinkFailed() = 0;
+  // What SettleSent waited for: every request sent until then acknowledged, or its time up.
+  virtual void OnSentSettled() = 0;
  protected:
   ~RcObserver() = default;
 };
@@ -85,6 +87,15 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   // quoted our request with this PSN; unless it is one sent and not yet acknowledged the error
   // is stale or forged, and is counted and ignored.
   void PeerGone(std::optional<uint32_t> request_psn = std::nullopt);
+  // The peer is closing (its DREQ came). Over UDP its ACK of our last request may have been lost
+  // while its DREQ arrived: flushed now, a request the peer has would end as if it had not. So
+  // the close waits until every request sent so far is acknowledged (the peer's QP answers a
+  // retransmission until our DREP), for a little longer than one request may wait for its
+  // acknowledgement, (retry count + 2) ACK waits, however the requests wait (an RNR wait may be
+  // endless). Then
+  // OnSentSettled, or OnLinkFailed if the link failed meanwhile. False, and nothing reported,
+  // when nothing is unacknowledged now.
+  [[nodiscard]] bool SettleSent();
 
   // Link
   void Kick() override;
@@ -146,7 +157,11 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   Clock::time_point RetransmitAt() const NDWV_REQUIRES(mutex_);
   void StartTiming(const Flight& flight, Clock::time_point now) NDWV_REQUIRES(mutex_);
   void FailFront(WcStatus status) NDWV_REQUIRES(mutex_);
-  void ReportFailure();  // tells the observer, outside the lock, that the link failed
+  // Tells the observer, outside the lock, that the link failed or what SettleSent waited for came.
+  void Report();
+  // Has what SettleSent waits for come? `now`: the timer's; the receive path looks only at the
+  // acknowledgements.
+  void CheckSettled(Clock::time_point now = {}) NDWV_REQUIRES(mutex_);
   // Responder
   void OnRequest(const wire::ib::Packet& packet) NDWV_REQUIRES(mutex_);
   bool ExecuteSend(const wire::ib::Packet& packet) NDWV_REQUIRES(mutex_);
@@ -209,6 +224,11 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   Clock::time_point last_rx_ NDWV_GUARDED_BY(mutex_);    // keepalive: when a packet last arrived
   bool counted_live_ NDWV_GUARDED_BY(mutex_) = false;    // in the process's count of links that keep alive
   std::atomic<bool> failure_to_report_{false};
+  // SettleSent: the requests below settle_psn_ are waited for, until settle_by_.
+  bool settling_ NDWV_GUARDED_BY(mutex_) = false;
+  uint32_t settle_psn_ NDWV_GUARDED_BY(mutex_) = 0;
+  Clock::time_point settle_by_ NDWV_GUARDED_BY(mutex_){};
+  std::atomic<bool> settled_to_report_{false};
 
   using LinkTimer = OwnedTimer<RcLink>;
   LinkTimer timer_ NDWV_GUARDED_BY(mutex_){&RcLink::OnTimer, this};
