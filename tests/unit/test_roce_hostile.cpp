@@ -564,6 +564,22 @@ class RoceHostile : public ::testing::Test {
   // REQ -> GetRequest -> Accept -> REP -> RTU -> Accept completes, QP in RTS. `ird` is what
   // Accept grants. A NotifyDisconnect is left armed.
   void Establish(Conn& c, uint32_t receives = kRecvs, uint32_t ird = kIrd) {
+    ASSERT_NO_FATAL_FAILURE(AcceptUntilRep(c, receives, ird));
+    ib::CmMessage rtu;
+    rtu.attr = ib::CmAttr::Rtu;
+    rtu.mad.transaction_id = c.tid;
+    rtu.rtu.local_comm_id = c.comm_id;
+    rtu.rtu.remote_comm_id = c.rep.local_comm_id;
+    ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(rtu));
+    std::optional<int32_t> status = c.accept.Wait();
+    ASSERT_TRUE(status.has_value()) << "Accept did not complete after the RTU";
+    ASSERT_EQ(*status, WV_SUCCESS);
+    ASSERT_EQ(c.qp->state(), QpState::Rts);
+    ASSERT_EQ(c.ep->NotifyDisconnect(&c.notify), WV_PENDING);
+  }
+
+  // Establish up to the REP: the Accept is pending.
+  void AcceptUntilRep(Conn& c, uint32_t receives = kRecvs, uint32_t ird = kIrd) {
     ASSERT_NO_FATAL_FAILURE(c.PostReceives(receives));
     ASSERT_EQ(listener->GetRequest(c.ep, &c.get_request), WV_PENDING);
     ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(Req(c)));
@@ -591,18 +607,6 @@ class RoceHostile : public ::testing::Test {
     // holds what is posted until then).
     EXPECT_EQ(c.qp->state(), QpState::Rts);
     EXPECT_EQ(c.accept.count(), 0u);
-
-    ib::CmMessage rtu;
-    rtu.attr = ib::CmAttr::Rtu;
-    rtu.mad.transaction_id = c.tid;
-    rtu.rtu.local_comm_id = c.comm_id;
-    rtu.rtu.remote_comm_id = c.rep.local_comm_id;
-    ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(rtu));
-    status = c.accept.Wait();
-    ASSERT_TRUE(status.has_value()) << "Accept did not complete after the RTU";
-    ASSERT_EQ(*status, WV_SUCCESS);
-    ASSERT_EQ(c.qp->state(), QpState::Rts);
-    ASSERT_EQ(c.ep->NotifyDisconnect(&c.notify), WV_PENDING);
   }
 
   // A good SEND ONLY at the expected PSN: ACKed with that PSN, and it completes the receive
@@ -1743,6 +1747,47 @@ TEST_F(RoceHostile, RequestsNobodyTakesExpireAndLeaveTheBacklog) {
   ASSERT_NO_FATAL_FAILURE(Establish(c));  // its GetRequest takes this request, no expired one
   ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, Bytes(10, 42), 0));
 }
+
+// An Accept whose peer answers the REP with a REJ: refused (the active side Rejected or released
+// its connector: ND_CONNECTION_REFUSED), or given up (its Connect timed out before our REP
+// reached it, the REJ naming it by its CA GUID as a CM that never learned our ID does:
+// ND_CONNECTION_ABORTED, which Microsoft's ndconn counts where it exits on REFUSED). Either way
+// the QP is flushed.
+struct RejCase {
+  const char* name;
+  ib::RejReason reason;
+  bool names_our_id;
+  int32_t accept_status;
+};
+class RoceHostileRej : public RoceHostile, public ::testing::WithParamInterface<RejCase> {};
+
+TEST_P(RoceHostileRej, AnswerToOurRepEndsTheAcceptWithTheStatusItsReasonNames) {
+  const RejCase& param = GetParam();
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(AcceptUntilRep(c));
+  ib::CmMessage rej;
+  rej.attr = ib::CmAttr::Rej;
+  rej.mad.transaction_id = c.tid;
+  rej.rej.local_comm_id = c.comm_id;
+  rej.rej.remote_comm_id = param.names_our_id ? c.rep.local_comm_id : 0;
+  rej.rej.reason = uint16_t(param.reason);
+  rej.rej.message_rejected = param.reason == ib::RejReason::Timeout ? ib::RejectedMessage::Other : ib::RejectedMessage::Rep;
+  if (param.reason == ib::RejReason::Timeout) {
+    wire::StoreBe64(rej.rej.reject_info, c.ca_guid);
+    rej.rej.reject_info_length = 8;
+  }
+  ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(rej));
+  EXPECT_EQ(c.accept.Wait(), std::optional<int32_t>(param.accept_status));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions(c.AllReceivesFlushed());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Reasons, RoceHostileRej,
+    ::testing::Values(RejCase{"ConsumerReject", ib::RejReason::ConsumerReject, true, WV_CONNECTION_REFUSED},
+                      RejCase{"TimeoutNamingUs", ib::RejReason::Timeout, true, WV_CONNECTION_ABORTED},
+                      RejCase{"TimeoutByCaGuid", ib::RejReason::Timeout, false, WV_CONNECTION_ABORTED}),
+    [](const ::testing::TestParamInfo<RejCase>& info) { return std::string(info.param.name); });
 
 TEST_F(RoceHostile, AcceptedRequestWhosePeerNeverAnswersIsGivenUpAfterOurBoundNotItsOwn) {
   // The REQ asks us to wait 2.4 hours per REP, 16 times. The QP waits in RTR (no keepalive runs

@@ -496,10 +496,15 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
         SetState(State::Bound);
         qp_.reset();
         finish.Add(std::exchange(connect_op_, nullptr), WV_CONNECTION_REFUSED);
-      } else if (state_ == State::Accepting) {  // the active side refused our REP
+      } else if (state_ == State::Accepting) {
+        // The active side refused our REP (it Rejected, or released its connector), or its
+        // Connect timed out before our REP reached it: the peer gave up (nd2-spi: Accept
+        // ND_CONNECTION_ABORTED; Microsoft's ndconn counts that, and exits on REFUSED).
         SetState(State::Disconnected);
         link_->Fail();
-        finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_REFUSED);
+        finish.Add(std::exchange(accept_op_, nullptr), event.reject_reason == uint16_t(RejReason::Timeout)
+                                                           ? WV_CONNECTION_ABORTED
+                                                           : WV_CONNECTION_REFUSED);
       } else if (state_ == State::Connected || state_ == State::LinkFailed || state_ == State::PeerClosing) {
         PeerDisconnected(finish);
       } else if (state_ == State::Disconnecting) {
