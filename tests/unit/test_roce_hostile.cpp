@@ -1944,6 +1944,35 @@ double CpuSeconds() {
   return double(t.tv_sec) + double(t.tv_nsec) / 1e9;
 }
 
+// A flood of MADs (a peer's connect storm, or an attacker's) fills the listener's CM socket: the
+// packets of the connections accepted on the port that arrive meanwhile are in a socket of their
+// own and are not lost with it (Port::OpenCmSocket). Here the engine is held while 20,000
+// datagrams to QP 1 (many times what a socket buffer holds) and then one RC packet arrive: the
+// RC packet is read once the engine goes on (it is counted: its QP is unknown). Sharing the
+// socket, it was dropped by the kernel with the flood.
+TEST_F(RoceHostile, AMadFloodFillsTheCmSocketAndPacketsForConnectionsStillArrive) {
+  RawPeer flooder;
+  flooder.Target(port);
+  flooder.device_qpn = 0xFFFFF2;
+  ib::Headers to_cm = flooder.To(Opcode::UdSendOnly, 0, false);
+  to_cm.bth.dest_qp = ib::kGsiQpn;
+  const std::vector<uint8_t> mad = flooder.Build(to_cm, std::vector<uint8_t>(ib::kMadLen, 0xEE));
+  const std::vector<uint8_t> packet = flooder.Build(flooder.To(Opcode::SendOnly, 0), Bytes(64, 12));
+  const uint64_t unknown = device_port->counters().unknown_qp;
+  const uint64_t received = device_port->counters().received;
+
+  auto hold = std::make_shared<EngineHold>();
+  ASSERT_TRUE(hold->Engage()) << "the engine never ran the handler";
+  for (int i = 0; i < 20000; ++i) ASSERT_NO_FATAL_FAILURE(flooder.Send(mad));
+  ASSERT_NO_FATAL_FAILURE(flooder.Send(packet));
+  hold->Release();
+
+  EXPECT_TRUE(WaitUntil([&] { return device_port->counters().unknown_qp - unknown == 1; }, kBound))
+      << "the packet for a connection was lost with the flood; " << device_port->counters().received - received
+      << " datagrams read";
+  EXPECT_LT(device_port->counters().received - received, 20001u) << "the flood did not fill a socket";
+}
+
 TEST_F(RoceHostile, ReqFloodHoldsBoundedStateAndLegitimateConnectsGetThrough) {
   constexpr int kFlood = 40000;
   constexpr size_t kMaxCeps = 16;  // the backlog's, the few the application handles, the legitimate

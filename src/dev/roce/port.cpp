@@ -1,6 +1,7 @@
 #include "dev/roce/port.h"
 
 #include <linux/errqueue.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/epoll.h>
@@ -175,25 +176,16 @@ std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const s
   if (it != Ports().end())
     if (auto flow = it->second.lock()) return flow;
   if (owner->FlowCount() >= kMaxFlows) return nullptr;
-  int fd = OpenSocket(owner->local_.ss_family, owner->wildcard_);
-  if (fd < 0) {
-    NDWV_LOG(Info, "roce port %s: no socket for a flow to %s (%s): the port's own carries it",
-             owner->name_.c_str(), Describe(peer).c_str(), strerror(errno));
-    return nullptr;
-  }
-  // Every socket on the port must allow sharing it, and only this user's sockets may join; the
-  // owner's own Bind did not (so another process's Bind of the port still fails). Until the
-  // connect() below, the kernel may hand the new socket a datagram meant for the owner: a flow
-  // passes on whatever its owner serves.
-  int one = 1;
-  if (!owner->shares_port_)
-    owner->shares_port_ = setsockopt(owner->fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) == 0;
-  if (!owner->shares_port_ || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
-      bind(fd, reinterpret_cast<const sockaddr*>(&owner->local_), AddressLength(owner->local_)) != 0 ||
-      connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) != 0) {
-    NDWV_LOG(Debug, "roce port %s: no flow to %s (%s)", owner->name_.c_str(), Describe(peer).c_str(),
-             strerror(errno));
+  // Until the connect(), the kernel may hand the new socket a datagram meant for the owner: a
+  // flow passes on whatever its owner serves.
+  int fd = owner->OpenSibling();
+  if (fd >= 0 && connect(fd, reinterpret_cast<const sockaddr*>(&peer), AddressLength(peer)) != 0) {
     base::CloseDescriptor(fd);
+    fd = -1;
+  }
+  if (fd < 0) {
+    NDWV_LOG(Debug, "roce port %s: no flow to %s (%s): the port's own socket carries it", owner->name_.c_str(),
+             Describe(peer).c_str(), strerror(errno));
     return nullptr;
   }
   std::shared_ptr<Port> flow(new Port(fd, owner->local_, name, owner));
@@ -207,6 +199,49 @@ std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const s
 }
 
 size_t& Port::FlowCount() { return connectors_key_.empty() ? flows_ : ConnectorFlows(); }
+
+int Port::OpenSibling() {
+  int fd = OpenSocket(local_.ss_family, wildcard_);
+  if (fd < 0) return -1;
+  // Every socket on the port must allow sharing it, and only this user's sockets may join; the
+  // owner's own Bind did not (so another process's Bind of the port still fails).
+  int one = 1;
+  if (!shares_port_) shares_port_ = setsockopt(fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) == 0;
+  if (!shares_port_ || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
+      bind(fd, reinterpret_cast<const sockaddr*>(&local_), AddressLength(local_)) != 0) {
+    int error = errno;
+    base::CloseDescriptor(fd);
+    errno = error;
+    return -1;
+  }
+  return fd;
+}
+
+void Port::OpenCmSocket() {
+  base::MutexLock lock(PortsMutex());
+  if (cm_socket_ || FlowCount() != 0) return;  // (the program counts on its index: below)
+  int fd = OpenSibling();
+  if (fd < 0) return;
+  // The port's socket is the first of its reuseport group, this one the second: the program's
+  // answers. Flows join later and are found by their peers' addresses before the program runs.
+  static const sock_filter kSteerMads[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 4),  // BTH bytes 4-7 (the UDP payload's): the destination QP
+      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0x00FFFFFF),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kGsiQpn, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, 1),  // a MAD: the CM's socket
+      BPF_STMT(BPF_RET | BPF_K, 0),  // the rest (and a datagram too short for a BTH): the port's
+  };
+  const sock_fprog program{uint16_t(std::size(kSteerMads)), const_cast<sock_filter*>(kSteerMads)};
+  if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &program, sizeof program) != 0) {
+    NDWV_LOG(Info, "roce port %s: the CM shares the port's socket (no steering: %s)", name_.c_str(), strerror(errno));
+    base::CloseDescriptor(fd);
+    return;
+  }
+  cm_socket_.reset(new Port(fd, local_, name_ + " cm", shared_from_this()));
+  ++FlowCount();
+  Engine::Get().Watch(fd, EPOLLIN, cm_socket_);
+  NDWV_LOG(Debug, "roce port %s opened", cm_socket_->name_.c_str());
+}
 
 Port::Port(int fd, const sockaddr_storage& local, std::string name, std::shared_ptr<Port> owner)
     : fd_(fd),
@@ -883,6 +918,9 @@ void Port::OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad) {
 }
 
 void Port::OnIo(uint32_t events) {
+  // The CM's socket: what reached the port's own socket before a MAD is taken first (a peer's
+  // last Send before its DREQ), as it would be were both on one socket.
+  if (owner_ && !connected_.load(std::memory_order_acquire) && (events & EPOLLIN)) owner_->DriveReceive();
   if (events & EPOLLOUT) {
     std::vector<std::weak_ptr<PacketSink>> waiting;
     {
@@ -910,17 +948,29 @@ void Port::RemoveUser(uint32_t comm_id) {
 }
 
 int32_t Port::AddListener(uint64_t service_id, std::weak_ptr<CmUser> user) {
-  base::MutexLock lock(cm_mutex_);
-  auto it = listeners_.find(service_id);
-  if (it != listeners_.end() && !it->second.expired()) return WV_ADDRESS_ALREADY_ASSOCIATED;
-  listeners_[service_id] = std::move(user);
-  return agent_->Listen(service_id) == WV_SUCCESS ? WV_SUCCESS : WV_ADDRESS_ALREADY_ASSOCIATED;
+  {
+    base::MutexLock lock(cm_mutex_);
+    auto it = listeners_.find(service_id);
+    if (it != listeners_.end() && !it->second.expired()) return WV_ADDRESS_ALREADY_ASSOCIATED;
+    listeners_[service_id] = std::move(user);
+    if (agent_->Listen(service_id) != WV_SUCCESS) return WV_ADDRESS_ALREADY_ASSOCIATED;
+  }
+  OpenCmSocket();
+  return WV_SUCCESS;
 }
 
 void Port::RemoveListener(uint64_t service_id) {
-  base::MutexLock lock(cm_mutex_);
-  listeners_.erase(service_id);
-  agent_->StopListening(service_id);
+  bool listening;
+  {
+    base::MutexLock lock(cm_mutex_);
+    listeners_.erase(service_id);
+    agent_->StopListening(service_id);
+    listening = !listeners_.empty();
+  }
+  if (listening) return;
+  std::shared_ptr<Port> cm_socket;  // closed after the lock (~Port takes it)
+  base::MutexLock lock(PortsMutex());
+  cm_socket = std::move(cm_socket_);
 }
 
 uint64_t Port::NowMs() {

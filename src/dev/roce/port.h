@@ -12,7 +12,9 @@
 // send and receive through it. The kernel then routes once, not per datagram (an unconnected
 // send costs ~0.5 us more on loopback), and a poller reads only its peer's packets. The owning
 // port's socket keeps everything else: requests from new peers, and the CM (a flow hands the
-// MADs and ICMP errors it receives to its owner, and counts in its owner's counters).
+// MADs and ICMP errors it receives to its owner, and counts in its owner's counters). A
+// listener's port has one more socket, the CM's (OpenCmSocket), unconnected, that the MADs from
+// peers without a flow are steered to.
 //
 // Receive runs on the engine, or on a CQ poller lending its thread; it decodes and checks each
 // datagram (ICRC, headers) and hands it to the CM agent or to the QP's link. The CM agent is a
@@ -205,6 +207,17 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   static int OpenSocket(int family, bool wildcard);
   // The port that has the CM and the counters: this one, or a flow's owner.
   Port& Owner() { return owner_ ? *owner_ : *this; }
+  // A second socket on this port's UDP port (SO_REUSEPORT), bound; -1 (errno) if refused.
+  // Under PortsMutex().
+  int OpenSibling();
+  // A listener's port gets a socket of its own for the CM: a classic BPF program on the port's
+  // reuseport group steers every datagram to QP 1 there, so that a flood of REQs (a peer's
+  // connect storm, or an attacker's) fills that socket's buffer while the packets of the
+  // connections accepted on the port (those without a flow) still find room in the port's.
+  // Where the host refuses it, everything arrives on the port's socket as before. Opened by the
+  // first AddListener while the port has no flow (the program's indexes count on it), closed
+  // by the last RemoveListener; it counts as a flow against kMaxFlows.
+  void OpenCmSocket();
   void OnMad(const sockaddr_storage& from, std::span<const uint8_t> mad) NDWV_EXCLUDES(cm_mutex_);
   // A receiving thread's buffer, and the packets decoded from it for one sink, handed over
   // together (port.cpp).
@@ -261,6 +274,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   sockaddr_storage connected_peer_{};  // set before connected_
   bool shares_port_ = false;  // a port: SO_REUSEPORT set for its flows (under PortsMutex())
   size_t flows_ = 0;          // a port: its flows open (under PortsMutex())
+  std::shared_ptr<Port> cm_socket_;  // a listener's port: OpenCmSocket's (under PortsMutex())
   // What this port's flows count against kMaxFlows: flows_, or the connectors' ports' common
   // count (under PortsMutex()).
   size_t& FlowCount();
