@@ -27,6 +27,8 @@ namespace {
 using wire::ib::CmAttr;
 using wire::ib::CmMessage;
 using wire::ib::kMadLen;
+using wire::ib::RejectedMessage;
+using wire::ib::RejReason;
 using Kinds = std::vector<CmEventKind>;
 using K = CmEventKind;
 
@@ -547,6 +549,37 @@ TEST_F(RoceCm, ReqRetriesExhaustedAfterOnePlusMaxRetriesAndRejTimeout) {
   EXPECT_EQ(wire::LoadBe64(rejs[0].rej.reject_info), kGuidA);
 }
 
+TEST_F(RoceCm, RepForAConnectThatGaveUpIsAnsweredWithARejThatEndsThePassiveCep) {
+  // The active side's REQ times out while the passive consumer is slow, its MRAs lost, and the
+  // REJ(timeout) that says so is lost too. The consumer then accepts: the REP finds the active
+  // CEP idle and draws a REJ (invalid communication ID), which ends the passive CEP at once,
+  // not after all its REP retries (its Accept: ND_CONNECTION_ABORTED, the peer gave up).
+  pipe.filter = [](const Datagram& d) {
+    bool lost = d.attr == CmAttr::Mra || (d.attr == CmAttr::Rej && Decode(d.bytes).rej.reason == 4);
+    return lost ? Verdict{Fate::Drop} : Verdict{};
+  };
+  const uint64_t start = clock.now;
+  auto [active, passive] = Request();
+  RunUntil(start + 4 * Timeout());
+  EXPECT_EQ(a_->EventKinds(), Kinds{K::ReqTimeout});
+  ASSERT_EQ(b_->agent.Accept(passive, Accepting()), WV_SUCCESS);
+  Run();
+  std::vector<CmMessage> answers;
+  for (const CmMessage& m : pipe.Sent(CmAttr::Rej))
+    if (m.rej.reason == uint16_t(RejReason::InvalidCommId)) answers.push_back(m);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0].rej.local_comm_id, active);
+  EXPECT_EQ(answers[0].rej.remote_comm_id, passive);
+  EXPECT_EQ(answers[0].rej.message_rejected, RejectedMessage::Rep);
+  auto events = b_->Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, K::Rejected);
+  EXPECT_EQ(events[0].reject_reason, uint16_t(RejReason::InvalidCommId));
+  EXPECT_EQ(b_->State(passive), CmState::Idle);
+  EXPECT_EQ(pipe.Count(CmAttr::Rep), 1u) << "the REP was sent again";
+  EXPECT_TRUE(a_->Events().empty());
+}
+
 TEST_F(RoceCm, ReqTimeoutRejectFindsThePassiveCepByGuid) {
   // The passive consumer never answers and its MRAs are lost: the active side gives up, and its
   // REJ(timeout), which cannot name the passive ID, still ends the passive CEP.
@@ -1023,7 +1056,13 @@ TEST_F(RoceCm, MalformedAndStaleMadsAreCountedAndDropped) {
   EXPECT_EQ(agent.counters().Dropped(CmDrop::UnknownCommId), 5u);
   EXPECT_EQ(agent.counters().Received(CmAttr::Rtu), 1u);
   EXPECT_TRUE(a_->Events().empty());
-  EXPECT_TRUE(pipe.log.empty());  // none is answered
+  // None is answered but the REP, whose sender may be waiting for our RTU: a REJ from its IDs.
+  ASSERT_EQ(pipe.log.size(), 1u);
+  auto rejs = pipe.Sent(CmAttr::Rej);
+  ASSERT_EQ(rejs.size(), 1u);
+  EXPECT_EQ(rejs[0].rej.local_comm_id, 0x4242u);
+  EXPECT_EQ(rejs[0].rej.remote_comm_id, 0u);
+  EXPECT_EQ(rejs[0].rej.reason, uint16_t(RejReason::InvalidCommId));
   EXPECT_STREQ(ToString(CmDrop::UnknownCommId), "unknown comm ID");
 }
 
@@ -1207,7 +1246,9 @@ TEST_F(RoceCm, PeerTimeoutsRetriesReadLimitsAndRnrRetriesAreClampedToOurs) {
   EXPECT_EQ(c.Limited(CmLimit::RnrRetry), 1u);
 
   // Accepted, and the peer never answers the REP (nor sends data): the QP in RTR is given up
-  // after our bound, 4 transmissions of our timeout.
+  // after our bound, 4 transmissions of our timeout. (The REPs are lost: a's agent, which never
+  // sent this REQ, would answer one with a REJ.)
+  DropAll(CmAttr::Rep);
   ASSERT_EQ(b_->agent.Accept(passive, Accepting()), WV_SUCCESS);
   uint64_t accepted = clock.now;
   RunUntil(accepted + 4 * Timeout() - 1);

@@ -1786,8 +1786,44 @@ INSTANTIATE_TEST_SUITE_P(
     Reasons, RoceHostileRej,
     ::testing::Values(RejCase{"ConsumerReject", ib::RejReason::ConsumerReject, true, WV_CONNECTION_REFUSED},
                       RejCase{"TimeoutNamingUs", ib::RejReason::Timeout, true, WV_CONNECTION_ABORTED},
-                      RejCase{"TimeoutByCaGuid", ib::RejReason::Timeout, false, WV_CONNECTION_ABORTED}),
+                      RejCase{"TimeoutByCaGuid", ib::RejReason::Timeout, false, WV_CONNECTION_ABORTED},
+                      RejCase{"InvalidCommId", ib::RejReason::InvalidCommId, true, WV_CONNECTION_ABORTED}),
     [](const ::testing::TestParamInfo<RejCase>& info) { return std::string(info.param.name); });
+
+// A Connect refused (REJ) is retried with a new REQ, and so is one that timed out: each attempt
+// leaves nothing in the connector's CM (before, each left its CEP idle for the connector's life,
+// and a peer refusing a retrying client grew it without bound).
+TEST_F(RoceHostile, ConnectsRefusedAndRetriedLeaveNoCmStateBehind) {
+  Conn& c = NewConn();
+  sockaddr_in any_port = Loopback(0);
+  ASSERT_EQ(c.ep->Bind(reinterpret_cast<sockaddr*>(&any_port), sizeof any_port), WV_SUCCESS);
+  ConnectionInfo info;
+  ASSERT_EQ(c.ep->Query(&info), WV_SUCCESS);
+  int32_t status = 0;
+  auto connector_port = roce::Port::Open(info.local, true, &status);
+  ASSERT_TRUE(connector_port) << status;
+  c.peer.Target(PortOf(info.local));
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Op connected;
+    ConnectParams params;
+    ASSERT_EQ(c.ep->Connect(c.qp, reinterpret_cast<const sockaddr*>(&c.peer.self()), sizeof(sockaddr_in), params,
+                            &connected),
+              WV_PENDING);
+    ib::CmMessage req;
+    ASSERT_NO_FATAL_FAILURE(NextCm(c, req));
+    ASSERT_EQ(req.attr, ib::CmAttr::Req) << "got " << ib::ToString(req.attr);
+    ib::CmMessage rej;
+    rej.attr = ib::CmAttr::Rej;
+    rej.mad.transaction_id = req.mad.transaction_id;
+    rej.rej.local_comm_id = 0x5EE0 + attempt;
+    rej.rej.remote_comm_id = req.req.local_comm_id;
+    rej.rej.message_rejected = ib::RejectedMessage::Req;
+    rej.rej.reason = uint16_t(ib::RejReason::ConsumerReject);
+    ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(rej));
+    ASSERT_EQ(connected.Wait(), std::optional<int32_t>(WV_CONNECTION_REFUSED)) << "attempt " << attempt;
+    EXPECT_EQ(connector_port->Cm([](roce::CmAgent& agent) { return agent.size(); }), 0u) << "attempt " << attempt;
+  }
+}
 
 TEST_F(RoceHostile, AcceptedRequestWhosePeerNeverAnswersIsGivenUpAfterOurBoundNotItsOwn) {
   // The REQ asks us to wait 2.4 hours per REP, 16 times. The QP waits in RTR (no keepalive runs

@@ -358,6 +358,17 @@ void CmAgent::RejectReq(const sockaddr_storage& to, const CmMessage& req, RejRea
   Send(to, m);
 }
 
+void CmAgent::RejectStaleRep(const sockaddr_storage& to, const CmMessage& rep) {
+  CmMessage m;
+  m.attr = CmAttr::Rej;
+  m.mad.transaction_id = rep.mad.transaction_id;
+  m.rej.local_comm_id = rep.rep.remote_comm_id;
+  m.rej.remote_comm_id = rep.rep.local_comm_id;
+  m.rej.message_rejected = RejectedMessage::Rep;
+  m.rej.reason = uint16_t(RejReason::InvalidCommId);
+  Send(to, m);
+}
+
 void CmAgent::SendMra(Cep& cep, MraFor what) {
   CmMessage m;
   m.attr = CmAttr::Mra;
@@ -888,8 +899,19 @@ void CmAgent::OnRej(const sockaddr_storage& from, const CmMessage& m) {
 void CmAgent::OnRep(const sockaddr_storage& from, const CmMessage& received) {
   const wire::ib::CmRep& rep = received.rep;
   Cep* cep = Lookup(from, rep.remote_comm_id, rep.local_comm_id);
-  if (!cep) return;
+  if (!cep) {
+    // A REP for a Connect that gave up (timed out, refused or released: its CEP is gone) is
+    // answered, as a DREQ for no connection is: its REJ may have been lost, and the passive side
+    // would otherwise hold the request through all its REP retries, then fail its Accept with a
+    // timeout instead of learning that the peer gave up. One REJ per REP: nothing amplified.
+    if (!Find(rep.remote_comm_id)) RejectStaleRep(from, received);
+    return;
+  }
   switch (cep->state) {
+    case CmState::Idle:  // the same, the CEP still held by its endpoint
+      Drop(CmDrop::WrongState);
+      RejectStaleRep(from, received);
+      return;
     case CmState::ReqSent:
     case CmState::MraReqRcvd: {
       Disarm(*cep);

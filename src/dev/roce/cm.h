@@ -359,6 +359,8 @@ class CmAgent {
   static wire::ib::CmMessage RtuOf(const Cep& cep);
   void RejectReq(const sockaddr_storage& to, const wire::ib::CmMessage& req,
                  wire::ib::RejReason reason);  // a REQ we gave no CEP
+  // A REJ (invalid communication ID) built from a REP that names no live connection of ours.
+  void RejectStaleRep(const sockaddr_storage& to, const wire::ib::CmMessage& rep);
   void Arm(Cep& cep, uint64_t deadline);
   void Disarm(Cep& cep);
   void EnterTimewait(Cep& cep);

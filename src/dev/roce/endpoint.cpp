@@ -493,18 +493,17 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
     case CmEventKind::Rejected:
       if (state_ == State::Connecting) {
         peer_params_ = PeerParams(0, 0, event.msg.rej.private_data);
-        SetState(State::Bound);
-        qp_.reset();
-        finish.Add(std::exchange(connect_op_, nullptr), WV_CONNECTION_REFUSED);
+        FailConnect(finish, WV_CONNECTION_REFUSED);
       } else if (state_ == State::Accepting) {
         // The active side refused our REP (it Rejected, or released its connector), or its
-        // Connect timed out before our REP reached it: the peer gave up (nd2-spi: Accept
-        // ND_CONNECTION_ABORTED; Microsoft's ndconn counts that, and exits on REFUSED).
+        // Connect gave up before our REP reached it (timed out: at once, or when the REP came
+        // to a CEP no longer there): the peer gave up (nd2-spi: Accept ND_CONNECTION_ABORTED;
+        // Microsoft's ndconn counts that, and exits on REFUSED).
+        const bool gave_up = event.reject_reason == uint16_t(RejReason::Timeout) ||
+                             event.reject_reason == uint16_t(RejReason::InvalidCommId);
         SetState(State::Disconnected);
         link_->Fail();
-        finish.Add(std::exchange(accept_op_, nullptr), event.reject_reason == uint16_t(RejReason::Timeout)
-                                                           ? WV_CONNECTION_ABORTED
-                                                           : WV_CONNECTION_REFUSED);
+        finish.Add(std::exchange(accept_op_, nullptr), gave_up ? WV_CONNECTION_ABORTED : WV_CONNECTION_REFUSED);
       } else if (state_ == State::Connected || state_ == State::LinkFailed || state_ == State::PeerClosing) {
         PeerDisconnected(finish);
       } else if (state_ == State::Disconnecting) {
@@ -512,10 +511,7 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
       }
       return;
     case CmEventKind::ReqTimeout:
-      if (state_ != State::Connecting) return;
-      SetState(State::Bound);
-      qp_.reset();
-      finish.Add(std::exchange(connect_op_, nullptr), WV_IO_TIMEOUT);
+      if (state_ == State::Connecting) FailConnect(finish, WV_IO_TIMEOUT);
       return;
     case CmEventKind::RepTimeout:
       if (state_ != State::Accepting) return;
