@@ -5,7 +5,7 @@
 //   1  a MAD built from fields in the input, naming IDs the agent really uses, so that messages
 //      reach CEPs in every state: attribute, IDs, QPN, service, timeouts, reason...;
 //   2  time passes (up to ~65 s) and the agent's timers run;
-//   3  the consumer calls Accept, Reject, DropRequest, Disconnect, Established, SendRtu or
+//   3  the consumer calls Accept, Reject, RefuseRequest, Disconnect, Established, SendRtu or
 //      Destroy on an ID it was told of;
 //   4  the consumer connects (a REQ to one of the addresses);
 //   5  the consumer listens on, or stops listening on, a service.
@@ -185,7 +185,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         switch (in.Byte() % 7) {
           case 0: agent.Accept(id, accept); break;
           case 1: agent.Reject(id); break;
-          case 2: agent.DropRequest(id); break;
+          case 2: agent.RefuseRequest(id); break;
           case 3: agent.Disconnect(id); break;
           case 4: agent.Established(id); break;
           case 5: agent.SendRtu(id); break;

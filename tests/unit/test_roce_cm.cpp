@@ -1161,23 +1161,31 @@ TEST_F(RoceCm, RequestLifetimeGrowsByTheMrasWeSendAndNoMore) {
   EXPECT_EQ(a_->EventKinds(), (Kinds{K::MraReceived, K::MraReceived, K::Rejected}));
 }
 
-TEST_F(RoceCm, BacklogFullDropsTheRequestUnansweredAndItsRepeatIsANewRequest) {
+TEST_F(RoceCm, BacklogFullRefusesTheRequestAtOnceAndHoldsNothing) {
   auto [active, passive] = Request();
-  size_t sent = pipe.log.size();
-  ASSERT_EQ(b_->agent.DropRequest(passive), WV_SUCCESS);
+  ASSERT_EQ(b_->agent.RefuseRequest(passive), WV_SUCCESS);
   EXPECT_EQ(b_->State(passive), CmState::NoSuchId);
   EXPECT_EQ(b_->agent.size(), 0u);
   EXPECT_EQ(b_->agent.NextDeadlineMs(), UINT64_MAX);
-  EXPECT_EQ(pipe.log.size(), sent);  // nothing sent: the peer tries again
   EXPECT_EQ(b_->agent.counters().Limited(CmLimit::BacklogFull), 1u);
-  RunFor(Timeout());
-  auto events = b_->Events();
+  auto rejs = pipe.Sent(CmAttr::Rej);
+  ASSERT_EQ(rejs.size(), 1u);
+  EXPECT_EQ(rejs[0].rej.reason, uint16_t(RejReason::NoResources));
+  EXPECT_EQ(rejs[0].rej.remote_comm_id, active);
+  EXPECT_EQ(rejs[0].rej.message_rejected, RejectedMessage::Req);
+  Run();
+  auto events = a_->Events();
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].kind, K::ReqReceived);
-  EXPECT_NE(events[0].id, passive);
-  EXPECT_EQ(b_->agent.DropRequest(events[0].id + 1), WV_NOT_FOUND);
-  ASSERT_EQ(b_->agent.Accept(events[0].id, Accepting()), WV_SUCCESS);
-  EXPECT_EQ(b_->agent.DropRequest(events[0].id), WV_INVALID_DEVICE_STATE);
+  EXPECT_EQ(events[0].kind, K::Rejected);  // the Connect: ND_CONNECTION_REFUSED
+  EXPECT_EQ(a_->State(active), CmState::Idle);
+  RunFor(10 * Timeout());
+  EXPECT_EQ(pipe.Count(CmAttr::Req), 1u) << "the REQ was sent again";
+  EXPECT_TRUE(b_->Events().empty());
+
+  auto [again, request] = Request();
+  EXPECT_EQ(b_->agent.RefuseRequest(request + 1), WV_NOT_FOUND);
+  ASSERT_EQ(b_->agent.Accept(request, Accepting()), WV_SUCCESS);
+  EXPECT_EQ(b_->agent.RefuseRequest(request), WV_INVALID_DEVICE_STATE);
 }
 
 TEST_F(RoceCm, ReqWithAPathMtuCodeOutsideOneToFiveIsRejectedInvalidMtu) {

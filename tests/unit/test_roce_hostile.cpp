@@ -1720,8 +1720,8 @@ TEST_F(RoceHostile, AnAckAPollerLeftDueGoesOutWhenNoPollFollows) {
 
 TEST_F(RoceHostile, RequestsNobodyTakesExpireAndLeaveTheBacklog) {
   // Requests with a short budget of their own (1 + 1 transmissions of 67 ms): they fill the
-  // backlog, one more is left unanswered, then each expires with a REJ timeout, its CEP goes,
-  // and the backlog takes requests again.
+  // backlog, one more is refused at once (REJ no resources), then each expires with a REJ
+  // timeout, its CEP goes, and the backlog takes requests again.
   Conn& c = NewConn();
   const roce::CmCounters before = Counters();
   for (int i = 0; i <= kBacklog; ++i) {
@@ -1730,6 +1730,11 @@ TEST_F(RoceHostile, RequestsNobodyTakesExpireAndLeaveTheBacklog) {
     req.req.max_cm_retries = 1;
     ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(req));
   }
+  ib::CmMessage refused;
+  ASSERT_NO_FATAL_FAILURE(NextCm(c, refused));
+  ASSERT_EQ(refused.attr, ib::CmAttr::Rej) << "got " << ib::ToString(refused.attr);
+  EXPECT_EQ(refused.rej.reason, uint16_t(ib::RejReason::NoResources));
+  EXPECT_EQ(refused.rej.remote_comm_id, 0x0E0E0000u + kBacklog) << "the one beyond the backlog";
   for (int i = 0; i < kBacklog; ++i) {
     ib::CmMessage rej;
     ASSERT_NO_FATAL_FAILURE(NextCm(c, rej));
@@ -2048,20 +2053,26 @@ TEST_F(RoceHostile, ReqFloodHoldsBoundedStateAndLegitimateConnectsGetThrough) {
     }
   });
 
-  // A legitimate client: an ndwv connector (its Connect retries a REQ the full backlog left
-  // unanswered, every NDWV_ROCE_CM_TIMEOUT_MS).
+  // A legitimate client: an ndwv connector. A full backlog refuses its Connect at once
+  // (ND_CONNECTION_REFUSED, after which ND lets it try again), and it tries again, as an
+  // application would, for 60 s at most.
   auto connect = [&](Conn& client) -> ::testing::AssertionResult {
     ConnectParams params;
     params.ird = params.ord = 1;
     params.data_length = sizeof kLegit;
     memcpy(params.data, kLegit, sizeof kLegit);
     sockaddr_in to = Loopback(port);
-    if (client.ep->Connect(client.qp, reinterpret_cast<sockaddr*>(&to), sizeof to, params, &client.get_request) !=
-        WV_PENDING)
-      return ::testing::AssertionFailure() << "Connect refused at once";
-    std::optional<int32_t> status = client.get_request.Wait(std::chrono::seconds(60));
-    if (status != std::optional<int32_t>(WV_SUCCESS))
-      return ::testing::AssertionFailure() << "Connect ended " << (status ? std::to_string(*status) : "not at all");
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      Op connected;
+      if (client.ep->Connect(client.qp, reinterpret_cast<sockaddr*>(&to), sizeof to, params, &connected) != WV_PENDING)
+        return ::testing::AssertionFailure() << "Connect refused at once";
+      std::optional<int32_t> status = connected.Wait(std::chrono::seconds(60));
+      if (status == std::optional<int32_t>(WV_CONNECTION_REFUSED) && Clock::now() < deadline) continue;
+      if (status != std::optional<int32_t>(WV_SUCCESS))
+        return ::testing::AssertionFailure() << "Connect ended " << (status ? std::to_string(*status) : "not at all");
+      break;
+    }
     if (client.ep->Accept(nullptr, params, &client.accept) != WV_PENDING)
       return ::testing::AssertionFailure() << "CompleteConnect refused";
     if (client.accept.Wait() != std::optional<int32_t>(WV_SUCCESS))
@@ -2112,7 +2123,7 @@ TEST_F(RoceHostile, ReqFloodHoldsBoundedStateAndLegitimateConnectsGetThrough) {
   stop = true;
   application.join();
   printf("[ flood    ] %d REQs: CEPs held at most %zu; RSS %ld KiB at 10k, %ld KiB at 40k (+%ld); "
-         "%d requests rejected by the application, %llu left unanswered (backlog full); CPU in the "
+         "%d requests rejected by the application, %llu refused (backlog full); CPU in the "
          "second after: %.3f s\n",
          kFlood, max_ceps, rss_at_10k, rss_at_40k, rss_at_40k - rss_at_10k, rejected.load(),
          (unsigned long long)(after.Limited(roce::CmLimit::BacklogFull) - before.Limited(roce::CmLimit::BacklogFull)),

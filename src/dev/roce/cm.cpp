@@ -498,12 +498,13 @@ int32_t CmAgent::Accept(uint32_t id, const AcceptArgs& args) {
   return WV_SUCCESS;
 }
 
-int32_t CmAgent::DropRequest(uint32_t id) {
+int32_t CmAgent::RefuseRequest(uint32_t id) {
   Cep* cep = Find(id);
   if (!cep) return WV_NOT_FOUND;
   if (cep->state != CmState::ReqRcvd && cep->state != CmState::MraReqSent) return WV_INVALID_DEVICE_STATE;
-  Limit(CmLimit::BacklogFull, nullptr, cep->peer, "REQ left unanswered");
+  Limit(CmLimit::BacklogFull, nullptr, cep->peer, "REQ refused");
   events_.EraseIf([id](const CmEvent& e) { return e.id == id; });
+  SendRej(*cep, RejReason::NoResources, RejectedMessage::Req);
   Erase(*cep);
   return WV_SUCCESS;
 }

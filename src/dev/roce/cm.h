@@ -137,7 +137,7 @@ const char* ToString(CmDrop d);
 // connection and kind (at most one line a second per kind and agent).
 enum class CmLimit : uint8_t {
   InvalidReq,       // REQ refused: path MTU code not 1..5 (REJ 26) or not RC (REJ 9)
-  BacklogFull,      // REQ dropped unanswered (DropRequest): the listener's backlog is full
+  BacklogFull,      // REQ refused (RefuseRequest): the listener's backlog is full
   RequestExpired,   // REQ neither accepted nor rejected in time (REJ Timeout)
   ResponseTimeout,  // a CM response timeout above ours: clamped to ours
   Retries,          // Max CM Retries above ours: clamped to ours
@@ -228,9 +228,12 @@ class CmAgent {
   int32_t Listen(uint64_t service_id);
   void StopListening(uint64_t service_id);
   int32_t Accept(uint32_t id, const AcceptArgs& args);
-  // The consumer has no room for a new request (its backlog is full): the CEP is erased and the
-  // REQ goes unanswered, so that the peer sends it again later (as Linux's rdma_cm does).
-  int32_t DropRequest(uint32_t id);
+  // The consumer has no room for a new request (its backlog is full): a REJ (no resources) and
+  // the CEP erased. The peer's Connect ends ND_CONNECTION_REFUSED at once, as nd2-spi names for
+  // a full backlog and as an iWARP listener's closed connection does. (Linux's rdma_cm leaves the
+  // REQ unanswered for the peer's CM to send again: under a connect storm every pending Connect
+  // then repeated its REQ each response timeout, ~17,000 a second under Microsoft's ndconn.)
+  int32_t RefuseRequest(uint32_t id);
   // REJ consumer reject (28): passive before or after its REP, active after the REP.
   int32_t Reject(uint32_t id, std::span<const uint8_t> private_data = {});
   // The QP received its first packet in RTR: stands for a lost RTU (pitfall 8). Harmless once

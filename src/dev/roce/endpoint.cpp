@@ -188,11 +188,10 @@ int32_t Endpoint::Listen(int backlog) {
 
 void Endpoint::OnRequest(const CmEvent& event) {
   mutex_.AssertHeld();
-  // Under mutex_ (listener). Beyond the backlog a request goes unanswered: its sender's CM sends
-  // it again, by when the application may have taken others (a REJ would end a Connect that
-  // waiting lets succeed; Linux's rdma_cm drops it too). Its CEP is gone meanwhile.
+  // Under mutex_ (listener). Beyond the backlog a request is refused (CmAgent::RefuseRequest
+  // says why).
   if (int(requests_.queued()) >= backlog_) {
-    port_->Cm([&](CmAgent& agent) { return agent.DropRequest(event.id); });
+    port_->Cm([&](CmAgent& agent) { return agent.RefuseRequest(event.id); });
     return;
   }
   // The request becomes an endpoint of its own until a GetRequest target adopts it; its CM
