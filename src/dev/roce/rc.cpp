@@ -248,7 +248,8 @@ void RcLink::PeerGone(std::optional<uint32_t> request_psn) {
 void RcLink::Report() {
   if (failure_to_report_.exchange(false))
     if (auto observer = observer_.lock()) observer->OnLinkFailed();
-  if (settled_to_report_.exchange(false))
+  // Read before the exchange: the receive path passes here for every batch of packets.
+  if (settled_to_report_.load(std::memory_order_relaxed) && settled_to_report_.exchange(false))
     if (auto observer = observer_.lock()) observer->OnSentSettled();
 }
 

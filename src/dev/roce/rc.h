@@ -92,9 +92,8 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   // the close waits until every request sent so far is acknowledged (the peer's QP answers a
   // retransmission until our DREP), for a little longer than one request may wait for its
   // acknowledgement, (retry count + 2) ACK waits, however the requests wait (an RNR wait may be
-  // endless). Then
-  // OnSentSettled, or OnLinkFailed if the link failed meanwhile. False, and nothing reported,
-  // when nothing is unacknowledged now.
+  // endless). Then OnSentSettled, or OnLinkFailed if the link failed meanwhile. False, and
+  // nothing reported, when nothing is unacknowledged now.
   [[nodiscard]] bool SettleSent();
 
   // Link
