@@ -1,8 +1,10 @@
 // roce::Port's flows: how many one port opens, and what happens past that. The port port-0
-// connectors share. A shared port's recent routes: what they answer, and for how long. The packed
-// address its sinks are kept with.
+// connectors share. The GRO socket a process keeps. A shared port's recent routes: what they
+// answer, and for how long. The packed address its sinks are kept with.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/socket.h>
 
 #include <gtest/gtest.h>
 
@@ -135,6 +137,43 @@ TEST(RocePort, PortZeroConnectorsTakeTheirPortsInTurnEachCountedOnce) {
   datagram.size = sizeof bytes;
   ASSERT_EQ(first->SendBatch(Loopback(9), first->local(), &datagram, 1), 1);  // to the discard port
   EXPECT_EQ(datagrams_sent() - before, 1u);
+}
+
+// The process's UDP sockets of `family` that have UDP_GRO on and no port: the one HoldUdpGro keeps.
+size_t UnboundGroSockets(int family, size_t* descriptors) {
+  size_t found = 0;
+  *descriptors = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    int value = 0;
+    socklen_t length = sizeof value;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &value, &length) != 0) continue;
+    ++*descriptors;
+    if (value != family) continue;
+    length = sizeof value;
+    if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &value, &length) != 0 || value != IPPROTO_UDP) continue;
+    length = sizeof value;
+    if (getsockopt(fd, SOL_UDP, UDP_GRO, &value, &length) != 0 || value != 1) continue;
+    sockaddr_storage bound{};
+    length = sizeof bound;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) == 0 && PortOf(bound) == 0) ++found;
+  }
+  return found;
+}
+
+// The machine's UDP encapsulation key (which UDP_GRO turns on) must not switch with each port
+// opened and closed: that rewrites kernel code on every CPU. After its last port closes, the
+// process keeps one GRO socket of the family, the same one however many ports come and go.
+TEST(RocePort, TheProcessKeepsOneGroSocketOfAFamilyAfterItsLastPortCloses) {
+  int32_t status = 0;
+  size_t descriptors_after_first = 0, descriptors = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::shared_ptr<roce::Port> port = roce::Port::Open(Loopback(0), true, &status);
+    ASSERT_TRUE(port) << status;
+    port.reset();
+    EXPECT_EQ(UnboundGroSockets(AF_INET, &descriptors), 1u) << "after port " << i;
+    if (i == 0) descriptors_after_first = descriptors;
+    EXPECT_EQ(descriptors, descriptors_after_first) << "after port " << i;
+  }
 }
 
 // A route is the host's, whatever the peer's port; another host's is never answered for it.
