@@ -514,9 +514,11 @@ TEST(ConformanceV1Overlapped, FailOrPendThenNotifyOnce) { RunInPeer("v1_overlapp
 
 // An object used after the application released its adapter is told so: it cleans up (Release,
 // Flush, GetResults, CancelOverlappedRequests, GetOverlappedResult work) and refuses the rest
-// with ND_DEVICE_REMOVED, never touching freed memory.
+// with ND_DEVICE_REMOVED, never touching freed memory. The adapter goes with the last of them,
+// and closes the file handle it gave out.
 IT_PEER(v1_after_the_adapter) {
   auto adapter = std::make_unique<V1Adapter>();
+  const HANDLE file = (*adapter)->GetFileHandle();
   V1Side side(*adapter);
   side.CreateEndpoint();
   std::vector<uint8_t> buffer(64);
@@ -557,6 +559,9 @@ IT_PEER(v1_after_the_adapter) {
   IT_CHECK_EQ(0u, spare.Reset());
   IT_CHECK_EQ(0u, side.cq.Reset());
   IT_CHECK_HR(S_OK, DllCanUnloadNow());  // and the adapter went with the last of them
+  SetLastError(ERROR_SUCCESS);
+  IT_CHECK(CreateIoCompletionPort(file, nullptr, 1, 0) == nullptr);  // its file's handle is closed
+  IT_CHECK_EQ(DWORD(ERROR_INVALID_HANDLE), GetLastError());
 }
 
 TEST(ConformanceV1Adapter, ObjectsAfterTheAdapterIsReleasedOnlyCleanUp) {

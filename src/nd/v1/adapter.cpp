@@ -63,8 +63,14 @@ HRESULT Adapter::Open(nd::Adapter* adapter, const WV_SOCKADDR& ip, Adapter** out
   Ref<nd::Adapter> base = Adopt(adapter);
   HANDLE file = base::CreateOverlappedFile();
   if (file == nullptr) return ND_NO_MEMORY;
+  // The adapter holds the handle (GetFileHandle's) as an application holds those it creates, and
+  // closes it when it goes; its own reference keeps the file until then.
+  base::RetainHandle(file);
   *out = new (std::nothrow) Adapter(std::move(base), base::HandleRef::Adopt(file), ip);
-  return *out != nullptr ? ND_SUCCESS : ND_NO_MEMORY;
+  if (*out != nullptr) return ND_SUCCESS;
+  CloseHandle(file);
+  base::ReleaseHandle(file);
+  return ND_NO_MEMORY;
 }
 
 Adapter::Adapter(Ref<nd::Adapter> base, base::HandleRef file, const WV_SOCKADDR& ip)
@@ -76,9 +82,13 @@ Adapter::Adapter(Ref<nd::Adapter> base, base::HandleRef file, const WV_SOCKADDR&
 
 Adapter::~Adapter() {
   // The application should have deregistered; if not, the pages do not stay registered.
-  base::MutexLock lock(registrations_.mutex());
-  for (const Registrations::Region& region : registrations_.All())
-    base_->pd()->DeregisterMemory(region.lkey, nullptr);
+  {
+    base::MutexLock lock(registrations_.mutex());
+    for (const Registrations::Region& region : registrations_.All())
+      base_->pd()->DeregisterMemory(region.lkey, nullptr);
+  }
+  // Its objects are gone (each holds the adapter): no request is pending through the file.
+  CloseHandle(file_.get());
 }
 
 HRESULT Adapter::CompleteAsPending(OVERLAPPED* ov, HRESULT status) {
