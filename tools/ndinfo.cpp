@@ -46,13 +46,14 @@ void PrintDescriptorLimit() {
               "connection and per listener, and one more per explicit port bound (its claim);\n"
               "RoCE one per port: a listener's, a connector's bound to a given port, and the\n"
               "NDWV_ROCE_CONNECTOR_PORTS (64 by default) port-0 connectors on an address take\n"
-              "in turn; and one per peer port for the first 64 of a listener's, and of those\n"
-              "connectors' ports together (flows). When none is left, Bind returns\n"
+              "in turn; one per peer port for the first 64 of a listener's, and of those\n"
+              "connectors' ports together (flows); and one per address family, held for the\n"
+              "process's life (UDP_GRO's kernel switch). When none is left, Bind returns\n"
               "ND_INSUFFICIENT_RESOURCES and an iWARP listener refuses incoming connections\n"
               "(counter accepts_refused).\n\n",
               text(limit.rlim_cur).c_str(), text(limit.rlim_max).c_str());
   // What a connection costs, stated up front (docs/user-guide.md, "What a connection costs").
-  constexpr rlim_t kLibraryDescriptors = 16;  // engine, work pool, a listener or two
+  constexpr rlim_t kLibraryDescriptors = 16;  // engine, work pool, RoCE's GRO socket, a listener or two
   if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur > kLibraryDescriptors)
     std::printf("This limit allows about %llu iWARP connections per process (one descriptor\n"
                 "each); RoCE connections take none beyond their ports'.\n",
