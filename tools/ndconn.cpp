@@ -2,11 +2,15 @@
 // connector, connects (Connect, CompleteConnect) and disconnects; the server accepts the request
 // on a new connector and QP, waits for the client's disconnect and disconnects too. Both release
 // the cycle's connector, then its QP, before the next. The client prints the cycles, the
-// seconds, the cycles per second and the mean time per cycle. No banners (nd-tools.md §7).
+// seconds, the cycles per second and the mean time per cycle; then, as rdma-core's cmtime does,
+// each step of a cycle with its mean, least and greatest time: where a setup's time goes. No
+// banners (nd-tools.md §7).
 //
 // The client's Connect carries {cycle, cycles} as private data, so the server ends after the
 // last cycle whatever its own -n. Cycle 0 is a warm-up (it may also wait for the server to
 // listen) and is not timed.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -29,7 +33,8 @@ const char kUsage[] =
     "ndconn -s|-c [-n cycles] [-l logFile] <ip>[:port]\n"
     "\n"
     "Connection rate: the client connects and disconnects `cycles` times, with a new connector\n"
-    "and QP each time, and prints the cycles per second and the mean time per cycle.\n"
+    "and QP each time, and prints the cycles per second and the mean time per cycle, then the\n"
+    "time of each step of a cycle (mean, least, greatest).\n"
     "\n"
     "  -s              server: listen on ip:port; accepts until the client's last cycle\n"
     "  -c              client: connect to ip:port\n"
@@ -48,6 +53,44 @@ const ToolSpec kSpec{"ndconn", 54328, kUsage, false, kDefaultCycles};
 NdRef<IND2QueuePair> CreateQueuePair(Adapter& adapter, IND2CompletionQueue* cq) {
   return adapter.CreateQueuePair(cq, 1, 1, 1, 1, 0);
 }
+
+// The steps of a timed cycle, in order, and their times.
+enum Step { kCreateQueuePair, kCreateConnector, kBind, kConnect, kCompleteConnect, kDisconnect, kRelease, kSteps };
+const char* const kStepNames[kSteps] = {"CreateQueuePair", "CreateConnector", "Bind",   "Connect",
+                                        "CompleteConnect", "Disconnect",      "Release"};
+
+class StepTimes {
+ public:
+  // Starts a cycle's first step.
+  void Begin() { last_ = NowMicros(); }
+  // `step` ended now; the next begins.
+  void End(Step step) {
+    std::uint64_t now = NowMicros();
+    Times& t = times_[step];
+    double us = double(now - last_);
+    t.total += us;
+    t.least = t.count == 0 ? us : std::min(t.least, us);
+    t.greatest = std::max(t.greatest, us);
+    ++t.count;
+    last_ = now;
+  }
+  void Print() const {
+    std::printf("%-16s%11s%11s%11s\n", "Step", "usec/cycle", "least", "greatest");
+    for (int step = 0; step < kSteps; ++step) {
+      const Times& t = times_[step];
+      std::printf("%-16s%11.2f%11.2f%11.2f\n", kStepNames[step], t.count ? t.total / double(t.count) : 0.0, t.least,
+                  t.greatest);
+    }
+  }
+
+ private:
+  struct Times {
+    double total = 0, least = 0, greatest = 0;
+    std::uint64_t count = 0;
+  };
+  Times times_[kSteps];
+  std::uint64_t last_ = 0;
+};
 
 int RunServer(const Options& o) {
   NdLibrary nd;
@@ -85,17 +128,37 @@ int RunClient(const Options& o) {
   NdRef<IND2CompletionQueue> cq = adapter.CreateCompletionQueue(2);
 
   const ULONG cycles = o.cycles + 1;  // + the warm-up
-  RoundTimer timer;
-  for (ULONG i = 0; i < cycles; ++i) {
-    if (i == 1) timer.Start();
+  {
+    // The warm-up: Connect retries until the server listens.
     NdRef<IND2QueuePair> qp = CreateQueuePair(adapter, cq.get());
-    CycleData data{i, cycles};
-    NdRef<IND2Connector> connector =
-        Connect(adapter, qp.get(), server, o.addressLength, 0, 0, &data, sizeof data);
+    CycleData data{0, cycles};
+    NdRef<IND2Connector> connector = Connect(adapter, qp.get(), server, o.addressLength, 0, 0, &data, sizeof data);
     CompleteConnect(connector.get());
     Disconnect(connector.get());
+  }
+  RoundTimer timer;
+  StepTimes steps;
+  timer.Start();
+  for (ULONG i = 1; i < cycles; ++i) {
+    steps.Begin();
+    NdRef<IND2QueuePair> qp = CreateQueuePair(adapter, cq.get());
+    steps.End(kCreateQueuePair);
+    NdRef<IND2Connector> connector = adapter.CreateConnector();
+    steps.End(kCreateConnector);
+    ND_CHECK(connector->Bind(adapter.peerSource(), adapter.peerSourceLength()), "IND2Connector::Bind");
+    steps.End(kBind);
+    CycleData data{i, cycles};
+    RequireSuccess(connector.get(), "IND2Connector::Connect", __LINE__, [&](OVERLAPPED* ov) {
+      return connector->Connect(qp.get(), server, o.addressLength, 0, 0, &data, sizeof data, ov);
+    });
+    steps.End(kConnect);
+    CompleteConnect(connector.get());
+    steps.End(kCompleteConnect);
+    Disconnect(connector.get());
+    steps.End(kDisconnect);
     connector.Reset();  // the connection first, then the QP it used
     qp.Reset();
+    steps.End(kRelease);
   }
   timer.Stop();
 
@@ -107,6 +170,7 @@ int RunClient(const Options& o) {
   std::printf("%9s%9s%11s%11s\n", "Cycles", "Seconds", "Cycles/s", "usec/cycle");
   std::printf("%9u%9.2f%11.2f%11.2f\n", o.cycles, seconds, double(o.cycles) / seconds,
               timer.elapsedUs / double(o.cycles));
+  steps.Print();
   std::fflush(stdout);
   return 0;
 }

@@ -169,6 +169,10 @@ for t in iwarp roce; do
   out="$tmp/ndconn-$t"
   expect "$out.client" '^ +Cycles +Seconds +Cycles/s +usec/cycle$' '^ +100 +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2}$'
   expect "$out.server" '^Accepted 101 connections\.$'
+  # The steps of a cycle, each timed, in order.
+  expect "$out.client" '^Step +usec/cycle +least +greatest$' '^CreateQueuePair( +[0-9]+\.[0-9]{2}){3}$' \
+    '^Bind( +[0-9]+\.[0-9]{2}){3}$' '^Connect( +[0-9]+\.[0-9]{2}){3}$' '^Disconnect( +[0-9]+\.[0-9]{2}){3}$' \
+    '^Release( +[0-9]+\.[0-9]{2}){3}$'
   if grep -q 'Beginning test' "$out.client" "$out.server"; then fail "ndconn printed a banner"; fi
   echo "ndconn on $t: ok ($(grep -E '^ +100 ' "$out.client" | tr -s ' '))"
 
