@@ -59,7 +59,9 @@ const std::vector<SettingInfo>& SettingTable() {
      "RoCE: IB CM retransmissions before a REQ, REP or DREQ gives up (Connect ND_TIMEOUT, "
      "Disconnect ND_TIMEOUT)."},
     {"NDWV_ROCE_TIMEWAIT_MS", SettingType::Integer, "1000", 0, 60000, nullptr,
-     "RoCE: IB CM time-wait after a disconnect, in milliseconds."},
+     "RoCE: IB CM time-wait after a disconnect, in milliseconds; also how long a connection's "
+     "flow (its socket to the peer's port) stays open after it, for the next connection with "
+     "that peer port."},
     {"NDWV_ROCE_ACK_TIMEOUT_MS", SettingType::Integer, "200", 1, 60000, nullptr,
      "RoCE: local ACK timeout: a request unacknowledged this long is retransmitted. A floor: "
      "while acknowledgements are measured to take longer (busy engines), the wait follows them, "

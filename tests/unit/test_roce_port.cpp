@@ -1,5 +1,5 @@
-// roce::Port's flows: how many one port opens, and what happens past that. The port port-0
-// connectors share. The GRO socket a process keeps. A shared port's recent routes: what they
+// roce::Port's flows: how many one port opens, what happens past that, and how long one outlives
+// its connection. The port port-0 connectors share. The GRO socket a process keeps. A shared port's recent routes: what they
 // answer, and for how long. The packed address its sinks are kept with.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -137,6 +137,48 @@ TEST(RocePort, PortZeroConnectorsTakeTheirPortsInTurnEachCountedOnce) {
   datagram.size = sizeof bytes;
   ASSERT_EQ(first->SendBatch(Loopback(9), first->local(), &datagram, 1), 1);  // to the discard port
   EXPECT_EQ(datagrams_sent() - before, 1u);
+}
+
+// A connection's flow on the connectors' ports outlives it by the CM's time-wait (parked), is
+// found again by the next connection to the same peer meanwhile, and is closed after it.
+TEST(RocePort, AConnectorsFlowIsParkedForTheTimeWaitAndServesTheNextConnection) {
+  if (base::Config().roce_timewait_ms == 0) GTEST_SKIP() << "NDWV_ROCE_TIMEWAIT_MS=0: nothing is parked";
+  int32_t status = 0;
+  const sockaddr_storage peer = Loopback(20999);  // nothing is sent there
+  std::shared_ptr<roce::Port> connectors = roce::Port::Open(Loopback(0), true, &status);
+  ASSERT_TRUE(connectors) << status;
+  std::shared_ptr<roce::Port> flow = roce::Port::OpenFlow(connectors, peer);
+  ASSERT_TRUE(flow);
+  std::weak_ptr<roce::Port> watched = flow;
+  roce::Port::Park(std::move(flow));
+  ASSERT_FALSE(watched.expired());
+  flow = roce::Port::OpenFlow(connectors, peer);  // the next connection to that peer
+  EXPECT_EQ(flow, watched.lock());
+  roce::Port::Park(std::move(flow));  // parked again, once
+  connectors.reset();
+  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!watched.expired() && std::chrono::steady_clock::now() < bound)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(watched.expired()) << "the parked flow is still open after 10 s";
+
+  // A port of its own parks its flows only while it has a listener, and its last listener's
+  // going lets them go at once (the port must close with its connections, for a new listener).
+  std::shared_ptr<roce::Port> own = roce::Port::Open(Loopback(0), false, &status);
+  ASSERT_TRUE(own) << status;
+  std::shared_ptr<roce::Port> accepted = roce::Port::OpenFlow(own, peer);
+  ASSERT_TRUE(accepted);
+  watched = accepted;
+  roce::Port::Park(std::move(accepted));
+  EXPECT_TRUE(watched.expired());
+  constexpr uint64_t kService = 0x0106000000004711;
+  ASSERT_EQ(own->AddListener(kService, std::weak_ptr<roce::CmUser>()), WV_SUCCESS);
+  accepted = roce::Port::OpenFlow(own, peer);
+  ASSERT_TRUE(accepted);
+  watched = accepted;
+  roce::Port::Park(std::move(accepted));
+  EXPECT_FALSE(watched.expired());
+  own->RemoveListener(kService);
+  EXPECT_TRUE(watched.expired());
 }
 
 // The process's UDP sockets of `family` that have UDP_GRO on and no port: the one HoldUdpGro keeps.

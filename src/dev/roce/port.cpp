@@ -180,6 +180,7 @@ std::shared_ptr<Port> Port::Open(const sockaddr_storage& local, bool shared, int
     return nullptr;
   }
   std::shared_ptr<Port> port(new Port(fd, bound, Describe(bound), nullptr));
+  port->parks_flows_ = shared;
   static const bool hooked = std::atexit(&Port::CloseAllAtExit) == 0;
   (void)hooked;
   SetLiveCounterSource(Transport::Roce, &Port::AddLiveCounters);
@@ -220,6 +221,79 @@ std::shared_ptr<Port> Port::OpenFlow(const std::shared_ptr<Port>& owner, const s
 }
 
 size_t& Port::FlowCount() { return connectors_key_.empty() ? flows_ : ConnectorFlows(); }
+
+namespace {
+// The parked flows (Port::Park), each once (Port::parked_): at most kMaxFlows, the connectors'
+// ports' bound. Under PortsMutex().
+std::vector<std::shared_ptr<Port>>& ParkedFlows() {
+  static auto* parked = new std::vector<std::shared_ptr<Port>>;
+  return *parked;
+}
+}  // namespace
+
+Timer& Port::ParkTimer() {
+  static Timer* timer = [] {
+    auto* made = new Timer;
+    made->fire = &Port::OnParkTimer;
+    return made;
+  }();
+  return *timer;
+}
+
+void Port::Park(std::shared_ptr<Port> port) {
+  // Declared before the lock, so released after it: ~Port takes PortsMutex().
+  std::shared_ptr<Port> keep = std::move(port);
+  const std::chrono::milliseconds linger(base::Config().roce_timewait_ms);
+  if (!keep || !keep->owner_ || linger.count() == 0) return;
+  bool first = false;
+  {
+    base::MutexLock lock(PortsMutex());
+    if (!keep->owner_->parks_flows_) return;
+    keep->parked_until_ = Clock::now() + linger;
+    if (keep->parked_) return;  // parked already: it stays longer
+    keep->parked_ = true;
+    first = ParkedFlows().empty();
+    ParkedFlows().push_back(std::move(keep));
+  }
+  if (first) Engine::Get().Arm(&ParkTimer(), linger);  // else armed for an earlier one
+}
+
+std::vector<std::shared_ptr<Port>> Port::UnparkFlowsLocked() {
+  std::vector<std::shared_ptr<Port>> flows;
+  auto& parked = ParkedFlows();
+  for (auto it = parked.begin(); it != parked.end();) {
+    if ((*it)->owner_.get() != this) {
+      ++it;
+      continue;
+    }
+    (*it)->parked_ = false;
+    flows.push_back(std::move(*it));
+    it = parked.erase(it);
+  }
+  return flows;
+}
+
+void Port::OnParkTimer(Timer*) {
+  std::vector<std::shared_ptr<Port>> expired;  // released after the lock
+  const Clock::time_point now = Clock::now();
+  Clock::time_point next = Clock::time_point::max();
+  {
+    base::MutexLock lock(PortsMutex());
+    auto& parked = ParkedFlows();
+    for (auto it = parked.begin(); it != parked.end();) {
+      if ((*it)->parked_until_ > now) {
+        next = std::min(next, (*it)->parked_until_);
+        ++it;
+        continue;
+      }
+      (*it)->parked_ = false;
+      expired.push_back(std::move(*it));
+      it = parked.erase(it);
+    }
+  }
+  if (next != Clock::time_point::max())
+    Engine::Get().Arm(&ParkTimer(), std::chrono::ceil<std::chrono::milliseconds>(next - now));
+}
 
 int Port::OpenSibling() {
   int fd = OpenSocket(local_.ss_family, wildcard_);
@@ -977,6 +1051,8 @@ int32_t Port::AddListener(uint64_t service_id, std::weak_ptr<CmUser> user) {
     if (agent_->Listen(service_id) != WV_SUCCESS) return WV_ADDRESS_ALREADY_ASSOCIATED;
   }
   OpenCmSocket();
+  base::MutexLock lock(PortsMutex());
+  parks_flows_ = true;
   return WV_SUCCESS;
 }
 
@@ -989,9 +1065,14 @@ void Port::RemoveListener(uint64_t service_id) {
     listening = !listeners_.empty();
   }
   if (listening) return;
-  std::shared_ptr<Port> cm_socket;  // closed after the lock (~Port takes it)
+  // Closed after the lock (~Port takes it): the CM's socket, and the flows parked here, which
+  // would hold the port open past its listener (a new one could not have it).
+  std::shared_ptr<Port> cm_socket;
+  std::vector<std::shared_ptr<Port>> parked;
   base::MutexLock lock(PortsMutex());
   cm_socket = std::move(cm_socket_);
+  parks_flows_ = false;
+  parked = UnparkFlowsLocked();
 }
 
 uint64_t Port::NowMs() {

@@ -25,6 +25,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -101,6 +102,13 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // and so does each flow's bind: with 8,000 flows a REQ cost the sender ~2 ms.
   static constexpr size_t kMaxFlows = 64;
   static std::shared_ptr<Port> OpenFlow(const std::shared_ptr<Port>& owner, const sockaddr_storage& peer);
+  // A connection lets go of the port its data went through. A flow of the connectors' ports, or
+  // of a port while it has a listener, then stays open for the CM's time-wait
+  // (NDWV_ROCE_TIMEWAIT_MS), so that the next connection with that peer port finds it (a client
+  // that connects, works, disconnects and releases, again and again, opened and closed a socket
+  // on each side each time: eleven system calls); no more than kMaxFlows per port, their own
+  // bound. The last RemoveListener lets its port's go. Other ports go as before.
+  static void Park(std::shared_ptr<Port> port);
   ~Port();
   // Ports and flows come and go with connections: from the pool (base/object_pool.h).
   static void* operator new(size_t bytes) { return base::PoolAllocate(bytes); }
@@ -274,6 +282,16 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   sockaddr_storage connected_peer_{};  // set before connected_
   bool shares_port_ = false;  // a port: SO_REUSEPORT set for its flows (under PortsMutex())
   size_t flows_ = 0;          // a port: its flows open (under PortsMutex())
+  // Park: whether this port's flows are parked (a shared port's; a listener's port while it
+  // listens); a parked flow's, when the park lets it go unless parked again. Under PortsMutex().
+  bool parks_flows_ = false;
+  Clock::time_point parked_until_{};
+  bool parked_ = false;
+  static Timer& ParkTimer();
+  static void OnParkTimer(Timer* timer);
+  // Takes this port's parked flows out of the park (under PortsMutex(); released by the caller
+  // after it).
+  std::vector<std::shared_ptr<Port>> UnparkFlowsLocked();
   std::shared_ptr<Port> cm_socket_;  // a listener's port: OpenCmSocket's (under PortsMutex())
   // What this port's flows count against kMaxFlows: flows_, or the connectors' ports' common
   // count (under PortsMutex()).

@@ -147,7 +147,10 @@ RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const 
       epsn_(params.rq_psn & kPsnMask) {
 }
 
-RcLink::~RcLink() { Shutdown(); }
+RcLink::~RcLink() {
+  Shutdown();
+  Port::Park(std::move(port_));  // a flow may serve the next connection to that peer
+}
 
 bool RcLink::Start() {
   counters_.Register(Transport::Roce, qpn_, params_.dest_qpn, port_->local(), params_.peer);
