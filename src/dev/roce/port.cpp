@@ -258,19 +258,26 @@ void Port::Park(std::shared_ptr<Port> port) {
   if (first) Engine::Get().Arm(&ParkTimer(), linger);  // else armed for an earlier one
 }
 
-std::vector<std::shared_ptr<Port>> Port::UnparkFlowsLocked() {
-  std::vector<std::shared_ptr<Port>> flows;
+// Takes the parked flows for which `leaves` is true out of the park (under PortsMutex(); the
+// caller releases them after it).
+template <class Leaves>
+std::vector<std::shared_ptr<Port>> Port::TakeParkedLocked(Leaves leaves) {
+  std::vector<std::shared_ptr<Port>> taken;
   auto& parked = ParkedFlows();
   for (auto it = parked.begin(); it != parked.end();) {
-    if ((*it)->owner_.get() != this) {
+    if (!leaves(**it)) {
       ++it;
       continue;
     }
     (*it)->parked_ = false;
-    flows.push_back(std::move(*it));
+    taken.push_back(std::move(*it));
     it = parked.erase(it);
   }
-  return flows;
+  return taken;
+}
+
+std::vector<std::shared_ptr<Port>> Port::UnparkFlowsLocked() {
+  return TakeParkedLocked([this](const Port& flow) { return flow.owner_.get() == this; });
 }
 
 void Port::OnParkTimer(Timer*) {
@@ -279,17 +286,8 @@ void Port::OnParkTimer(Timer*) {
   Clock::time_point next = Clock::time_point::max();
   {
     base::MutexLock lock(PortsMutex());
-    auto& parked = ParkedFlows();
-    for (auto it = parked.begin(); it != parked.end();) {
-      if ((*it)->parked_until_ > now) {
-        next = std::min(next, (*it)->parked_until_);
-        ++it;
-        continue;
-      }
-      (*it)->parked_ = false;
-      expired.push_back(std::move(*it));
-      it = parked.erase(it);
-    }
+    expired = TakeParkedLocked([now](const Port& flow) { return flow.parked_until_ <= now; });
+    for (const std::shared_ptr<Port>& flow : ParkedFlows()) next = std::min(next, flow->parked_until_);
   }
   if (next != Clock::time_point::max())
     Engine::Get().Arm(&ParkTimer(), std::chrono::ceil<std::chrono::milliseconds>(next - now));

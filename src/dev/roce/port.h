@@ -292,6 +292,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // Takes this port's parked flows out of the park (under PortsMutex(); released by the caller
   // after it).
   std::vector<std::shared_ptr<Port>> UnparkFlowsLocked();
+  template <class Leaves>
+  static std::vector<std::shared_ptr<Port>> TakeParkedLocked(Leaves leaves);
   std::shared_ptr<Port> cm_socket_;  // a listener's port: OpenCmSocket's (under PortsMutex())
   // What this port's flows count against kMaxFlows: flows_, or the connectors' ports' common
   // count (under PortsMutex()).
