@@ -54,10 +54,13 @@ const std::vector<SettingInfo>& SettingTable() {
      "thousands of connections spreads over that many socket buffers. 1: one port, the fewest "
      "descriptors."},
     {"NDWV_ROCE_CM_TIMEOUT_MS", SettingType::Integer, "1000", 1, 60000, nullptr,
-     "RoCE: IB CM response timeout (REQ, REP, DREQ retransmit interval), in milliseconds."},
+     "RoCE: IB CM response timeout (REQ, REP, DREQ retransmit interval), in milliseconds. A "
+     "floor: while a port's answers are measured to take longer (busy engines), the wait follows "
+     "them, up to 8 times this."},
     {"NDWV_ROCE_CM_RETRIES", SettingType::Integer, "7", 0, 15, nullptr,
-     "RoCE: IB CM retransmissions before a REQ, REP or DREQ gives up (Connect ND_TIMEOUT, "
-     "Disconnect ND_TIMEOUT)."},
+     "RoCE: a REQ, REP or DREQ unanswered after 1 + this many response timeouts gives up (Connect "
+     "ND_IO_TIMEOUT, v1's ND_TIMEOUT; Disconnect ND_TIMEOUT); within that, each retransmission "
+     "waits twice as long as the one before."},
     {"NDWV_ROCE_TIMEWAIT_MS", SettingType::Integer, "1000", 0, 60000, nullptr,
      "RoCE: IB CM time-wait after a disconnect, in milliseconds; also how long a connection's "
      "flow (its socket to the peer's port) stays open after it, for the next connection with "

@@ -129,6 +129,8 @@ constexpr CounterInfo kInfo[kCounters] = {
     {"late_engine_takeovers", kBoth},
     {"illegal_endpoint_transitions", kBoth},
     {"icmp_errors_ignored", kRoce},
+    {"port_datagrams_overflowed", kRoce},
+    {"cm_reqs_shed", kRoce},
 };
 
 const char* TransportName(Transport t) { return t == Transport::Roce ? "RoCEv2" : "iWARP"; }

@@ -73,6 +73,9 @@ enum class Counter : uint16_t {
   IllegalEndpointTransitions,
   // RoCE ports, per adapter: ICMP errors about datagrams no connection of ours has outstanding.
   IcmpErrorsIgnored,
+  // RoCE ports and IB CM, per adapter: datagrams the kernel dropped for want of room in a socket's
+  // receive buffer, and the new REQs dropped meanwhile (CmLimit::Overloaded).
+  PortDatagramsOverflowed, CmReqsShed,
   Count
 };
 inline constexpr size_t kCounters = size_t(Counter::Count);

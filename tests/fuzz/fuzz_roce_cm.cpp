@@ -74,6 +74,7 @@ class Env final : public CmEnv {
  public:
   uint64_t NowMs() override { return now; }
   void SendMad(const sockaddr_storage&, const ib::CmMessage&) override { sent++; }
+  bool Overloaded() override { return false; }
   uint64_t now = 1000;
   uint64_t sent = 0;
 };

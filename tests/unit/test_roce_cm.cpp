@@ -159,6 +159,8 @@ class Node final : public CmEnv {
   void SendMad(const sockaddr_storage& to, const CmMessage& msg) override {
     pipe_.Send(address, to, msg);
   }
+  bool Overloaded() override { return overloaded; }
+  bool overloaded = false;
 
   std::vector<CmEvent> Events() {
     std::vector<CmEvent> out;
@@ -285,6 +287,9 @@ class RoceCm : public ::testing::Test {
   }
 
   uint32_t Timeout() const { return TimeValueToMs(TimeValueFromMs(100)); }
+  // How long an exchange waits for its answer in all (while answers come at once): 1 + retries
+  // timeouts, within which each repeat waits twice as long as the one before.
+  uint64_t GiveUp(uint64_t timeout, uint32_t retries = 3) const { return timeout * (1 + retries); }
 
   // Drops every datagram of a kind; or only its first `n`.
   void DropAll(CmAttr attr) {
@@ -528,16 +533,103 @@ TEST_F(RoceCm, LostReqIsRetransmitted) {
   EXPECT_EQ(a_->State(active), CmState::ReqSent);
 }
 
+// Within the exchange's budget (1 + retries timeouts, the time a dead peer takes to be given up
+// on), each repeat waits twice as long as the one before: under a load that delays every answer,
+// repeats at a fixed interval would add to it.
+TEST_F(RoceCm, RepeatsWaitTwiceAsLongEachTimeWithinTheBudget) {
+  CmConfig ca = Config(kGuidA, 0x11000000);
+  ca.max_retries = 15;
+  Start(ca, Config(kGuidB, 0x22000000));
+  DropAll(CmAttr::Req);
+  const uint64_t start = clock.now;
+  uint32_t active = a_->agent.Connect(b_->address, Args());
+  RunUntil(start + GiveUp(Timeout(), 15) - 1);
+  EXPECT_TRUE(a_->Events().empty());
+  RunFor(1);
+  EXPECT_EQ(a_->EventKinds(), Kinds{K::ReqTimeout});
+  EXPECT_EQ(a_->State(active), CmState::Idle);
+  std::vector<uint64_t> gaps;
+  uint64_t last = start;
+  for (const Datagram& d : pipe.log)
+    if (d.attr == CmAttr::Req) {
+      gaps.push_back(d.deliver_at - last);  // a dropped datagram keeps its sending time
+      last = d.deliver_at;
+    }
+  const uint64_t t = Timeout();
+  EXPECT_EQ(gaps, (std::vector<uint64_t>{0, t, 2 * t, 4 * t, 8 * t}));  // the next at 23 t: past 16 t
+}
+
+// The wait stretches to what answers are measured to take (ack_wait.h's rule), 8 timeouts at
+// most, and comes back to the timeout once they are quick again.
+TEST_F(RoceCm, SlowAnswersStretchTheWaitAndQuickOnesBringItBack) {
+  ASSERT_EQ(b_->agent.Listen(kService), WV_SUCCESS);
+  auto connect = [&] {
+    uint32_t id = a_->agent.Connect(b_->address, Args());
+    uint64_t wait = a_->agent.DeadlineOf(id) - clock.now;
+    RunFor(0);
+    for (const CmEvent& e : b_->Events())
+      if (e.kind == K::ReqReceived) EXPECT_EQ(b_->agent.Accept(e.id, Accepting()), WV_SUCCESS);
+    RunFor(10 * Timeout());
+    EXPECT_TRUE(a_->State(id) == CmState::RepRcvd || a_->State(id) == CmState::MraRepSent);
+    a_->Events();
+    return wait;
+  };
+  EXPECT_EQ(connect(), Timeout());
+  // REPs come 2.5 timeouts late: the REQ was sent again meanwhile, and the REP that answers it
+  // came long after that repeat, so it is the first one's answer (a sample).
+  pipe.filter = [this](const Datagram& d) {
+    return d.attr == CmAttr::Rep ? Verdict{Fate::Delay, Timeout() * 5 / 2} : Verdict{};
+  };
+  for (int i = 0; i < 3; ++i) connect();
+  const uint64_t stretched = connect();
+  EXPECT_GT(stretched, 4 * Timeout());
+  EXPECT_LE(stretched, 8 * Timeout());
+  pipe.filter = nullptr;
+  uint64_t wait = stretched;
+  for (int i = 0; i < 60 && wait > Timeout(); ++i) wait = connect();
+  EXPECT_EQ(wait, Timeout());
+}
+
+// While the process drops datagrams (CmEnv::Overloaded) a new REQ is dropped unanswered and
+// counted, and its repeat gets in once the overload is over; the connections the agent has go on.
+TEST_F(RoceCm, AnOverloadedAgentDropsNewRequestsAndServesTheConnectionsItHas) {
+  auto [established, passive] = Establish();
+  b_->overloaded = true;
+  const uint64_t start = clock.now;
+  ConnectArgs another = Args();
+  another.local_qpn = kQpnA + 1;  // (kQpnA's connection is in time-wait at the end)
+  uint32_t active = a_->agent.Connect(b_->address, another);
+  RunFor(Timeout() - 1);
+  EXPECT_TRUE(b_->Events().empty());
+  EXPECT_EQ(b_->agent.counters().Limited(CmLimit::Overloaded), 1u);
+  EXPECT_EQ(b_->agent.counters().Sent(CmAttr::Rej) + b_->agent.counters().Sent(CmAttr::Mra), 0u)
+      << "a shed REQ is not answered";
+  EXPECT_EQ(b_->agent.size(), 1u) << "nothing held for it";
+  // The established connection still disconnects.
+  ASSERT_EQ(a_->agent.Disconnect(established), WV_SUCCESS);
+  Run();
+  EXPECT_EQ(b_->EventKinds(), Kinds{K::DreqReceived});
+  ASSERT_EQ(b_->agent.Disconnect(passive), WV_SUCCESS);  // answers with the DREP
+  Run();
+  EXPECT_EQ(a_->EventKinds(), Kinds{K::DrepReceived});
+  b_->overloaded = false;
+  RunUntil(start + Timeout());
+  auto events = b_->Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, K::ReqReceived);
+  EXPECT_EQ(a_->State(active), CmState::ReqSent);
+}
+
 TEST_F(RoceCm, ReqRetriesExhaustedAfterOnePlusMaxRetriesAndRejTimeout) {
   DropAll(CmAttr::Req);
   uint64_t start = clock.now;
   uint32_t active = a_->agent.Connect(b_->address, Args());
-  RunUntil(start + 4 * Timeout() - 1);
+  RunUntil(start + GiveUp(Timeout()) - 1);
   EXPECT_TRUE(a_->Events().empty());
-  EXPECT_EQ(pipe.Count(CmAttr::Req), 4u);  // 1 + max_retries (3)
+  EXPECT_EQ(pipe.Count(CmAttr::Req), 3u);  // at 0, 1 and 3 timeouts: the budget ends at 4
   RunFor(1);
   EXPECT_EQ(a_->EventKinds(), Kinds{K::ReqTimeout});
-  EXPECT_EQ(pipe.Count(CmAttr::Req), 4u);
+  EXPECT_EQ(pipe.Count(CmAttr::Req), 3u);
   EXPECT_EQ(a_->State(active), CmState::Idle);
   EXPECT_EQ(a_->agent.counters().req_timeouts, 1u);
   EXPECT_EQ(a_->agent.NextDeadlineMs(), UINT64_MAX);
@@ -560,7 +652,7 @@ TEST_F(RoceCm, RepForAConnectThatGaveUpIsAnsweredWithARejThatEndsThePassiveCep) 
   };
   const uint64_t start = clock.now;
   auto [active, passive] = Request();
-  RunUntil(start + 4 * Timeout());
+  RunUntil(start + GiveUp(Timeout()));
   EXPECT_EQ(a_->EventKinds(), Kinds{K::ReqTimeout});
   ASSERT_EQ(b_->agent.Accept(passive, Accepting()), WV_SUCCESS);
   Run();
@@ -585,7 +677,7 @@ TEST_F(RoceCm, ReqTimeoutRejectFindsThePassiveCepByGuid) {
   // REJ(timeout), which cannot name the passive ID, still ends the passive CEP.
   DropAll(CmAttr::Mra);
   auto [active, passive] = Request();
-  RunFor(10 * Timeout());
+  RunFor(GiveUp(Timeout()));
   EXPECT_EQ(a_->EventKinds(), Kinds{K::ReqTimeout});
   auto events = b_->Events();
   ASSERT_EQ(events.size(), 1u);
@@ -653,16 +745,17 @@ TEST_F(RoceCm, RepRetriesExhausted) {
   auto [active, passive] = Request();
   ASSERT_EQ(b_->agent.Accept(passive, Accepting()), WV_SUCCESS);
   EXPECT_EQ(a_->agent.TimeoutMsOf(active), Timeout() + 200);
-  RunUntil(start + 4 * Timeout() - 1);
+  RunUntil(start + GiveUp(Timeout()) - 1);
   EXPECT_TRUE(b_->Events().empty());
   RunFor(1);
   EXPECT_EQ(b_->EventKinds(), Kinds{K::RepTimeout});
   EXPECT_EQ(b_->State(passive), CmState::Idle);
   EXPECT_EQ(b_->agent.counters().rep_timeouts, 1u);
-  // 1 + max_retries by the timer, plus one for the active side's REQ retransmission.
-  EXPECT_EQ(b_->agent.counters().retransmits, 3u);
+  // At 0, 1 and 3 timeouts by the timer, plus one for the active side's REQ retransmission
+  // meanwhile (after 335 ms; the REP gives up after 4 * 135).
+  EXPECT_EQ(b_->agent.counters().retransmits, 2u);
   EXPECT_EQ(b_->agent.counters().duplicate_answers, 1u);
-  EXPECT_EQ(pipe.Count(CmAttr::Rep), 5u);
+  EXPECT_EQ(pipe.Count(CmAttr::Rep), 4u);
   // The REJ(timeout) ends the active attempt too.
   auto events = a_->Events();
   ASSERT_EQ(events.size(), 1u);
@@ -842,11 +935,11 @@ TEST_F(RoceCm, DreqToADeadPeerTimesOut) {
   DropAll(CmAttr::Dreq);
   uint64_t start = clock.now;
   ASSERT_EQ(a_->agent.Disconnect(active), WV_SUCCESS);
-  RunUntil(start + 4 * Timeout() - 1);
+  RunUntil(start + GiveUp(Timeout()) - 1);
   EXPECT_TRUE(a_->Events().empty());
   RunFor(1);
   EXPECT_EQ(a_->EventKinds(), Kinds{K::DreqTimeout});
-  EXPECT_EQ(pipe.Count(CmAttr::Dreq), 4u);
+  EXPECT_EQ(pipe.Count(CmAttr::Dreq), 3u);
   EXPECT_EQ(a_->agent.counters().dreq_timeouts, 1u);
   EXPECT_EQ(a_->State(active), CmState::Timewait);
   EXPECT_EQ(b_->State(passive), CmState::Established);
@@ -1254,16 +1347,16 @@ TEST_F(RoceCm, PeerTimeoutsRetriesReadLimitsAndRnrRetriesAreClampedToOurs) {
   EXPECT_EQ(c.Limited(CmLimit::RnrRetry), 1u);
 
   // Accepted, and the peer never answers the REP (nor sends data): the QP in RTR is given up
-  // after our bound, 4 transmissions of our timeout. (The REPs are lost: a's agent, which never
+  // after our bound, 4 transmissions of our timeout, each wait twice the one before. (The REPs are lost: a's agent, which never
   // sent this REQ, would answer one with a REJ.)
   DropAll(CmAttr::Rep);
   ASSERT_EQ(b_->agent.Accept(passive, Accepting()), WV_SUCCESS);
   uint64_t accepted = clock.now;
-  RunUntil(accepted + 4 * Timeout() - 1);
+  RunUntil(accepted + GiveUp(Timeout()) - 1);
   EXPECT_TRUE(b_->Events().empty());
   RunFor(1);
   EXPECT_EQ(b_->EventKinds(), Kinds{K::RepTimeout});
-  EXPECT_EQ(pipe.Count(CmAttr::Rep), 4u);
+  EXPECT_EQ(pipe.Count(CmAttr::Rep), 3u);
 
   // The same limits apply to a REP (here a forged one: b never sees a's REQ).
   CmConfig ca = Config(kGuidA, 0x11000000);
@@ -1312,10 +1405,11 @@ TEST_F(RoceCm, MraWaitsAreClampedAndCountedPerExchange) {
   EXPECT_EQ(a_->agent.DeadlineOf(active), deadline);
   EXPECT_EQ(a_->agent.counters().Limited(CmLimit::MraCount), 1u);
   EXPECT_EQ(a_->EventKinds(), (Kinds{K::MraReceived, K::MraReceived}));
-  // The retransmissions go on as without MRAs: 1 + 3, then ReqTimeout.
-  RunFor(10 * Timeout());
+  // The retransmissions go on as without MRAs, a timeout for each transmission left (3), each
+  // repeat after twice the wait: 2 more, then ReqTimeout.
+  RunFor(GiveUp(Timeout()));
   EXPECT_EQ(a_->EventKinds(), Kinds{K::ReqTimeout});
-  EXPECT_EQ(pipe.Count(CmAttr::Req), 3u);  // the first was sent before the Reset
+  EXPECT_EQ(pipe.Count(CmAttr::Req), 2u);  // the first was sent before the Reset
 }
 
 TEST_F(RoceCm, MessagesForAConnectionFromAnotherAddressAreDroppedAndCounted) {

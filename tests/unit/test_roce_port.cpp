@@ -21,6 +21,8 @@
 #include "dev/address.h"
 #include "dev/counters.h"
 #include "dev/roce/port.h"
+#include "engine_hold.h"
+#include "wait.h"
 
 namespace ndwv::dev {
 namespace {
@@ -179,6 +181,33 @@ TEST(RocePort, AConnectorsFlowIsParkedForTheTimeWaitAndServesTheNextConnection) 
   EXPECT_FALSE(watched.expired());
   own->RemoveListener(kService);
   EXPECT_TRUE(watched.expired());
+}
+
+// Datagrams the kernel drops because a port's socket is full are counted, and the process then
+// sheds new connections for a while (the CM drops new REQs: test_roce_cm.cpp).
+TEST(RocePort, DatagramsTheKernelDropsAreCountedAndNewConnectionsShedAWhile) {
+  int32_t status = 0;
+  std::shared_ptr<roce::Port> port = roce::Port::Open(Loopback(0), false, &status);
+  ASSERT_TRUE(port) << status;
+  int sender = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sender, 0);
+  const sockaddr_storage to = port->local();
+  auto send_one = [&] {
+    static const char kJunk[1400] = {};  // no packet: counted as malformed once read
+    return sendto(sender, kJunk, sizeof kJunk, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&to),
+                  sizeof(sockaddr_in)) == ssize_t(sizeof kJunk);
+  };
+  // The engine busy elsewhere: far more than the socket's buffer (8 MiB at most) arrives.
+  auto hold = std::make_shared<EngineHold>();
+  ASSERT_TRUE(hold->Engage());
+  for (int i = 0; i < 20000; ++i) send_one();
+  const uint64_t released_at = port->NowMs();
+  hold->Release();
+  ASSERT_TRUE(WaitUntil([&] { return port->counters().overflowed.load() > 0; }, std::chrono::seconds(10)))
+      << "no drop reported";
+  EXPECT_LT(port->counters().overflowed.load(), 20000u);
+  EXPECT_GE(roce::Port::ShedUntilMs(), released_at + 100) << "new connections are not shed";
+  close(sender);
 }
 
 // The process's UDP sockets of `family` that have UDP_GRO on and no port: the one HoldUdpGro keeps.

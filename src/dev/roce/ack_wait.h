@@ -1,4 +1,7 @@
-// How long a RoCE requester waits for an acknowledgement before it sends again.
+// How long a RoCE requester waits for an acknowledgement before it sends again; and, with an
+// estimate of its own per port, how long the CM waits for the answer to a REQ, REP or DREQ
+// (cm.h: the same queues delay MADs, and the IB CM's fixed response timeout repeats them into
+// the load that delayed them).
 //
 // On hardware the ACK timeout is a fixed property of the path. Here both ends are processes on
 // shared cores: with thousands of connections an engine takes hundreds of milliseconds to come

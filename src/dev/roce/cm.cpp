@@ -20,6 +20,10 @@ using wire::ib::RejReason;
 
 namespace {
 
+// Within an exchange's budget each repeat waits twice as long as the one before (RFC 6298 5.5,
+// as TCP's SYN): under a load that delays every answer, repeats at a fixed interval pile onto it.
+constexpr uint32_t kMaxBackoffShift = 3;
+
 // Copies private data into a message's fixed field (the rest stays zero).
 template <size_t N>
 bool CopyPrivateData(uint8_t (&field)[N], std::span<const uint8_t> data) {
@@ -82,7 +86,8 @@ const char* ToString(CmLimit l) {
   static const char* const names[] = {"invalid REQ", "backlog full", "request expired",
                                       "CM response timeout clamped", "CM retries clamped",
                                       "MRA service timeout clamped", "MRA ignored",
-                                      "read limits clamped", "RNR retry count clamped"};
+                                      "read limits clamped", "RNR retry count clamped",
+                                      "new connection shed (overloaded)"};
   static_assert(std::size(names) == size_t(CmLimit::Count));
   return l < CmLimit::Count ? names[size_t(l)] : "?";
 }
@@ -326,8 +331,25 @@ void CmAgent::SendOutstanding(Cep& cep, CmMessage m) {
   cep.outstanding = std::make_unique<CmMessage>(m);
   cep.transmissions = 1;
   cep.mra_waits = 0;  // a new exchange
+  cep.sent_ms = env_.NowMs();
+  cep.resent_ms = 0;
   Send(cep.peer, m);
-  Arm(cep, env_.NowMs() + cep.timeout_ms);
+  const uint64_t wait = AnswerWaitMs(cep);
+  cep.give_up_ms = cep.sent_ms + (1 + cep.max_retries) * wait;
+  Arm(cep, cep.sent_ms + wait);
+}
+
+uint64_t CmAgent::AnswerWaitMs(const Cep& cep) const {
+  auto wait = answer_wait_.For(std::chrono::milliseconds(cep.timeout_ms));
+  return uint64_t(std::chrono::ceil<std::chrono::milliseconds>(wait).count());
+}
+
+void CmAgent::NoteAnswer(const Cep& cep) {
+  if (!AwaitsAnswer(cep.state) || cep.mra_waits != 0) return;
+  using Time = std::chrono::steady_clock::time_point;
+  auto at = [](uint64_t ms) { return Time(std::chrono::milliseconds(ms)); };
+  answer_wait_.Acknowledged(at(cep.sent_ms), cep.resent_ms ? at(cep.resent_ms) : Time{}, at(env_.NowMs()),
+                            std::chrono::milliseconds(cep.timeout_ms));
 }
 
 void CmAgent::SendRej(Cep& cep, RejReason reason, RejectedMessage which,
@@ -535,6 +557,7 @@ int32_t CmAgent::Reject(uint32_t id, std::span<const uint8_t> private_data) {
 }
 
 void CmAgent::ReportEstablished(Cep& cep, const CmMessage* rtu) {
+  NoteAnswer(cep);
   Disarm(cep);  // the REP is answered
   SetState(cep, CmState::Established);
   IndexQp(cep);
@@ -644,11 +667,14 @@ void CmAgent::OnDeadline(Cep& cep) {
     return;
   }
   if (!AwaitsAnswer(cep.state)) return;
-  if (cep.transmissions < 1 + cep.max_retries) {
+  const uint64_t now = env_.NowMs();
+  if (now < cep.give_up_ms && cep.transmissions < 1 + cep.max_retries) {
+    const uint64_t wait = AnswerWaitMs(cep) << std::min(cep.transmissions, kMaxBackoffShift);
     cep.transmissions++;
     counters_.retransmits++;
+    cep.resent_ms = now;
     Send(cep.peer, *cep.outstanding);
-    Arm(cep, env_.NowMs() + cep.timeout_ms);
+    Arm(cep, std::min(now + wait, cep.give_up_ms));
     return;
   }
   switch (cep.state) {
@@ -699,6 +725,12 @@ void CmAgent::OnReq(const sockaddr_storage& from, const CmMessage& received) {
   CmMessage m = received;
   wire::ib::CmReq& req = m.req;
   if (Cep* dup = FindByRemote(req.local_ca_guid, req.local_comm_id, from)) return OnDuplicateReq(*dup);
+  // A process dropping datagrams sheds new connections before the ones it has, as a kernel drops
+  // SYNs to a full listen queue: unanswered, the REQ comes again (each time after twice the wait).
+  if (env_.Overloaded()) {
+    Limit(CmLimit::Overloaded, nullptr, from, "REQ dropped");
+    return;
+  }
   if (!services_.contains(req.service_id)) {
     counters_.invalid_service_rejects_sent++;
     RejectReq(from, m, RejReason::InvalidServiceId);
@@ -837,6 +869,7 @@ void CmAgent::OnMra(const sockaddr_storage& from, const CmMessage& m) {
     Limit(CmLimit::MraCount, cep, from, "more MRAs than we honour per exchange");
     return;
   }
+  NoteAnswer(*cep);
   cep->mra_waits++;
   uint32_t service = TimeValueToMs(m.mra.service_timeout);
   if (m.mra.service_timeout > mra_timeout_) {
@@ -849,8 +882,11 @@ void CmAgent::OnMra(const sockaddr_storage& from, const CmMessage& m) {
   } else {
     SetState(*cep, CmState::MraRepRcvd);
   }
-  // §3.5: wait the service time the peer asked for before retransmitting.
-  Arm(*cep, env_.NowMs() + service + 2 * config_.packet_lifetime_ms);
+  // §3.5: wait the service time the peer asked for before retransmitting; the exchange's budget
+  // then has a wait left for each transmission left.
+  const uint64_t resume = env_.NowMs() + service + 2 * config_.packet_lifetime_ms;
+  Arm(*cep, resume);
+  cep->give_up_ms = resume + (1 + cep->max_retries - cep->transmissions) * AnswerWaitMs(*cep);
   Emit(*cep, CmEventKind::MraReceived, &m);
 }
 
@@ -878,6 +914,7 @@ void CmAgent::OnRej(const sockaddr_storage& from, const CmMessage& m) {
     case CmState::MraReqRcvd:
     case CmState::RepSent:
     case CmState::MraRepRcvd:
+      NoteAnswer(*cep);
       Disarm(*cep);
       Emit(*cep, CmEventKind::Rejected, &m, rej.reason);
       if (rej.reason == uint16_t(RejReason::StaleConnection)) EnterTimewait(*cep);
@@ -915,6 +952,7 @@ void CmAgent::OnRep(const sockaddr_storage& from, const CmMessage& received) {
       return;
     case CmState::ReqSent:
     case CmState::MraReqRcvd: {
+      NoteAnswer(*cep);
       Disarm(*cep);
       cep->remote_id = rep.local_comm_id;
       cep->remote_qpn = rep.local_qpn;
@@ -1022,6 +1060,7 @@ void CmAgent::OnDrep(const sockaddr_storage& from, const CmMessage& m) {
   if (!cep) return;
   switch (cep->state) {
     case CmState::DreqSent:
+      NoteAnswer(*cep);
       EnterTimewait(*cep);
       Emit(*cep, CmEventKind::DrepReceived, &m);
       return;

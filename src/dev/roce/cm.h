@@ -40,6 +40,7 @@
 #include "base/log.h"
 #include "base/object_pool.h"
 #include "dev/address.h"
+#include "dev/roce/ack_wait.h"
 #include "wire/ib_cm.h"
 
 namespace ndwv::dev::roce {
@@ -79,6 +80,9 @@ class CmEnv {
   virtual uint64_t NowMs() = 0;
   // Encodes msg (EncodeCm) and sends it to `to`.
   virtual void SendMad(const sockaddr_storage& to, const wire::ib::CmMessage& msg) = 0;
+  // The process is dropping datagrams for want of time to read them: new connections yield to
+  // the ones it has (CmLimit::Overloaded).
+  virtual bool Overloaded() = 0;
  protected:
   ~CmEnv() = default;
 };
@@ -145,6 +149,7 @@ enum class CmLimit : uint8_t {
   MraCount,         // an MRA beyond max_mra_waits in one exchange: ignored
   ReadLimits,       // responder resources / initiator depth above max_read_limit: clamped
   RnrRetry,         // RNR retry count above max_rnr_retry: clamped
+  Overloaded,       // a new REQ dropped unanswered while CmEnv::Overloaded
   Count
 };
 const char* ToString(CmLimit l);
@@ -281,9 +286,11 @@ class CmAgent {
     uint32_t local_qpn = 0, remote_qpn = 0;
     uint64_t tid = 0;             // of the REQ exchange (REP, RTU, REJ, MRA reuse it)
     uint64_t dreq_tid = 0;        // of the peer's DREQ, which our DREP reuses
-    uint32_t timeout_ms = 0;      // retransmit timeout (§3.5)
+    uint32_t timeout_ms = 0;      // retransmit timeout (§3.5): the floor of the wait (AnswerWaitMs)
     uint32_t max_retries = 0;
     uint32_t transmissions = 0;   // of `outstanding`
+    uint64_t sent_ms = 0, resent_ms = 0;  // `outstanding`'s first and (0: none) latest transmission
+    uint64_t give_up_ms = 0;              // ... and when the exchange ends unanswered
     uint64_t deadline = UINT64_MAX;
     uint32_t mra_waits = 0;       // MRAs honoured (or, passive in REQ_RCVD, sent) this exchange
     uint32_t warned = 0;          // CmLimit bits already logged for this connection
@@ -352,6 +359,13 @@ class CmAgent {
 
   void Send(const sockaddr_storage& to, wire::ib::CmMessage m);
   void SendOutstanding(Cep& cep, wire::ib::CmMessage m);  // first transmission, timer armed
+  // How long `outstanding` first waits for its answer: the CEP's timeout, stretched while answers
+  // are measured to take longer (NoteAnswer). The exchange's budget is 1 + retries such waits,
+  // within which each repeat waits twice as long as the one before.
+  uint64_t AnswerWaitMs(const Cep& cep) const;
+  // The peer answered `outstanding` (an answer after an MRA is no sample: it includes the
+  // service time the peer asked for).
+  void NoteAnswer(const Cep& cep);
   void SendRej(Cep& cep, wire::ib::RejReason reason, wire::ib::RejectedMessage which,
                std::span<const uint8_t> private_data = {});
   void SendDreq(Cep& cep, std::span<const uint8_t> private_data = {});
@@ -378,6 +392,10 @@ class CmAgent {
   CmConfig config_;
   uint8_t response_timeout_ = 0;  // config_.response_timeout_ms as an IB time value
   uint8_t mra_timeout_ = 0;       // config_.mra_timeout_ms as an IB time value
+  // How long this port's peers take to answer (ack_wait.h's rule): under load, queues of seconds
+  // hold every answer past a fixed timeout, and repeats at that timeout multiplied the load that
+  // delayed them (Microsoft's ndconn on RoCE: a million CM retransmissions a minute).
+  AckWait answer_wait_;
   uint32_t id_counter_ = 0;  // communication IDs made (NewCommId permutes it)
   uint64_t next_tid_ = 0;
   base::PooledHashMap<uint32_t, Cep, base::KeyedHasher> ceps_;

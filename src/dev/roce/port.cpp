@@ -2,6 +2,7 @@
 
 #include <linux/errqueue.h>
 #include <linux/filter.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/epoll.h>
@@ -772,7 +773,11 @@ void Port::DriveReceive(bool once) {
       break;
     }
     for (int i = 0; i < got; ++i) Handle(rx.messages[i], rx.slot[i].data, rx.slot[i].from, rx.run);
-    if (once || got < int(RxBuffer::kSlots) || ++reads == kEngineReads) break;
+    if (once || got < int(RxBuffer::kSlots)) break;
+    if (++reads == kEngineReads) {
+      CheckOverflow();  // the socket is behind: it may have been full
+      break;
+    }
   }
   rx.run.sink.reset();  // a link is not kept alive by the port between calls
 }
@@ -922,6 +927,7 @@ void Port::AddCountersLocked(CounterValues& sum) const {
   add(Counter::PortDatagramsSent, counters_.sent.load(std::memory_order_relaxed));
   add(Counter::PortDatagramsReceived, counters_.received.load(std::memory_order_relaxed));
   add(Counter::PortSendFailed, counters_.send_failed.load(std::memory_order_relaxed));
+  add(Counter::PortDatagramsOverflowed, counters_.overflowed.load(std::memory_order_relaxed));
   add(Counter::DropsBadPacket, counters_.bad_packet.load(std::memory_order_relaxed));
   add(Counter::DropsBadIcrc, counters_.bad_icrc.load(std::memory_order_relaxed));
   add(Counter::DropsUnknownQp, counters_.unknown_qp.load(std::memory_order_relaxed));
@@ -948,6 +954,7 @@ void Port::AddCountersLocked(CounterValues& sum) const {
   add(Counter::CmMrasIgnored, cm.Limited(CmLimit::MraCount));
   add(Counter::CmClampedReadLimits, cm.Limited(CmLimit::ReadLimits));
   add(Counter::CmClampedRnrRetries, cm.Limited(CmLimit::RnrRetry));
+  add(Counter::CmReqsShed, cm.Limited(CmLimit::Overloaded));
 }
 
 void Port::Dispatch(const sockaddr_storage& from, const sockaddr_storage& to, std::span<const uint8_t> datagram,
@@ -1076,6 +1083,36 @@ void Port::RemoveListener(uint64_t service_id) {
 uint64_t Port::NowMs() {
   return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count());
 }
+
+namespace {
+// Until when (NowMs) the process sheds new connections: kShedMs after a socket of its last
+// reported datagrams dropped. Every connection's packets wait in the same queues and are dropped
+// alike; a new connection's take a whole setup and teardown of them, and a peer that cannot get
+// its REQ through repeats it later (cm.cpp), while an established connection whose packet is
+// dropped again and again ends (retry count exceeded). One value for the process: its sockets
+// are read by one engine, and one socket dropping means it has fallen behind on all of them.
+constexpr uint64_t kShedMs = 100;
+std::atomic<uint64_t> g_shed_until_ms{0};
+}  // namespace
+
+void Port::CheckOverflow() {
+  // Asked only of a socket the engine could not empty in one turn (a full socket is one), so
+  // that an idle or ping-pong connection's reads pay nothing for it (SO_RXQ_OVFL would add a
+  // control message to every datagram).
+  uint32_t info[SK_MEMINFO_VARS] = {};
+  socklen_t length = sizeof info;
+  if (getsockopt(fd_, SOL_SOCKET, SO_MEMINFO, info, &length) != 0 || length <= SK_MEMINFO_DROPS * sizeof info[0])
+    return;
+  const uint32_t dropped = info[SK_MEMINFO_DROPS];
+  if (dropped == overflowed_seen_) return;
+  Owner().counters_.overflowed.fetch_add(dropped - overflowed_seen_, std::memory_order_relaxed);
+  overflowed_seen_ = dropped;
+  g_shed_until_ms.store(NowMs() + kShedMs, std::memory_order_relaxed);
+}
+
+uint64_t Port::ShedUntilMs() { return g_shed_until_ms.load(std::memory_order_relaxed); }
+
+bool Port::Overloaded() { return NowMs() < ShedUntilMs(); }
 
 void Port::SendMad(const sockaddr_storage& to, const CmMessage& msg) {
   cm_mutex_.AssertHeld();

@@ -82,6 +82,7 @@ class CmUser {
 // Drops, counted by reason (also readable by tests).
 struct PortCounters {
   std::atomic<uint64_t> received{0}, sent{0}, send_failed{0};
+  std::atomic<uint64_t> overflowed{0};  // dropped by the kernel: a receive buffer was full
   std::atomic<uint64_t> bad_packet{0}, bad_icrc{0}, unknown_qp{0}, wrong_source{0}, bad_mad{0};
 };
 
@@ -203,6 +204,10 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
 
   // CmEnv (called by the agent, under cm_mutex_)
   uint64_t NowMs() override;
+  bool Overloaded() override;  // until ShedUntilMs()
+  // Until when (NowMs) the process sheds new connections: a while after one of its sockets
+  // last reported datagrams it dropped for want of room.
+  static uint64_t ShedUntilMs();
   void SendMad(const sockaddr_storage& to, const wire::ib::CmMessage& msg) override
       NDWV_REQUIRES(cm_mutex_);
 
@@ -240,6 +245,9 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   static void Deliver(Run& run);
   // The sink of `qpn` (and the peer it takes packets from), or null.
   std::shared_ptr<PacketSink> FindSink(uint32_t qpn, PackedAddress* peer) NDWV_REQUIRES(rx_mutex_);
+  // Counts what the kernel dropped on this socket since the last look (a full receive buffer), and
+  // if anything, sheds new connections a while (ShedUntilMs).
+  void CheckOverflow() NDWV_REQUIRES(rx_mutex_);
   // ICMP errors queued by IP_RECVERR, each to the one connection whose datagram it quotes.
   void ReadErrors();
   void OnUnreachable(const sockaddr_storage& to, int error, std::span<const uint8_t> quoted);
@@ -317,6 +325,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
     std::weak_ptr<PacketSink> sink;
     PackedAddress peer;
   } sink_cache_ NDWV_GUARDED_BY(rx_mutex_);
+  uint32_t overflowed_seen_ NDWV_GUARDED_BY(rx_mutex_) = 0;  // the socket's drop count, last seen
   // The engine's watch: who reads (PollerHandoff, dev/poller_handoff.h) and whether it waits
   // for room to send, under the hand-off's lock.
   PollerHandoff<Port> handoff_{this};
