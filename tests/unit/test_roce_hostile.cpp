@@ -24,6 +24,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -215,6 +216,29 @@ class RawPeer {
     ssize_t n = sendto(fd_, datagram.data(), datagram.size(), 0, reinterpret_cast<const sockaddr*>(&device_),
                        AddressLength(device_));
     ASSERT_EQ(n, ssize_t(datagram.size())) << "sendto: " << strerror(errno);
+  }
+
+  // Datagrams as one GSO buffer (UDP_SEGMENT: each of `datagrams[0]`'s size, the last may be
+  // shorter), which a receiver with UDP_GRO reads whole, as ndwv's sender packs an ACK with a reply.
+  void SendAsOneBuffer(const std::vector<std::vector<uint8_t>>& datagrams) {
+    std::vector<uint8_t> all;
+    for (const std::vector<uint8_t>& d : datagrams) all.insert(all.end(), d.begin(), d.end());
+    iovec iov{all.data(), all.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(uint16_t))] = {};
+    msghdr msg{};
+    msg.msg_name = &device_;
+    msg.msg_namelen = AddressLength(device_);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    uint16_t segment = uint16_t(datagrams.front().size());
+    memcpy(CMSG_DATA(c), &segment, sizeof segment);
+    ASSERT_EQ(sendmsg(fd_, &msg, 0), ssize_t(all.size())) << "sendmsg with UDP_SEGMENT: " << strerror(errno);
   }
 
   // A CM MAD on QP 1 (UD SEND ONLY, DETH with the GSI Q_Key).
@@ -1716,6 +1740,68 @@ TEST_F(RoceHostile, AnAckAPollerLeftDueGoesOutWhenNoPollFollows) {
   EXPECT_TRUE(std::equal(data.begin(), data.end(), c.writable.region()));
   EXPECT_TRUE(c.completions.empty());
   EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
+}
+
+// An ACK a poller left due was due before anything the application posts after the poll: it may
+// have seen the message the ACK acknowledges and answered it. It goes ahead of the answer's
+// packets, not behind them (Microsoft's NdOverWrite: a Write beyond the peer's window, sent before
+// the ACK of the peer's Send, failed the peer's QP first, which then flushed that Send).
+TEST_F(RoceHostile, AnAckAPollerLeftDueGoesAheadOfARequestPostedAfterThePoll) {
+  Conn& c = NewConn();
+  std::shared_ptr<roce::RcLink> link;
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, {}, link));
+  ASSERT_NO_FATAL_FAILURE(c.PostReceives(1));
+  auto hold = std::make_shared<EngineHold>();  // so that a poll reads the Send
+  ASSERT_TRUE(hold->Engage()) << "the engine never ran the handler";
+  c.peer.Send(c.SendOnly(0, Bytes(16, 0x3C)));
+  // Polled as an application polls for a message, up to the poll that returns it (an empty poll
+  // after it would send the ACK).
+  Completion received{};
+  ASSERT_TRUE(WaitUntil([&] { return c.cq->Poll(&received, 1) == 1; }, kBound)) << "no poll took the Send";
+  ASSERT_EQ(received.status, WcStatus::Success);
+  ASSERT_EQ(link->counters().Get(Counter::TxPackets), 0u) << "the poller sent the ACK at once";
+
+  // The answer: a Send of more packets than one transmission holds.
+  constexpr uint32_t kPackets = roce::Port::kMaxBatch + 4;
+  Buffer answer{kPackets * kMtu, 6};
+  ASSERT_EQ(c.pd->Register(answer.region(), answer.length, kLocalWrite, &answer.key, &answer.rkey), WV_SUCCESS);
+  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {answer.addr(), uint32_t(answer.length), answer.key})), WV_SUCCESS);
+  int ack_at = -1;
+  for (uint32_t i = 0; i <= kPackets; ++i) {
+    Inbound in;
+    ASSERT_TRUE(c.peer.Next(in)) << "datagram " << i << " never came";
+    if (in.op() == Opcode::Acknowledge) {
+      EXPECT_TRUE(IsPlainAck(in, 0));
+      ack_at = int(i);
+    }
+  }
+  EXPECT_GE(ack_at, 0) << "no ACK";
+  EXPECT_LT(ack_at, roce::Port::kMaxBatch) << "the ACK went behind the answer's first transmission";
+  hold->Release();
+  EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
+}
+
+// The peer's side of the same: ndwv's sender puts an ACK at the end of the GSO buffer whose
+// requests it was due before (one trip through the stack for both). A receiver takes a buffer's
+// answers first, so a request in it that fails the QP does not flush the Send the ACK completes.
+TEST_F(RoceHostile, AnAckInOneBufferBehindARequestThatFailsTheQpCompletesItsSend) {
+  Conn& c = NewConn();
+  std::shared_ptr<roce::RcLink> link;
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, {}, link));
+  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {c.writable.addr(), 8, c.writable.key})), WV_SUCCESS);
+  Inbound send;
+  ASSERT_TRUE(c.peer.Next(send));
+  ASSERT_EQ(send.op(), Opcode::SendOnly) << Describe(send);
+  ib::Headers ack = c.peer.To(Opcode::Acknowledge, send.h.bth.psn, false);
+  ack.aeth.syndrome = ib::MakeSyndrome(AethKind::Ack, ib::kCreditInvalid);
+  std::vector<uint8_t> bad_write = c.WriteOnly(0, c.writable.addr(), c.writable.rkey ^ 0x00ABCD00u, Bytes(64, 33));
+  ASSERT_NO_FATAL_FAILURE(c.peer.SendAsOneBuffer({bad_write, c.peer.Build(ack, {})}));
+  Inbound nak;
+  ASSERT_TRUE(c.peer.Next(nak));
+  EXPECT_TRUE(IsNak(nak, NakCode::RemoteAccessError, 0));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  c.ExpectCompletions({{7, WcStatus::Success}});
+  c.ExpectMemoryUntouched();
 }
 
 TEST_F(RoceHostile, RequestsNobodyTakesExpireAndLeaveTheBacklog) {

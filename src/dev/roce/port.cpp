@@ -584,32 +584,43 @@ void CaptureSent(const sockaddr_storage& from, const sockaddr_storage& to, const
 
 }  // namespace
 
+// One message per run of datagrams: equal sizes (the last may be shorter), sent as one GSO buffer
+// that the kernel cuts into datagrams (a loopback receiver with UDP_GRO gets it whole).
+constexpr size_t kGsoMaxBytes = 65000;
+
+int Port::FirstRunLength(const OutDatagram* datagrams, int count) const {
+  if (!gso_.load(std::memory_order_relaxed)) return std::min(count, 1);
+  int n = 1;
+  size_t bytes = datagrams[0].size;
+  while (n < count && datagrams[n].size <= datagrams[0].size && bytes + datagrams[n].size <= kGsoMaxBytes) {
+    bytes += datagrams[n].size;
+    if (datagrams[n++].size < datagrams[0].size) break;  // only the last datagram of a run may be shorter
+  }
+  return n;
+}
+
+int Port::SlotEndingFirstRun(const OutDatagram* datagrams, int count, size_t size) const {
+  if (!gso_.load(std::memory_order_relaxed) || count == 0) return 0;
+  int n = FirstRunLength(datagrams, count);
+  size_t bytes = 0;
+  for (int i = 0; i < n; ++i) bytes += datagrams[i].size;
+  bool open = datagrams[n - 1].size == datagrams[0].size;  // not ended by a shorter one
+  return open && size <= datagrams[0].size && bytes + size <= kGsoMaxBytes ? n : 0;
+}
+
 int Port::SendBatch(const sockaddr_storage& to, const sockaddr_storage& from, OutDatagram* datagrams, int count) {
   const sockaddr_storage& source = wildcard_ ? from : local_;
   IcrcAddresses addrs{reinterpret_cast<const sockaddr*>(&source), reinterpret_cast<const sockaddr*>(&to)};
-  // One message per run of datagrams: equal sizes (the last may be shorter), sent as one GSO
-  // buffer that the kernel cuts into datagrams (a loopback receiver with UDP_GRO gets it whole).
-  constexpr size_t kGsoMaxBytes = 65000;
   count = std::min(count, kMaxBatch);  // callers batch at most this many
   mmsghdr messages[kMaxBatch];
   iovec iov[kMaxBatch * kMaxPieces];
   int first[kMaxBatch + 1];  // datagram index each message starts at
   OutControl control[kMaxBatch];
   int nmsg = 0, niov = 0;
-  bool gso = gso_.load(std::memory_order_relaxed);
   socklen_t name_length;
   sockaddr* name = NameFor(to, &name_length);
   for (int i = 0; i < count;) {
-    int n = 1;
-    size_t bytes = datagrams[i].size;
-    if (gso) {
-      while (i + n < count && datagrams[i + n].size <= datagrams[i].size && bytes + datagrams[i + n].size <= kGsoMaxBytes) {
-        bytes += datagrams[i + n].size;
-        bool shorter = datagrams[i + n].size < datagrams[i].size;
-        n++;
-        if (shorter) break;  // only the last datagram of a run may be shorter
-      }
-    }
+    int n = FirstRunLength(datagrams + i, count - i);
     mmsghdr& m = messages[nmsg];
     m = {};
     m.msg_hdr.msg_iov = iov + niov;
@@ -649,7 +660,7 @@ int Port::SendBatch(const sockaddr_storage& to, const sockaddr_storage& from, Ou
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EIO || errno == EINVAL) && first[done + 1] - first[done] > 1 && gso) {
+    if (n < 0 && (errno == EIO || errno == EINVAL) && first[done + 1] - first[done] > 1) {
       // No GSO here (a device without checksum offload): from now on one datagram per message.
       gso_.store(false, std::memory_order_relaxed);
       NDWV_LOG(Info, "roce port %s: UDP GSO refused (%s); sending datagrams one by one",

@@ -156,8 +156,12 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // ones). Runs of equal-size datagrams go as one UDP GSO send where the kernel can. `from` is
   // our address as `to` reaches it (the connection's, AddressFor when it was set up): a wildcard
   // port sends from it; others from local().
-  static constexpr int kMaxBatch = 16;
+  static constexpr int kMaxBatch = 17;  // a 64 KiB message of 4 KiB packets and an ACK ahead of it
   int SendBatch(const sockaddr_storage& to, const sockaddr_storage& from, OutDatagram* datagrams, int count);
+  // How many of `datagrams` SendBatch sends as its first GSO buffer; and where a datagram of
+  // `size` could join that buffer as its last (0 when it cannot: it would go alone).
+  int FirstRunLength(const OutDatagram* datagrams, int count) const;
+  int SlotEndingFirstRun(const OutDatagram* datagrams, int count, size_t size) const;
   void WaitWritable(std::weak_ptr<PacketSink> sink);
   // Reads and dispatches what has arrived (the engine, or a CQ poller lending its thread). The
   // engine reads until the socket is empty, at most kEngineReads times (two buffers each): a

@@ -21,8 +21,10 @@ constexpr std::chrono::milliseconds kAckDelay{20};  // longest a coalesced ACK w
 // Set while a CQ poller drives receive: the ACKs it makes due wait for its next poll (or the next
 // transmission), so the poller returns with its completion without paying for them first.
 thread_local bool t_polling = false;
-// Set when that poller's receive ended a message the peer started (a Send, an RDMA Write with
-// data, a Read Request for data): the evidence of PollerRule (dev/poller_handoff.h).
+// Set when that poller's receive placed a message the peer started, or a packet of one (a Send,
+// an RDMA Write with data, a Read Request for data): the evidence of PollerRule
+// (dev/poller_handoff.h). A packet is enough: the ACK of our Send may come ahead of the rest of
+// the answer (PumpQueued), and the wait that reaps that Send is not one for our own request.
 thread_local bool t_placed_peer_message = false;
 void PlacedPeerMessage() {
   if (t_polling) t_placed_peer_message = true;
@@ -335,16 +337,16 @@ bool RcLink::Transmit(const Headers& h, const uint8_t* inline_data, const Sge* s
 bool RcLink::FlushTx() {
   mutex_.AssertHeld();
   TxBatch& t_tx = Tx();
-  int last = t_tx.count - 1;
-  auto opcode = [&](int i) { return *static_cast<const uint8_t*>(t_tx.datagram[i].pieces[0].iov_base); };
-  if (last >= 1 && opcode(last) == uint8_t(Opcode::Acknowledge) &&
-      t_tx.datagram[last].size > t_tx.datagram[last - 1].size) {
-    // The ACK went last to share the reply's GSO buffer, but it is longer than the datagram
-    // before it, so it cannot: it goes first, where it was due (the peer's request completes
-    // before our next message is received).
-    std::rotate(t_tx.datagram, t_tx.datagram + last, t_tx.datagram + last + 1);
-    std::rotate(t_tx.request, t_tx.request + last, t_tx.request + last + 1);
-    std::rotate(t_tx.psn, t_tx.psn + last, t_tx.psn + last + 1);
+  if (t_tx.count >= 2 && t_tx.request[1] &&
+      *static_cast<const uint8_t*>(t_tx.datagram[0].pieces[0].iov_base) == uint8_t(Opcode::Acknowledge)) {
+    // An ACK before our requests: it was due first (PumpQueued). It ends their first GSO buffer
+    // where it fits (one trip through the stack for both; the peer takes a buffer's answers
+    // before its requests, Port::Handle), else it goes alone, first.
+    if (int end = port_->SlotEndingFirstRun(t_tx.datagram + 1, t_tx.count - 1, t_tx.datagram[0].size)) {
+      std::rotate(t_tx.datagram, t_tx.datagram + 1, t_tx.datagram + 1 + end);
+      std::rotate(t_tx.request, t_tx.request + 1, t_tx.request + 1 + end);
+      std::rotate(t_tx.psn, t_tx.psn + 1, t_tx.psn + 1 + end);
+    }
   }
   int count = std::exchange(t_tx.count, 0);
   t_tx.used = 0;
@@ -383,21 +385,24 @@ void RcLink::Pump(bool send_ack) {
 void RcLink::PumpQueued(bool send_ack) {
   mutex_.AssertHeld();
   if (shut_ || stalled_ || failed_) return;
-  // Read Responses first: an ACK covers every PSN before it, Reads included. Then our requests.
-  // The ACK last: a datagram no longer than the one before it joins that one's GSO buffer, so on
-  // loopback an ACK and the reply it travels with cost one trip through the stack.
+  // Read Responses first: an ACK covers every PSN before it, Reads included. Then the ACK, then
+  // our requests: the application may have seen the message the ACK acknowledges and posted them
+  // since, and a peer that failed on one of them before taking the ACK would flush that message's
+  // Send, which we took (FlushTx keeps the ACK within their first GSO buffer).
   while (!responses_.empty()) {
     Response& response = responses_.front();
     if (!SendResponsePacket(response)) return;
     if (response.sent == response.packets) responses_.pop_front();
     if (shut_) return;
   }
-  if (!SendRequests()) return;
-  if (ack_due_ && send_ack && SendAck(MakeSyndrome(AethKind::Ack, kCreditInvalid), PsnAdd(epsn_, kPsnMask)))
+  if (ack_due_ && send_ack) {
+    if (!SendAck(MakeSyndrome(AethKind::Ack, kCreditInvalid), PsnAdd(epsn_, kPsnMask))) return;  // socket full
     ack_due_ = false;
+  }
+  SendRequests();
 }
 
-bool RcLink::SendRequests() {
+void RcLink::SendRequests() {
   mutex_.AssertHeld();
   while (!rnr_waiting_) {
     while (resend_from_ < flights_.size() && flights_[resend_from_].sent == flights_[resend_from_].packets)
@@ -409,7 +414,7 @@ bool RcLink::SendRequests() {
       if (f.opcode == WrOpcode::Read ? f.sent != f.received
                                      : uint32_t(PsnDiff(PsnAdd(f.first_psn, f.sent), acked_psn_)) > kWindow)
         break;
-      if (!SendRequestPacket(f)) return false;
+      if (!SendRequestPacket(f)) return;
       continue;
     }
     if (next_position_ == qp_->send_tail()) break;
@@ -441,7 +446,6 @@ bool RcLink::SendRequests() {
     flights_.push_back(flight);
   }
   if (!flights_.empty()) EnsureTimer(rnr_waiting_ ? rnr_until_ : RetransmitAt());
-  return !stalled_ && !failed_;
 }
 
 bool RcLink::SendRequestPacket(Flight& flight) {
@@ -852,6 +856,7 @@ bool RcLink::ExecuteSend(const Packet& packet) {
   }
   recv_offset_ += uint32_t(n);
   counters_.Add(Counter::RxBytes, n);
+  PlacedPeerMessage();
   if (info.last) {
     // A Send with Invalidate unbinds the window it names before its receive completes; a key
     // that names no window bound to this QP is an invalid request that ends the connection.
@@ -863,7 +868,6 @@ bool RcLink::ExecuteSend(const Packet& packet) {
     have_recv_ = false;
     msn_++;
     counters_.Add(Counter::RxSends);
-    PlacedPeerMessage();
     qp_->CompleteReceive(recv_, recv_offset_, WcStatus::Success, bth.solicited);
   }
   return true;
@@ -911,6 +915,7 @@ bool RcLink::ExecuteWrite(const Packet& packet) {
     auto* dest = reinterpret_cast<uint8_t*>(target);
     memcpy(dest, packet.payload.data(), n - 1);
     std::atomic_ref<uint8_t>(dest[n - 1]).store(packet.payload[n - 1], std::memory_order_release);
+    PlacedPeerMessage();  // not a zero-length Write (a keepalive)
   }
   write_offset_ += uint32_t(n);
   counters_.Add(Counter::RxBytes, n);
@@ -918,7 +923,6 @@ bool RcLink::ExecuteWrite(const Packet& packet) {
     in_write_ = false;
     msn_++;
     counters_.Add(Counter::RxWrites);
-    if (write_offset_) PlacedPeerMessage();  // not a zero-length Write
   }
   return true;
 }

@@ -135,7 +135,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   // them (before the lock is released).
   void Pump(bool send_ack = true) NDWV_REQUIRES(mutex_);
   void PumpQueued(bool send_ack) NDWV_REQUIRES(mutex_);
-  bool SendRequests() NDWV_REQUIRES(mutex_);  // false if the socket is full or the QP failed
+  void SendRequests() NDWV_REQUIRES(mutex_);
   bool FlushTx() NDWV_REQUIRES(mutex_);
   bool SendRequestPacket(Flight& flight) NDWV_REQUIRES(mutex_);
   bool SendResponsePacket(Response& response) NDWV_REQUIRES(mutex_);
