@@ -131,6 +131,8 @@ constexpr CounterInfo kInfo[kCounters] = {
     {"icmp_errors_ignored", kRoce},
     {"port_datagrams_overflowed", kRoce},
     {"cm_reqs_shed", kRoce},
+    {"listen_backlog_waits", kIwarp},
+    {"cm_reqs_backlog_waits", kRoce},
 };
 
 const char* TransportName(Transport t) { return t == Transport::Roce ? "RoCEv2" : "iWARP"; }

@@ -76,6 +76,10 @@ enum class Counter : uint16_t {
   // RoCE ports and IB CM, per adapter: datagrams the kernel dropped for want of room in a socket's
   // receive buffer, and the new REQs dropped meanwhile (CmLimit::Overloaded).
   PortDatagramsOverflowed, CmReqsShed,
+  // Per adapter: a listener asked for no limit (Listen(0)) held the host's backlog and let a
+  // connection wait instead of refusing it. iWARP: it stopped accepting (the kernel's queue holds
+  // the connections); RoCE: a REQ left unanswered (its sender repeats it).
+  ListenBacklogWaits, CmReqsBacklogWaits,
   Count
 };
 inline constexpr size_t kCounters = size_t(Counter::Count);

@@ -9,6 +9,7 @@
 #pragma once
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -164,6 +165,13 @@ class ListenQueue {
   std::list<Waiting> waiting_;
 };
 
+// The host's bound on a listener's queue (the kernel's somaxconn), read once; 4096 (the kernel's
+// default) where it cannot be read. Every request a listener holds costs memory and, on iWARP, a
+// socket: a careful administrator's bound, not a number a peer could exploit.
+int HostBacklog();
+// What a listener holds for Listen(backlog).
+inline int ListenBound(int backlog) { return backlog > 0 ? std::min(backlog, HostBacklog()) : HostBacklog(); }
+
 class ConnectEndpoint {
  public:
   virtual ~ConnectEndpoint() = default;
@@ -172,6 +180,11 @@ class ConnectEndpoint {
   // The IANA protocol of the service the endpoint listens or connects for (default TCP, 6), where
   // the transport's wire carries one (RoCE: the service ID); ignored where it does not (iWARP).
   virtual void SetProtocol(uint8_t /*protocol*/) {}
+  // `backlog`: how many requests the listener holds for GetRequest (on iWARP with the connections
+  // still reading theirs), cut to HostBacklog(); beyond it a request is refused (nd2-spi: full
+  // backlog, ND_CONNECTION_REFUSED). 0, ND's "no limit": HostBacklog() held, and a request beyond
+  // it is not refused but left to wait (in the kernel's accept queue, or unanswered for its
+  // sender to repeat) until there is room, as a TCP listener's full queue makes connects wait.
   virtual int32_t Listen(int backlog) = 0;
   // Completes when a connection request was attached to `target` (a fresh endpoint).
   virtual int32_t GetRequest(std::shared_ptr<ConnectEndpoint> target, AsyncOp* op) = 0;
@@ -212,6 +225,8 @@ enum class ConnectionPhase {
 //     lock; it returns a Closing whose Start() runs after the lock, as the Disconnect's last step
 //     (the close may complete the request at once: nothing of ours is touched after it);
 //   FailConnect(finish, status): the parked Connect ends with `status`;
+//   BacklogSlotFreedLocked(): a GetRequest may have taken a queued request (a listener that let
+//     connections wait beyond its backlog takes them again);
 //   FinishDisconnect(status), where the transport does more than this class's;
 //   DropConnectionLocked(children): Close's part under the lock; it returns a Connection whose
 //     End() runs after the lock (the transport's link reports to us).
@@ -240,6 +255,7 @@ class EndpointBase : public ConnectEndpoint {
       if (state != Endpoint::State::Idle && state != Endpoint::State::Bound) return WV_INVALID_DEVICE_STATE;
     }
     requests_.Take(std::move(endpoint), op, finish);
+    static_cast<Endpoint&>(*this).BacklogSlotFreedLocked();
     return WV_PENDING;
   }
 

@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -2038,6 +2039,59 @@ TEST_F(IwarpHostile, BytesThePeerOfAQueuedRequestSendsDoNotKeepTheEngineBusy) {
   EXPECT_LT(Engine::Get().EventsHandled() - before, 20u);
   ASSERT_EQ(listener->GetRequest(c.ep, &c.get_request), WV_PENDING);
   EXPECT_EQ(c.get_request.Wait(), std::optional<int32_t>(WV_SUCCESS));
+}
+
+// ND's Listen(0) asks for no limit. The listener holds the host's backlog (somaxconn) of
+// connections and requests, and a connection beyond it is not refused: accepting stops, the
+// kernel's queue holds it (TCP makes its connect wait), and it is taken as soon as a request
+// leaves. (Refused, Microsoft's ndconn, whose client connects without bound, counted a failed
+// Connect and never finished.) An explicit backlog refuses beyond it, as above.
+TEST_F(IwarpHostile, AListenerAskedForNoLimitLetsConnectionsBeyondItsBacklogWait) {
+  const int n = HostBacklog();
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const rlim_t need = rlim_t(2 * n) + OpenDescriptors() + 256;  // both ends of every connection
+  rlimit raised = saved;
+  raised.rlim_cur = std::max(saved.rlim_cur, std::min(need, saved.rlim_max));
+  if (raised.rlim_cur < need || setrlimit(RLIMIT_NOFILE, &raised) != 0)
+    GTEST_SKIP() << "needs " << need << " descriptors";
+  struct Restore {
+    rlimit limit;
+    ~Restore() { setrlimit(RLIMIT_NOFILE, &limit); }
+  } restore{saved};
+
+  auto open = Device::All()[0]->CreateEndpoint();
+  sockaddr_in any_port = Loopback(0);
+  ASSERT_EQ(open->Bind(reinterpret_cast<sockaddr*>(&any_port), sizeof any_port), WV_SUCCESS);
+  ASSERT_EQ(open->Listen(0), WV_SUCCESS);
+  ConnectionInfo info;
+  ASSERT_EQ(open->Query(&info), WV_SUCCESS);
+  const uint16_t open_port = ntohs(reinterpret_cast<const sockaddr_in&>(info.local).sin_port);
+  auto count = [](Counter c) { return AdapterCounters(Transport::Iwarp).Get(c); };
+  const uint64_t received_before = count(Counter::MpaRequestsReceived);
+  const uint64_t full_before = count(Counter::ListenBacklogFull);
+  const uint64_t waits_before = count(Counter::ListenBacklogWaits);
+  auto received = [&] { return count(Counter::MpaRequestsReceived) - received_before; };
+
+  std::vector<std::unique_ptr<RawPeer>> peers;
+  for (int i = 0; i <= n; ++i) {  // the backlog, and one more
+    peers.push_back(std::make_unique<RawPeer>());
+    ASSERT_NO_FATAL_FAILURE(peers.back()->Connect(open_port));
+    ASSERT_NO_FATAL_FAILURE(peers.back()->Send(Encode(GoodRequest())));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return count(Counter::ListenBacklogWaits) > waits_before; }, kBound))
+      << "the listener did not stop accepting at " << received() << " requests";
+  EXPECT_EQ(received(), uint64_t(n));
+  EXPECT_EQ(count(Counter::ListenBacklogFull), full_before) << "a connection was refused";
+
+  // A request taken: the connection that waited is accepted and its request read.
+  Conn& c = NewConn();
+  ASSERT_EQ(open->GetRequest(c.ep, &c.get_request), WV_PENDING);
+  ASSERT_EQ(c.get_request.Wait(), std::optional<int32_t>(WV_SUCCESS));
+  EXPECT_TRUE(WaitUntil([&] { return received() == uint64_t(n) + 1; }, kBound)) << received() << " requests read";
+  EXPECT_EQ(count(Counter::ListenBacklogFull), full_before);
+  open->Close();
+  peers.clear();
 }
 
 }  // namespace

@@ -567,8 +567,11 @@ TEST_F(RoceCm, SlowAnswersStretchTheWaitAndQuickOnesBringItBack) {
     uint32_t id = a_->agent.Connect(b_->address, Args());
     uint64_t wait = a_->agent.DeadlineOf(id) - clock.now;
     RunFor(0);
-    for (const CmEvent& e : b_->Events())
-      if (e.kind == K::ReqReceived) EXPECT_EQ(b_->agent.Accept(e.id, Accepting()), WV_SUCCESS);
+    for (const CmEvent& e : b_->Events()) {
+      if (e.kind == K::ReqReceived) {
+        EXPECT_EQ(b_->agent.Accept(e.id, Accepting()), WV_SUCCESS);
+      }
+    }
     RunFor(10 * Timeout());
     EXPECT_TRUE(a_->State(id) == CmState::RepRcvd || a_->State(id) == CmState::MraRepSent);
     a_->Events();

@@ -1839,6 +1839,58 @@ TEST_F(RoceHostile, RequestsNobodyTakesExpireAndLeaveTheBacklog) {
   ASSERT_NO_FATAL_FAILURE(ExpectSendLands(c, Bytes(10, 42), 0));
 }
 
+// ND's Listen(0) asks for no limit: the listener holds the host's backlog (somaxconn) of
+// requests, and a REQ beyond it is left unanswered rather than refused; its sender repeats it
+// (backed off) and the repeat gets in once a request has left. (Refused, Microsoft's ndconn,
+// whose client connects without bound, counted a failed Connect and never finished.)
+TEST_F(RoceHostile, AListenerAskedForNoLimitLeavesARequestBeyondItsBacklogToBeRepeated) {
+  auto open = roce::CreateEndpoint();
+  sockaddr_in any_port = Loopback(0);
+  ASSERT_EQ(open->Bind(reinterpret_cast<sockaddr*>(&any_port), sizeof any_port), WV_SUCCESS);
+  ASSERT_EQ(open->Listen(0), WV_SUCCESS);
+  ConnectionInfo info;
+  ASSERT_EQ(open->Query(&info), WV_SUCCESS);
+  const uint16_t open_port = ntohs(reinterpret_cast<const sockaddr_in&>(info.local).sin_port);
+  int32_t status = 0;
+  std::shared_ptr<roce::Port> open_device = roce::Port::Open(info.local, true, &status);
+  ASSERT_TRUE(open_device) << status;
+  auto ceps = [&] { return open_device->Cm([](roce::CmAgent& agent) { return agent.size(); }); };
+  auto counters = [&] { return open_device->Cm([](roce::CmAgent& agent) { return agent.counters(); }); };
+  const roce::CmCounters before = counters();
+
+  RawPeer peer;
+  peer.Target(open_port);
+  const int n = HostBacklog();
+  auto req = [&](int i) { return PeerReq(open_port, 0x0B0B0000 + uint32_t(i), peer.self(), kPeerQpn + 1 + uint32_t(i)); };
+  for (int i = 0; i < n; ++i) {
+    ASSERT_NO_FATAL_FAILURE(peer.SendCm(req(i)));
+    if (i % 256 == 255) {  // paced: a socket buffer's worth at a time
+      ASSERT_TRUE(WaitUntil([&] { return ceps() == size_t(i + 1); }, kBound)) << ceps() << " requests held";
+    }
+  }
+  ASSERT_TRUE(WaitUntil([&] { return ceps() == size_t(n); }, kBound)) << ceps() << " requests held";
+  ASSERT_NO_FATAL_FAILURE(peer.SendCm(req(n)));  // one beyond
+  const auto left = [&] {
+    return counters().Limited(roce::CmLimit::BacklogWait) - before.Limited(roce::CmLimit::BacklogWait);
+  };
+  ASSERT_TRUE(WaitUntil([&] { return left() == 1; }, kBound)) << "the REQ beyond the backlog was not left";
+  EXPECT_EQ(ceps(), size_t(n)) << "the REQ beyond the backlog is held";
+  EXPECT_EQ(counters().Limited(roce::CmLimit::BacklogFull), before.Limited(roce::CmLimit::BacklogFull));
+  for (const Inbound& in : peer.DrainNow()) ADD_FAILURE() << "answered: " << Describe(in);
+
+  // A request taken makes room: the sender's repeat gets in.
+  auto target = roce::CreateEndpoint();
+  Op taken;
+  ASSERT_EQ(open->GetRequest(target, &taken), WV_PENDING);
+  ASSERT_EQ(taken.Wait(), std::optional<int32_t>(WV_SUCCESS));
+  ASSERT_NO_FATAL_FAILURE(peer.SendCm(req(n)));
+  EXPECT_TRUE(WaitUntil([&] { return ceps() == size_t(n) + 1; }, kBound)) << "the repeat was not taken in";
+  EXPECT_EQ(left(), 1u);
+  EXPECT_EQ(counters().Limited(roce::CmLimit::BacklogFull), before.Limited(roce::CmLimit::BacklogFull));
+  target->Close();
+  open->Close();
+}
+
 // An Accept whose peer answers the REP with a REJ: refused (the active side Rejected or released
 // its connector: ND_CONNECTION_REFUSED), or given up (its Connect timed out before our REP
 // reached it, the REJ naming it by its CA GUID as a CM that never learned our ID does:

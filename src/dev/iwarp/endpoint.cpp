@@ -108,9 +108,10 @@ std::shared_ptr<Stream> Endpoint::HandleTimeoutLocked(Finisher& finish) {
     case State::Listening:
       if (accept_paused_ && Clock::now() >= accept_resume_) {  // RefusePending: watch the queue again
         accept_paused_ = false;
-        if (fd_ >= 0 && watching_) Engine::Get().Modify(fd_, EPOLLIN);
+        WatchListenLocked();
       }
       ExpireLocked();
+      BacklogSlotFreedLocked();
       ArmListenTimerLocked();
       break;
     default:
@@ -192,7 +193,8 @@ int32_t Endpoint::Listen(int backlog) {
   base::MutexLock lock(mutex_);
   if (state_ == State::Listening) return WV_INVALID_DEVICE_STATE;
   if (state_ != State::Bound) return WV_INVALID_DEVICE_STATE;
-  backlog_ = backlog > 0 ? backlog : SOMAXCONN;
+  backlog_ = ListenBound(backlog);
+  wait_beyond_backlog_ = backlog == 0;
   // Accepted connections inherit SO_REUSEADDR: their TIME_WAIT never keeps a later listener off
   // the port, however this process ends (an explicit port's socket has it already).
   int one = 1;
@@ -216,6 +218,14 @@ void Endpoint::OnListenReady(Finisher& finish) {
   mutex_.AssertHeld();
   const int listen_fd = fd_;  // for the lambda: the analysis does not see our lock inside it
   for (;;) {
+    if (wait_beyond_backlog_ && BacklogFullLocked()) {
+      // No limit was asked: what comes now waits in the kernel's queue, its connect unanswered
+      // (TCP repeats it), until a request leaves ours (BacklogSlotFreedLocked).
+      AdapterCounters(Transport::Iwarp).AddShared(Counter::ListenBacklogWaits);
+      backlog_paused_ = true;
+      WatchListenLocked();
+      break;
+    }
     sockaddr_storage peer{};
     socklen_t len = sizeof peer;
     int fd = base::OpenDescriptor([&] {
@@ -226,7 +236,7 @@ void Endpoint::OnListenReady(Finisher& finish) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) RefusePending();
       break;
     }
-    if (handshaking_.size() + requests_.queued() >= size_t(backlog_)) {
+    if (BacklogFullLocked()) {
       // Counted first: whoever sees the connection end sees the count.
       AdapterCounters(Transport::Iwarp).AddShared(Counter::ListenBacklogFull);
       NDWV_LOG(Warn, "%s: backlog of %d full: connection from %s refused", Identity().c_str(), backlog_,
@@ -272,6 +282,24 @@ void Endpoint::OnListenReady(Finisher& finish) {
     break;
   }
   ArmListenTimerLocked();
+}
+
+bool Endpoint::BacklogFullLocked() const {
+  mutex_.AssertHeld();
+  return handshaking_.size() + requests_.queued() >= size_t(backlog_);
+}
+
+void Endpoint::WatchListenLocked() {
+  mutex_.AssertHeld();
+  if (fd_ >= 0 && watching_ && state_ == State::Listening)
+    Engine::Get().Modify(fd_, accept_paused_ || backlog_paused_ ? 0u : uint32_t(EPOLLIN));
+}
+
+void Endpoint::BacklogSlotFreedLocked() {
+  mutex_.AssertHeld();
+  if (!backlog_paused_ || BacklogFullLocked()) return;
+  backlog_paused_ = false;
+  WatchListenLocked();
 }
 
 void Endpoint::ExpireLocked() {
@@ -335,8 +363,8 @@ void Endpoint::RefusePending() {
   if (error == EAGAIN || error == EWOULDBLOCK) return;  // nothing was pending
   // No spare (another thread took the one just freed): look again in a moment instead of spinning.
   NDWV_LOG(Warn, "%s: out of descriptors: accepting paused", Identity().c_str());
-  Engine::Get().Modify(fd_, 0);
   accept_paused_ = true;
+  WatchListenLocked();
   accept_resume_ = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
 }
 
@@ -346,6 +374,7 @@ void Endpoint::HandshakeOver(const std::shared_ptr<Endpoint>& child, bool reques
   if (child->listed_in_ == ListedIn::Handshakes) handshaking_.erase(child->listed_at_);
   child->listed_in_ = ListedIn::Nothing;
   if (request) RequestArrivedLocked(child, finish);
+  BacklogSlotFreedLocked();  // a failed handshake, or a request a waiting GetRequest took
   ArmListenTimerLocked();
 }
 
@@ -375,6 +404,7 @@ void Endpoint::RequestGone(const std::shared_ptr<Endpoint>& child) {
   if (child->listed_in_ != ListedIn::Requests) return;  // taken by a GetRequest, or expired, meanwhile
   requests_.Remove(child->listed_at_);
   child->listed_in_ = ListedIn::Nothing;
+  BacklogSlotFreedLocked();
   ArmListenTimerLocked();
   base::MutexLock child_lock(child->mutex_);
   AdapterCounters(Transport::Iwarp).AddShared(Counter::MpaRequestsAbandoned);

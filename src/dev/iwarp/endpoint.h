@@ -134,6 +134,11 @@ class Endpoint final : public EndpointBase<Endpoint>,
   void RefusePending() NDWV_REQUIRES(mutex_);
   static constexpr uint32_t kAcceptPauseMs = 100;
   // Listener, under mutex_: the bounds on what accepted connections hold (docs/security.md).
+  bool BacklogFullLocked() const NDWV_REQUIRES(mutex_);
+  // The listen socket watched, unless accepting is paused (out of descriptors, or the backlog full).
+  void WatchListenLocked() NDWV_REQUIRES(mutex_);
+  // A connection or request left the backlog: a listener paused with it full accepts again.
+  void BacklogSlotFreedLocked() NDWV_REQUIRES(mutex_);
   void ExpireLocked() NDWV_REQUIRES(mutex_);          // handshakes and requests past their time
   void ArmListenTimerLocked() NDWV_REQUIRES(mutex_);  // for the next expiry, or the end of an accept pause
   void OnConnectReady(Finisher& finish) NDWV_REQUIRES(mutex_);
@@ -202,6 +207,10 @@ class Endpoint final : public EndpointBase<Endpoint>,
   Children handshaking_ NDWV_GUARDED_BY(mutex_);  // reading their MPA Request (then in requests_)
   friend class ListenQueue<Endpoint>;
   bool accept_paused_ NDWV_GUARDED_BY(mutex_) = false;  // out of descriptors (RefusePending)
+  // Listen(0): beyond the backlog a connection waits in the kernel's queue (accepting pauses)
+  // instead of being refused (ConnectEndpoint::Listen).
+  bool wait_beyond_backlog_ NDWV_GUARDED_BY(mutex_) = false;
+  bool backlog_paused_ NDWV_GUARDED_BY(mutex_) = false;
   Clock::time_point accept_resume_ NDWV_GUARDED_BY(mutex_){};
   // Child: where it is listed by its listener, since when. Under the listener's mutex_, not this
   // endpoint's: not annotated, the analysis cannot name another object's lock here.

@@ -87,7 +87,8 @@ const char* ToString(CmLimit l) {
                                       "CM response timeout clamped", "CM retries clamped",
                                       "MRA service timeout clamped", "MRA ignored",
                                       "read limits clamped", "RNR retry count clamped",
-                                      "new connection shed (overloaded)"};
+                                      "new connection shed (overloaded)",
+                                      "REQ left unanswered (backlog full)"};
   static_assert(std::size(names) == size_t(CmLimit::Count));
   return l < CmLimit::Count ? names[size_t(l)] : "?";
 }
@@ -520,13 +521,18 @@ int32_t CmAgent::Accept(uint32_t id, const AcceptArgs& args) {
   return WV_SUCCESS;
 }
 
-int32_t CmAgent::RefuseRequest(uint32_t id) {
+int32_t CmAgent::RefuseRequest(uint32_t id) { return DropRequest(id, true); }
+
+int32_t CmAgent::LeaveRequest(uint32_t id) { return DropRequest(id, false); }
+
+int32_t CmAgent::DropRequest(uint32_t id, bool refuse) {
   Cep* cep = Find(id);
   if (!cep) return WV_NOT_FOUND;
   if (cep->state != CmState::ReqRcvd && cep->state != CmState::MraReqSent) return WV_INVALID_DEVICE_STATE;
-  Limit(CmLimit::BacklogFull, nullptr, cep->peer, "REQ refused");
+  Limit(refuse ? CmLimit::BacklogFull : CmLimit::BacklogWait, nullptr, cep->peer,
+        refuse ? "REQ refused" : "REQ left unanswered");
   events_.EraseIf([id](const CmEvent& e) { return e.id == id; });
-  SendRej(*cep, RejReason::NoResources, RejectedMessage::Req);
+  if (refuse) SendRej(*cep, RejReason::NoResources, RejectedMessage::Req);
   Erase(*cep);
   return WV_SUCCESS;
 }

@@ -150,6 +150,7 @@ enum class CmLimit : uint8_t {
   ReadLimits,       // responder resources / initiator depth above max_read_limit: clamped
   RnrRetry,         // RNR retry count above max_rnr_retry: clamped
   Overloaded,       // a new REQ dropped unanswered while CmEnv::Overloaded
+  BacklogWait,      // REQ dropped unanswered (LeaveRequest): a Listen(0) listener's backlog is full
   Count
 };
 const char* ToString(CmLimit l);
@@ -239,6 +240,10 @@ class CmAgent {
   // REQ unanswered for the peer's CM to send again: under a connect storm every pending Connect
   // then repeated its REQ each response timeout, ~17,000 a second under Microsoft's ndconn.)
   int32_t RefuseRequest(uint32_t id);
+  // A listener asked for no limit (Listen(0)) holds its whole backlog: the CEP is erased without
+  // an answer, and the sender repeats its REQ (backed off) until there is room or its budget ends,
+  // as a TCP listener's full queue leaves a SYN unanswered.
+  int32_t LeaveRequest(uint32_t id);
   // REJ consumer reject (28): passive before or after its REP, active after the REP.
   int32_t Reject(uint32_t id, std::span<const uint8_t> private_data = {});
   // The QP received its first packet in RTR: stands for a lost RTU (pitfall 8). Harmless once
@@ -382,6 +387,7 @@ class CmAgent {
   void Disarm(Cep& cep);
   void EnterTimewait(Cep& cep);
   void EnterIdle(Cep& cep);  // erases a destroyed CEP
+  int32_t DropRequest(uint32_t id, bool refuse);  // RefuseRequest, LeaveRequest
   void Erase(Cep& cep);
   void ReportEstablished(Cep& cep, const wire::ib::CmMessage* rtu);
   void Emit(const Cep& cep, CmEventKind kind, const wire::ib::CmMessage* msg = nullptr,

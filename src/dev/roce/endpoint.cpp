@@ -178,7 +178,8 @@ int32_t Endpoint::Listen(int backlog) {
     local_ = port_->local();
   }
   exclusive_port_ = false;  // the port takes requests from anyone
-  backlog_ = backlog > 0 ? backlog : 128;
+  backlog_ = ListenBound(backlog);
+  wait_beyond_backlog_ = backlog == 0;
   service_id_ = IpServiceId(protocol_, PortOf(local_));
   int32_t status = port_->AddListener(service_id_, weak_from_this());
   if (status != WV_SUCCESS) return status;
@@ -189,9 +190,10 @@ int32_t Endpoint::Listen(int backlog) {
 void Endpoint::OnRequest(const CmEvent& event) {
   mutex_.AssertHeld();
   // Under mutex_ (listener). Beyond the backlog a request is refused (CmAgent::RefuseRequest
-  // says why).
+  // says why), or with no limit asked left for its sender to repeat (ConnectEndpoint::Listen).
   if (int(requests_.queued()) >= backlog_) {
-    port_->Cm([&](CmAgent& agent) { return agent.RefuseRequest(event.id); });
+    const bool wait = wait_beyond_backlog_;  // for the lambda: the analysis does not see our lock inside it
+    port_->Cm([&](CmAgent& agent) { return wait ? agent.LeaveRequest(event.id) : agent.RefuseRequest(event.id); });
     return;
   }
   // The request becomes an endpoint of its own until a GetRequest target adopts it; its CM

@@ -106,6 +106,8 @@ class Endpoint final : public EndpointBase<Endpoint>,
   // Under mutex_: the pending Connect ends with `status` (its CEP destroyed); the endpoint is
   // Bound again, to be retried.
   void FailConnect(Finisher& finish, int32_t status) NDWV_REQUIRES(mutex_);
+  // A request beyond a Listen(0) backlog was left to its sender, who repeats it: nothing to do.
+  void BacklogSlotFreedLocked() NDWV_REQUIRES(mutex_) {}
   // Close, under mutex_: the listener, the CEP and the link go; a connected link fails once the
   // lock is released (End).
   struct Connection {
@@ -171,6 +173,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
 
   // Listening.
   int backlog_ NDWV_GUARDED_BY(mutex_) = 0;
+  bool wait_beyond_backlog_ NDWV_GUARDED_BY(mutex_) = false;  // Listen(0)
   uint64_t service_id_ NDWV_GUARDED_BY(mutex_) = 0;
   // Of the service (the service ID's port space): TCP unless ND v1 says.
   uint8_t protocol_ NDWV_GUARDED_BY(mutex_) = 6;

@@ -966,6 +966,7 @@ void Port::AddCountersLocked(CounterValues& sum) const {
   add(Counter::CmClampedReadLimits, cm.Limited(CmLimit::ReadLimits));
   add(Counter::CmClampedRnrRetries, cm.Limited(CmLimit::RnrRetry));
   add(Counter::CmReqsShed, cm.Limited(CmLimit::Overloaded));
+  add(Counter::CmReqsBacklogWaits, cm.Limited(CmLimit::BacklogWait));
 }
 
 void Port::Dispatch(const sockaddr_storage& from, const sockaddr_storage& to, std::span<const uint8_t> datagram,
