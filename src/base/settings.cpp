@@ -84,7 +84,8 @@ const std::vector<SettingInfo>& SettingTable() {
      "the interval is 2 ms per connection if that is longer (10,000: 20 s), so that liveness "
      "costs a process about 1 % of a core at most. 0: never."},
     {"NDWV_WORK_THREADS", SettingType::Integer, "2", 1, 16, nullptr,
-     "Threads in the process's shared work pool (QP state changes, flushes)."},
+     "Threads in the process's shared work pool (QP state changes and flushes asked for off the engine; "
+     "the engine runs its own once its turn is done)."},
     {"NDWV_POLL_PROGRESS", SettingType::Boolean, "1", 0, 1, nullptr,
      "A caller polling an empty CQ also drives receive progress (saves a thread hand-off)."},
     {"NDWV_CAPTURE", SettingType::String, "", 0, 0, nullptr,

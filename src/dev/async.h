@@ -5,7 +5,8 @@
 // a CM handler or timer can always complete what it owes.
 //
 // A WorkItem is deferred work for the shared work pool (the analogue of the kernel's system
-// thread pool). Whoever may need to defer work embeds one, allocated up front.
+// thread pool), or for the engine after its turn when the engine deferred it (Engine::Defer).
+// Whoever may need to defer work embeds one, allocated up front.
 #pragma once
 #include <cstdint>
 

@@ -82,15 +82,16 @@ struct DisconnectRequest : WorkItem {
   int32_t cm_status = 0;  // result of the CM phase
 
   DisconnectRequest() { run = &QpPhase; }
-  // The CM phase is over with `status`: the QP phase (the flush) runs on the work pool, then the
-  // request completes with that status.
+  // The CM phase is over with `status`: the QP phase (the flush) runs where no lock is held (the
+  // work pool; the engine after its turn, when the engine ended the phase), then the request
+  // completes with that status.
   void EndCmPhase(int32_t status) {
     cm_status = status;
     Engine::Get().Defer(this);
   }
   // The CM phase was over before the Disconnect began (the peer closed first), and the caller
   // may block and holds none of our locks: the QP phase runs here, sparing the work pool a hop.
-  // On the engine, which never changes a QP's state, it goes to the work pool as usual.
+  // On the engine, whose handlers never change a QP's state, it is deferred as usual.
   void EndCmPhaseHere(int32_t status) {
     if (Engine::Get().OnEngineThread()) return EndCmPhase(status);
     cm_status = status;

@@ -204,15 +204,33 @@ bool Engine::IsArmed(const Timer* timer) {
   return timer->armed;
 }
 
+void Engine::WorkList::Push(WorkItem* item) {
+  item->next = nullptr;
+  if (tail) tail->next = item; else head = item;
+  tail = item;
+}
+
+WorkItem* Engine::WorkList::Pop() {
+  WorkItem* item = head;
+  if (!item) return nullptr;
+  head = item->next;
+  if (!head) tail = nullptr;
+  item->queued = false;
+  return item;
+}
+
 void Engine::Defer(WorkItem* item) {
+  const bool here = OnEngineThread();
   bool wake = false;
   {
     base::MutexLock lock(work_mutex_);
     if (item->queued) return;
     item->queued = true;
-    item->next = nullptr;
-    if (work_tail_) work_tail_->next = item; else work_head_ = item;
-    work_tail_ = item;
+    if (here) {
+      here_.Push(item);
+      return;
+    }
+    work_.Push(item);
     if (workers_asleep_ > 0 && wakes_on_the_way_ == 0) {
       ++wakes_on_the_way_;
       wake = true;
@@ -232,7 +250,7 @@ void Engine::WorkerLoop() {
     WorkItem* item;
     {
       base::MutexLock lock(work_mutex_);
-      while (!work_head_) {
+      while (!work_.head) {
         // A Defer after this load changes the word, and the wait below does not sleep.
         const uint32_t seen = work_wakes_.load(std::memory_order_acquire);
         ++workers_asleep_;
@@ -253,10 +271,7 @@ void Engine::WorkerLoop() {
         ran = 0;
       }
       ++ran;
-      item = work_head_;
-      work_head_ = item->next;
-      if (!work_head_) work_tail_ = nullptr;
-      item->queued = false;
+      item = work_.Pop();
     }
     item->run(item);
   }
@@ -314,6 +329,7 @@ void Engine::Loop() {
           if (auto handler = weak.lock()) handler->OnIo(what);
         again.clear();
         for (int i = 0; i < n; ++i) Dispatch(events[i]);
+        RunDeferredHere();
       }
       handled += n;
       events_handled_.store(events_handled_.load(std::memory_order_relaxed) + uint64_t(std::max(n, 0)),
@@ -321,7 +337,21 @@ void Engine::Loop() {
       if (n < kBatch || handled >= kReadyBeforeTimers) break;
       n = epoll_wait(epoll_fd_, events, kBatch, 0);
     }
+    base::WakeBatch wakes;
     FireDueTimers();
+    RunDeferredHere();
+  }
+}
+
+void Engine::RunDeferredHere() {
+  for (;;) {
+    WorkItem* item;
+    {
+      base::MutexLock lock(work_mutex_);
+      item = here_.Pop();
+    }
+    if (!item) return;
+    item->run(item);  // may defer more, which this loop runs too
   }
 }
 

@@ -2,7 +2,8 @@
 //
 // The engine is one thread running an epoll loop over every socket of every adapter, connection
 // and listener, plus the device's timers. Handlers run on it and must never block; anything that
-// changes a QP's state is handed to the work pool as a pre-allocated WorkItem.
+// changes a QP's state is deferred as a pre-allocated WorkItem, which runs where no lock is held:
+// on the engine once its turn's handlers are done, or, deferred by another thread, on the pool.
 #pragma once
 #include <pthread.h>
 #include <sched.h>
@@ -72,7 +73,8 @@ class Engine {
   // Whether the timer is armed (will fire): false in its own fire unless armed again since.
   bool IsArmed(const Timer* timer);
 
-  // Runs item on the work pool.
+  // Runs item on the work pool; asked on the engine thread (a handler or a timer), on the engine
+  // itself once its turn's handlers and timers are done (RunDeferredHere).
   void Defer(WorkItem* item);
 
   bool OnEngineThread() const { return std::this_thread::get_id() == engine_thread_id_; }
@@ -91,6 +93,7 @@ class Engine {
   void WorkerLoop();
   int NextTimeoutMs();
   void FireDueTimers();
+  void RunDeferredHere();
   // The armed timers are a binary heap ordered by deadline, each timer knowing its slot: arming,
   // re-arming and disarming cost O(log n) and the next deadline O(1), whatever the number of
   // connections (each has a few timers, and transports re-arm theirs per message).
@@ -128,8 +131,19 @@ class Engine {
   std::vector<std::pair<std::weak_ptr<IoHandler>, uint32_t>> again_;
 
   base::Mutex work_mutex_{"Engine::work_mutex_"};
-  WorkItem* work_head_ NDWV_GUARDED_BY(work_mutex_) = nullptr;
-  WorkItem* work_tail_ NDWV_GUARDED_BY(work_mutex_) = nullptr;
+  // Items in the order they were deferred, linked through WorkItem::next: queuing one never
+  // allocates (a handler must not fail for lack of memory).
+  struct WorkList {
+    WorkItem* head = nullptr;
+    WorkItem* tail = nullptr;
+    void Push(WorkItem* item);
+    WorkItem* Pop();  // null when empty
+  };
+  WorkList work_ NDWV_GUARDED_BY(work_mutex_);  // for the pool's workers
+  // Deferred by the engine's own handlers and timers, for the engine once they are done. An item
+  // run there holds no lock, as on a worker; it saves the worker's wake-up, a thread hand-off
+  // that a one-at-a-time teardown paid on both sides of every connection.
+  WorkList here_ NDWV_GUARDED_BY(work_mutex_);
   std::vector<std::thread> workers_;
   // An idle worker sleeps on work_wakes_ (a futex word), which Defer bumps to wake one. Defer
   // wakes one only if no wake is on its way, so a burst of items wakes one sleeper (it takes

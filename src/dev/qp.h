@@ -163,7 +163,8 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
 
   // Verbs Modify of the state. To Error: stops the link and flushes every outstanding request.
   int32_t Modify(QpState to);
-  // Moves to Error from a thread that must not do it itself (engine): on the work pool.
+  // Moves to Error from a thread that must not do it itself (an engine handler, a poller), as
+  // deferred work (Engine::Defer).
   void DeferError();
 
   int32_t PostSend(const SendWqe& request);  // `sent`, `done`, `status` are ignored
@@ -222,7 +223,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   uint64_t rq_head_ NDWV_GUARDED_BY(rq_mutex_) = 0;
   uint64_t rq_tail_ NDWV_GUARDED_BY(rq_mutex_) = 0;
 
-  // Pre-allocated so an error found on the engine always reaches the work pool.
+  // Pre-allocated so an error found on the engine is always deferred (no allocation there).
   // It holds the QP while queued; qp is set and taken under state_mutex_.
   struct ErrorWork : WorkItem {
     QueuePair* owner = nullptr;

@@ -1,5 +1,6 @@
 // The engine's timers: what an owner's fire can rely on when it races with its own re-arming.
-// Its watches: an event is handed only to the handler of the watch it was reported for.
+// Where work it defers runs. Its watches: an event is handed only to the handler of the watch it
+// was reported for.
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -130,6 +131,50 @@ TEST(EngineTimer, ManyTimersFireOnceEachInDeadlineOrder) {
         << "timer " << order[k - 1] << " then " << order[k];
 }
 
+
+// Work deferred on the engine (a CM handler ending a Disconnect's CM phase, a timer finding a QP
+// dead) runs on the engine once its handlers and timers are done, holding nothing: not inside the
+// handler that asked (whose locks it may need), and not on a worker, whose wake-up was a thread
+// hand-off on every one-at-a-time teardown. Work deferred by any other thread still goes to the
+// pool, for its caller may hold locks the work needs.
+struct Deferred : WorkItem {
+  std::atomic<bool> ran{false}, on_engine{false}, after_its_asker{false};
+  std::atomic<bool> asker_done{false};
+  Deferred() {
+    run = [](WorkItem* item) {
+      auto* self = static_cast<Deferred*>(item);
+      self->on_engine = Engine::Get().OnEngineThread();
+      self->after_its_asker = self->asker_done.load();
+      self->ran = true;
+    };
+  }
+};
+
+TEST(EngineWork, WorkATimerDefersRunsOnTheEngineAfterTheTimerNotOnAWorker) {
+  struct Asker {
+    Timer timer;
+    Deferred work;
+  } asker;
+  asker.timer.owner = &asker;
+  asker.timer.fire = [](Timer* t) {
+    auto* self = static_cast<Asker*>(t->owner);
+    Engine::Get().Defer(&self->work);
+    std::this_thread::sleep_for(20ms);  // a worker would have run it by now
+    self->work.asker_done = true;
+  };
+  Engine::Get().Arm(&asker.timer, 0ms);
+  ASSERT_TRUE(WaitUntil([&] { return asker.work.ran.load(); }));
+  EXPECT_TRUE(asker.work.on_engine);
+  EXPECT_TRUE(asker.work.after_its_asker);
+}
+
+TEST(EngineWork, WorkAnotherThreadDefersRunsOnAWorker) {
+  Deferred work;
+  work.asker_done = true;
+  Engine::Get().Defer(&work);
+  ASSERT_TRUE(WaitUntil([&] { return work.ran.load(); }));
+  EXPECT_FALSE(work.on_engine);
+}
 
 // A handler as the transports' are: shared, watched through a weak reference.
 struct Handler : IoHandler, std::enable_shared_from_this<Handler> {

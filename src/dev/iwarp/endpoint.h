@@ -4,9 +4,9 @@
 //   active:  Bind -> Connect: TCP connect, MPA Request -> Reply (Connect completes) ->
 //            Accept(NULL) = CompleteConnect: QP to RTS, RTR sent -> Connected
 //   passive: Listen; a TCP accept + MPA Request fills GetRequest's endpoint -> Accept: QP to RTR,
-//            MPA Reply -> RTR received (Accept completes, QP to RTS, on the work pool) -> Connected
+//            MPA Reply -> RTR received (Accept completes, QP to RTS, deferred) -> Connected
 //   close:   Disconnect: FIN after the queued data; the peer's FIN (or the timeout) ends the CM
-//            phase; then the QP phase flushes on the work pool and Disconnect completes.
+//            phase; then the QP phase flushes (deferred work) and Disconnect completes.
 //            A peer's FIN completes NotifyDisconnect; the stream then flushes the QP, whose close
 //            is our FIN.
 // Order comes from the stream itself: a close after the Reply is a close of an established

@@ -27,7 +27,7 @@ using base::Config;
 
 namespace {
 
-// Set while the work pool retries a receive-path callback (Endpoint::LockOrRetry).
+// Set while deferred work retries a receive-path callback (Endpoint::LockOrRetry).
 thread_local bool t_retrying = false;
 
 struct Retry final : WorkItem {
@@ -588,8 +588,8 @@ void Endpoint::OnUnreachable(const Unreachable& what) {
 // A port's receive path runs on the engine or on a poller lending its thread under its CQ's
 // sources_mutex_, which is above this lock in the order: Accept and CompleteConnect hold this
 // lock while they attach the link to its CQs (docs/architecture.md, "Locking"). A callback from
-// there must not wait for this lock: it takes it if free, otherwise it runs again on the work
-// pool, where no lock is held and it may wait. These events are rare (once per connection or
+// there must not wait for this lock: it takes it if free, otherwise it runs again as deferred
+// work, where no lock is held and it may wait. These events are rare (once per connection or
 // fault), so the retry's allocation costs nothing that matters.
 template <typename Again>
 bool Endpoint::LockOrRetry(Again&& again) {

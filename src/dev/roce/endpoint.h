@@ -6,9 +6,9 @@
 //            Accept(NULL) = CompleteConnect: QP to RTS, link started, RTU -> Connected
 //   passive: Listen: the bound UDP port, service ID 0x01060000|port. A REQ becomes a request for
 //            GetRequest -> Accept: QP to RTR, link started, REP -> RTU or the first packet
-//            (a lost RTU) -> QP to RTS on the work pool, Accept completes -> Connected
+//            (a lost RTU) -> QP to RTS (deferred work), Accept completes -> Connected
 //   close:   Disconnect: DREQ -> DREP received (ND_SUCCESS) or DREQ retries exhausted
-//            (ND_TIMEOUT); only then the QP phase flushes on the work pool and Disconnect
+//            (ND_TIMEOUT); only then the QP phase flushes (deferred work) and Disconnect
 //            completes. A peer's DREQ is answered with a DREP once what we sent is
 //            acknowledged (RcLink::SettleSent, bounded), which completes NotifyDisconnect and
 //            flushes the QP (after the DREP was sent, never before).
@@ -119,7 +119,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
   Connection DropConnectionLocked(std::deque<std::shared_ptr<Endpoint>>& children) NDWV_REQUIRES(mutex_);
 
   // The lock for a callback from a port's receive path (the three above): true when it was
-  // taken (the caller adopts it), else `again` runs on the work pool (endpoint.cpp says why).
+  // taken (the caller adopts it), else `again` runs as deferred work (endpoint.cpp says why).
   template <typename Again>
   bool LockOrRetry(Again&& again) NDWV_TRY_ACQUIRE(true, mutex_);
   void SetState(State s) NDWV_REQUIRES(mutex_);

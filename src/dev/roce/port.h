@@ -184,8 +184,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   void NotifyArmed();  // someone will wait for an event (CQ Notify): the engine must watch
 
   // ---- CM (not on a flow: its owner has the agent) ----
-  // Runs `call` on the agent under its lock. The events it causes are delivered later, on the
-  // work pool, so a consumer may call this while holding its own lock.
+  // Runs `call` on the agent under its lock. The events it causes are delivered later, as
+  // deferred work, so a consumer may call this while holding its own lock.
   template <class Call>
   auto Cm(Call&& call) {
     base::MutexLock lock(cm_mutex_);

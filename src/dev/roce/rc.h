@@ -76,8 +76,8 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   ~RcLink() override;
 
   [[nodiscard]] bool Start();  // attaches to the QP and to the port; false if the QP is in Error
-  // The connection is over (closed by the CM, or its owner let go): the QP moves to Error on
-  // the work pool, which flushes it and shuts this link down.
+  // The connection is over (closed by the CM, or its owner let go): the QP moves to Error as
+  // deferred work, which flushes it and shuts this link down.
   void Fail();
   // Sends a coalesced ACK now (before the CM's DREQ/DREP: the peer must see its last requests
   // acknowledged before the connection closes).
