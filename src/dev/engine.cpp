@@ -119,6 +119,14 @@ void Engine::Unwatch(int fd) {
   handlers_.erase(fd);
 }
 
+void Engine::CloseWatched(int fd) {
+  {
+    base::MutexLock lock(handlers_mutex_);
+    handlers_.erase(fd);
+  }
+  base::CloseDescriptor(fd);
+}
+
 void Engine::Arm(Timer* timer, std::chrono::milliseconds delay) {
   base::MutexLock lock(timer_mutex_);
   Clock::time_point before = timer->deadline;

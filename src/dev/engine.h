@@ -61,6 +61,12 @@ class Engine {
   void Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler);
   void Modify(int fd, uint32_t events);  // 0: out of the epoll set until events are given again
   void Unwatch(int fd);
+  // Closes a watched descriptor (base::CloseDescriptor): its handler is forgotten and the close
+  // takes the epoll registration with it, as the kernel drops a closed file's. One system call
+  // where Unwatch and a close were two, on every connection's teardown. A file still open
+  // elsewhere for a moment (a poller inside recv(), a fork's child before its handler closes its
+  // copies) may have events reported until it goes: under the old watch's tag, so dropped.
+  void CloseWatched(int fd);
   // From a handler, on the engine thread, that ended its turn with work left (a socket it did not
   // read to its end, bytes it read ahead): its OnIo(events) runs again in the next turn of the
   // loop, after the timers due, beside the sockets ready by then, without waiting for epoll

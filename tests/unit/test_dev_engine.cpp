@@ -239,6 +239,33 @@ TEST(EngineWatch, AnEventOfAClosedSocketDoesNotReachTheNextSocketWithItsNumber) 
 // A connection's socket passes from its CM's handler to its stream's with a second Watch (one
 // EPOLL_CTL_MOD): only the new handler sees events from then on, also a socket taken out of the
 // set (Modify 0) meanwhile, whose pending event the new watch reports.
+// CloseWatched closes without an EPOLL_CTL_DEL: the close takes the registration with it. A file
+// that outlives the close (here a copy, as a fork's child holds one for a moment) stays in the
+// epoll set, ready, until its last copy goes: its events carry the closed watch's tag and reach
+// nobody, neither its old handler nor the new socket that took its number.
+TEST(EngineWatch, ASocketClosedWatchedReachesNobodyAndItsNumberIsWatchedAgain) {
+  Pair old_pair, new_pair;
+  auto old_owner = std::make_shared<Handler>(), new_owner = std::make_shared<Handler>();
+  const int number = old_pair.fds[0];
+  Engine::Get().Watch(number, EPOLLIN, old_owner);
+  const int copy = dup(number);
+  ASSERT_GE(copy, 0);
+  Engine::Get().CloseWatched(number);
+  old_pair.fds[0] = -1;
+  old_pair.MakeReadable();  // the file lives on in `copy`: level-triggered, reported every turn
+  ASSERT_EQ(dup2(new_pair.fds[0], number), number);  // a new socket takes the number
+  Engine::Get().Watch(number, EPOLLIN, new_owner);
+  const uint64_t before = Engine::Get().EventsHandled();
+  ASSERT_TRUE(WaitUntil([&] { return Engine::Get().EventsHandled() > before + 10; }));
+  EXPECT_EQ(old_owner->calls.load(), 0);
+  EXPECT_EQ(new_owner->calls.load(), 0) << "the closed socket's event reached the new socket's handler";
+  new_pair.MakeReadable();
+  EXPECT_TRUE(WaitUntil([&] { return new_owner->calls.load() > 0; }));
+  close(copy);  // the last copy: the registration goes with it
+  Engine::Get().Unwatch(number);
+  close(number);
+}
+
 TEST(EngineWatch, ASecondWatchHandsTheSocketToTheNewHandlerWithWhatIsPending) {
   Pair pair;
   const int fd = pair.fds[0];

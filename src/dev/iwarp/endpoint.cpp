@@ -55,10 +55,9 @@ void Endpoint::SetState(State s) {
 
 void Endpoint::CloseSocket() {
   if (fd_ < 0) return;
-  if (watching_) Engine::Get().Unwatch(fd_);
-  watching_ = false;
   if (!accepted_) ReleaseTcpPort(fd_);
-  base::CloseDescriptor(fd_);
+  if (std::exchange(watching_, false)) Engine::Get().CloseWatched(fd_);
+  else base::CloseDescriptor(fd_);
   fd_ = -1;
   capture_.reset();
 }

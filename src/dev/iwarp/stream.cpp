@@ -177,10 +177,9 @@ void Stream::Shutdown() {
 }
 
 void Stream::CloseSocket() {
-  Engine::Get().Unwatch(fd_);
   if (capture_) [[unlikely]] capture_->SentFin();  // close() sends it, if shutdown() did not
   ReleasePort();
-  base::CloseDescriptor(fd_);
+  Engine::Get().CloseWatched(fd_);
 }
 
 void Stream::ReleasePort() {

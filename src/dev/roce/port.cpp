@@ -374,8 +374,7 @@ Port::~Port() {
     if (!connectors_key_.empty()) forget(ConnectorPorts(), connectors_key_);
     if (owner_) --owner_->FlowCount();
   }
-  Engine::Get().Unwatch(fd_);
-  base::CloseDescriptor(fd_);
+  Engine::Get().CloseWatched(fd_);
   NDWV_LOG(Debug, "roce port %s closed", name_.c_str());
 }
 
