@@ -587,24 +587,24 @@ void CaptureSent(const sockaddr_storage& from, const sockaddr_storage& to, const
 // that the kernel cuts into datagrams (a loopback receiver with UDP_GRO gets it whole).
 constexpr size_t kGsoMaxBytes = 65000;
 
-int Port::FirstRunLength(const OutDatagram* datagrams, int count) const {
-  if (!gso_.load(std::memory_order_relaxed)) return std::min(count, 1);
+Port::GsoRun Port::FirstRun(const OutDatagram* datagrams, int count) const {
+  if (count == 0) return {0, 0};
+  if (!gso_.load(std::memory_order_relaxed)) return {1, datagrams[0].size};
   int n = 1;
   size_t bytes = datagrams[0].size;
   while (n < count && datagrams[n].size <= datagrams[0].size && bytes + datagrams[n].size <= kGsoMaxBytes) {
     bytes += datagrams[n].size;
     if (datagrams[n++].size < datagrams[0].size) break;  // only the last datagram of a run may be shorter
   }
-  return n;
+  return {n, bytes};
 }
 
 int Port::SlotEndingFirstRun(const OutDatagram* datagrams, int count, size_t size) const {
   if (!gso_.load(std::memory_order_relaxed) || count == 0) return 0;
-  int n = FirstRunLength(datagrams, count);
-  size_t bytes = 0;
-  for (int i = 0; i < n; ++i) bytes += datagrams[i].size;
+  const GsoRun run = FirstRun(datagrams, count);
+  const int n = run.datagrams;
   bool open = datagrams[n - 1].size == datagrams[0].size;  // not ended by a shorter one
-  return open && size <= datagrams[0].size && bytes + size <= kGsoMaxBytes ? n : 0;
+  return open && size <= datagrams[0].size && run.bytes + size <= kGsoMaxBytes ? n : 0;
 }
 
 int Port::SendBatch(const sockaddr_storage& to, const sockaddr_storage& from, OutDatagram* datagrams, int count) {
@@ -619,7 +619,7 @@ int Port::SendBatch(const sockaddr_storage& to, const sockaddr_storage& from, Ou
   socklen_t name_length;
   sockaddr* name = NameFor(to, &name_length);
   for (int i = 0; i < count;) {
-    int n = FirstRunLength(datagrams + i, count - i);
+    const int n = FirstRun(datagrams + i, count - i).datagrams;
     mmsghdr& m = messages[nmsg];
     m = {};
     m.msg_hdr.msg_iov = iov + niov;

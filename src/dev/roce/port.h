@@ -158,9 +158,13 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // port sends from it; others from local().
   static constexpr int kMaxBatch = 17;  // a 64 KiB message of 4 KiB packets and an ACK ahead of it
   int SendBatch(const sockaddr_storage& to, const sockaddr_storage& from, OutDatagram* datagrams, int count);
-  // How many of `datagrams` SendBatch sends as its first GSO buffer; and where a datagram of
-  // `size` could join that buffer as its last (0 when it cannot: it would go alone).
-  int FirstRunLength(const OutDatagram* datagrams, int count) const;
+  // The datagrams SendBatch sends as its first GSO buffer (how many, their bytes); and where a
+  // datagram of `size` could join that buffer as its last (0 when it cannot: it would go alone).
+  struct GsoRun {
+    int datagrams;
+    size_t bytes;
+  };
+  GsoRun FirstRun(const OutDatagram* datagrams, int count) const;
   int SlotEndingFirstRun(const OutDatagram* datagrams, int count, size_t size) const;
   void WaitWritable(std::weak_ptr<PacketSink> sink);
   // Reads and dispatches what has arrived (the engine, or a CQ poller lending its thread). The
