@@ -243,7 +243,10 @@ TEST(RocePort, TheProcessKeepsOneGroSocketOfAFamilyAfterItsLastPortCloses) {
     port.reset();
     EXPECT_EQ(UnboundGroSockets(AF_INET, &descriptors), 1u) << "after port " << i;
     if (i == 0) descriptors_after_first = descriptors;
-    EXPECT_EQ(descriptors, descriptors_after_first) << "after port " << i;
+    // Never more than after the first: a descriptor left per port would add up. Fewer is
+    // another test's socket closing meanwhile (its teardown's last step runs on the engine),
+    // when the tests share a process.
+    EXPECT_LE(descriptors, descriptors_after_first) << "after port " << i;
   }
 }
 
