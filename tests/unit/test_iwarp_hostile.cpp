@@ -47,6 +47,7 @@
 #include "dev/counters.h"
 #include "dev/cq.h"
 #include "guarded_buffer.h"
+#include "hostile_support.h"
 #include "engine_hold.h"
 #include "qp_watch.h"
 #include "dev/device.h"
@@ -66,23 +67,6 @@ namespace w = ndwv::wire;
 using w::DdpHeader;
 using w::RdmapOpcode;
 using w::TermCode;
-
-// The bound on every wait.
-using Clock = std::chrono::steady_clock;
-constexpr auto kBound = 5s;
-Clock::time_point Deadline() { return Clock::now() + kBound; }
-int RemainingMs(Clock::time_point deadline) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return ms < 0 ? 0 : int(ms);
-}
-
-sockaddr_in Loopback(uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return a;
-}
 
 // ---- an asynchronous request's record ---------------------------------------------------------
 
@@ -478,13 +462,7 @@ class IwarpHostile : public ::testing::Test {
   void SetUp() override {
     ASSERT_FALSE(Device::All().empty()) << "no device (settings refused?)";
     listener = Device::All()[0]->CreateEndpoint();
-    sockaddr_in any_port = Loopback(0);
-    ASSERT_EQ(listener->Bind(reinterpret_cast<sockaddr*>(&any_port), sizeof any_port), WV_SUCCESS);
-    ASSERT_EQ(listener->Listen(kBacklog), WV_SUCCESS);
-    ConnectionInfo info;
-    ASSERT_EQ(listener->Query(&info), WV_SUCCESS);
-    ASSERT_EQ(info.local.ss_family, AF_INET);
-    port = ntohs(reinterpret_cast<const sockaddr_in&>(info.local).sin_port);
+    port = ListenOnLoopback(*listener, kBacklog);
     ASSERT_NE(port, 0);
   }
 
@@ -2061,12 +2039,8 @@ TEST_F(IwarpHostile, AListenerAskedForNoLimitLetsConnectionsBeyondItsBacklogWait
   } restore{saved};
 
   auto open = Device::All()[0]->CreateEndpoint();
-  sockaddr_in any_port = Loopback(0);
-  ASSERT_EQ(open->Bind(reinterpret_cast<sockaddr*>(&any_port), sizeof any_port), WV_SUCCESS);
-  ASSERT_EQ(open->Listen(0), WV_SUCCESS);
-  ConnectionInfo info;
-  ASSERT_EQ(open->Query(&info), WV_SUCCESS);
-  const uint16_t open_port = ntohs(reinterpret_cast<const sockaddr_in&>(info.local).sin_port);
+  const uint16_t open_port = ListenOnLoopback(*open, 0);
+  ASSERT_NE(open_port, 0);
   auto count = [](Counter c) { return AdapterCounters(Transport::Iwarp).Get(c); };
   const uint64_t received_before = count(Counter::MpaRequestsReceived);
   const uint64_t full_before = count(Counter::ListenBacklogFull);

@@ -58,6 +58,7 @@
 #include "dev/cq.h"
 #include "../common/cm_ids.h"
 #include "guarded_buffer.h"
+#include "hostile_support.h"
 #include "engine_hold.h"
 #include "qp_watch.h"
 #include "dev/endpoint.h"
@@ -82,23 +83,6 @@ namespace ib = ndwv::wire::ib;
 using ib::AethKind;
 using ib::NakCode;
 using ib::Opcode;
-
-// The bound on every wait.
-using Clock = std::chrono::steady_clock;
-constexpr auto kBound = 5s;
-Clock::time_point Deadline() { return Clock::now() + kBound; }
-int RemainingMs(Clock::time_point deadline) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return ms < 0 ? 0 : int(ms);
-}
-
-sockaddr_in Loopback(uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return a;
-}
 
 // 127.0.0.1 or ::1.
 sockaddr_storage LoopbackOf(int family, uint16_t port) {
@@ -472,13 +456,8 @@ class RoceHostile : public ::testing::Test {
   void SetUp() override {
     ASSERT_NE(base::LoadSettings(), nullptr) << "settings refused";
     listener = roce::CreateEndpoint();
-    sockaddr_in any_port = Loopback(0);
-    ASSERT_EQ(listener->Bind(reinterpret_cast<sockaddr*>(&any_port), sizeof any_port), WV_SUCCESS);
-    ASSERT_EQ(listener->Listen(kBacklog), WV_SUCCESS);
     ConnectionInfo info;
-    ASSERT_EQ(listener->Query(&info), WV_SUCCESS);
-    ASSERT_EQ(info.local.ss_family, AF_INET);
-    port = ntohs(reinterpret_cast<const sockaddr_in&>(info.local).sin_port);
+    port = ListenOnLoopback(*listener, kBacklog, &info);
     ASSERT_NE(port, 0);
     // The listener's UDP port object, for its drop counters (opening the bound address again
     // as "shared" finds the port that is open).
@@ -1845,12 +1824,9 @@ TEST_F(RoceHostile, RequestsNobodyTakesExpireAndLeaveTheBacklog) {
 // whose client connects without bound, counted a failed Connect and never finished.)
 TEST_F(RoceHostile, AListenerAskedForNoLimitLeavesARequestBeyondItsBacklogToBeRepeated) {
   auto open = roce::CreateEndpoint();
-  sockaddr_in any_port = Loopback(0);
-  ASSERT_EQ(open->Bind(reinterpret_cast<sockaddr*>(&any_port), sizeof any_port), WV_SUCCESS);
-  ASSERT_EQ(open->Listen(0), WV_SUCCESS);
   ConnectionInfo info;
-  ASSERT_EQ(open->Query(&info), WV_SUCCESS);
-  const uint16_t open_port = ntohs(reinterpret_cast<const sockaddr_in&>(info.local).sin_port);
+  const uint16_t open_port = ListenOnLoopback(*open, 0, &info);
+  ASSERT_NE(open_port, 0);
   int32_t status = 0;
   std::shared_ptr<roce::Port> open_device = roce::Port::Open(info.local, true, &status);
   ASSERT_TRUE(open_device) << status;
