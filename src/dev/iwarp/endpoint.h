@@ -3,8 +3,9 @@
 //
 //   active:  Bind -> Connect: TCP connect, MPA Request -> Reply (Connect completes) ->
 //            Accept(NULL) = CompleteConnect: QP to RTS, RTR sent -> Connected
-//   passive: Listen; a TCP accept + MPA Request fills GetRequest's endpoint -> Accept: QP to RTR,
-//            MPA Reply -> RTR received (Accept completes, QP to RTS, deferred) -> Connected
+//   passive: Listen; a TCP accept + MPA Request fills GetRequest's endpoint -> Accept: QP to RTS
+//            (the stream holds what is posted until the RTR), MPA Reply -> RTR received (Accept
+//            completes) -> Connected
 //   close:   Disconnect: FIN after the queued data; the peer's FIN (or the timeout) ends the CM
 //            phase; then the QP phase flushes (deferred work) and Disconnect completes.
 //            A peer's FIN completes NotifyDisconnect; the stream then flushes the QP, whose close

@@ -5,8 +5,8 @@
 //            RDMA-CM IP header and our user data -> REP (Connect completes) ->
 //            Accept(NULL) = CompleteConnect: QP to RTS, link started, RTU -> Connected
 //   passive: Listen: the bound UDP port, service ID 0x01060000|port. A REQ becomes a request for
-//            GetRequest -> Accept: QP to RTR, link started, REP -> RTU or the first packet
-//            (a lost RTU) -> QP to RTS (deferred work), Accept completes -> Connected
+//            GetRequest -> Accept: QP to RTS (the link holds what is posted until established),
+//            link started, REP -> RTU or the first packet (a lost RTU): Accept completes -> Connected
 //   close:   Disconnect: DREQ -> DREP received (ND_SUCCESS) or DREQ retries exhausted
 //            (ND_TIMEOUT); only then the QP phase flushes (deferred work) and Disconnect
 //            completes. A peer's DREQ is answered with a DREP once what we sent is
