@@ -228,17 +228,17 @@ WorkItem* Engine::WorkList::Pop() {
 }
 
 void Engine::Defer(WorkItem* item) {
-  const bool here = OnEngineThread();
+  const bool on_engine = OnEngineThread();
   bool wake = false;
   {
     base::MutexLock lock(work_mutex_);
     if (item->queued) return;
     item->queued = true;
-    if (here) {
-      here_.Push(item);
+    if (on_engine) {
+      engine_work_.Push(item);
       return;
     }
-    work_.Push(item);
+    pool_work_.Push(item);
     if (workers_asleep_ > 0 && wakes_on_the_way_ == 0) {
       ++wakes_on_the_way_;
       wake = true;
@@ -258,7 +258,7 @@ void Engine::WorkerLoop() {
     WorkItem* item;
     {
       base::MutexLock lock(work_mutex_);
-      while (!work_.head) {
+      while (!pool_work_.head) {
         // A Defer after this load changes the word, and the wait below does not sleep.
         const uint32_t seen = work_wakes_.load(std::memory_order_acquire);
         ++workers_asleep_;
@@ -279,7 +279,7 @@ void Engine::WorkerLoop() {
         ran = 0;
       }
       ++ran;
-      item = work_.Pop();
+      item = pool_work_.Pop();
     }
     item->run(item);
   }
@@ -337,7 +337,7 @@ void Engine::Loop() {
           if (auto handler = weak.lock()) handler->OnIo(what);
         again.clear();
         for (int i = 0; i < n; ++i) Dispatch(events[i]);
-        RunDeferredHere();
+        RunEngineWork();
       }
       handled += n;
       events_handled_.store(events_handled_.load(std::memory_order_relaxed) + uint64_t(std::max(n, 0)),
@@ -345,18 +345,18 @@ void Engine::Loop() {
       if (n < kBatch || handled >= kReadyBeforeTimers) break;
       n = epoll_wait(epoll_fd_, events, kBatch, 0);
     }
-    base::WakeBatch wakes;
+    base::WakeBatch wakes;  // a waiter that timers and their work release wakes once
     FireDueTimers();
-    RunDeferredHere();
+    RunEngineWork();
   }
 }
 
-void Engine::RunDeferredHere() {
+void Engine::RunEngineWork() {
   for (;;) {
     WorkItem* item;
     {
       base::MutexLock lock(work_mutex_);
-      item = here_.Pop();
+      item = engine_work_.Pop();
     }
     if (!item) return;
     item->run(item);  // may defer more, which this loop runs too

@@ -80,7 +80,7 @@ class Engine {
   bool IsArmed(const Timer* timer);
 
   // Runs item on the work pool; asked on the engine thread (a handler or a timer), on the engine
-  // itself once its turn's handlers and timers are done (RunDeferredHere).
+  // itself once its turn's handlers and timers are done (RunEngineWork).
   void Defer(WorkItem* item);
 
   bool OnEngineThread() const { return std::this_thread::get_id() == engine_thread_id_; }
@@ -99,7 +99,7 @@ class Engine {
   void WorkerLoop();
   int NextTimeoutMs();
   void FireDueTimers();
-  void RunDeferredHere();
+  void RunEngineWork();
   // The armed timers are a binary heap ordered by deadline, each timer knowing its slot: arming,
   // re-arming and disarming cost O(log n) and the next deadline O(1), whatever the number of
   // connections (each has a few timers, and transports re-arm theirs per message).
@@ -145,11 +145,11 @@ class Engine {
     void Push(WorkItem* item);
     WorkItem* Pop();  // null when empty
   };
-  WorkList work_ NDWV_GUARDED_BY(work_mutex_);  // for the pool's workers
+  WorkList pool_work_ NDWV_GUARDED_BY(work_mutex_);  // for the pool's workers
   // Deferred by the engine's own handlers and timers, for the engine once they are done. An item
   // run there holds no lock, as on a worker; it saves the worker's wake-up, a thread hand-off
   // that a one-at-a-time teardown paid on both sides of every connection.
-  WorkList here_ NDWV_GUARDED_BY(work_mutex_);
+  WorkList engine_work_ NDWV_GUARDED_BY(work_mutex_);
   std::vector<std::thread> workers_;
   // An idle worker sleeps on work_wakes_ (a futex word), which Defer bumps to wake one. Defer
   // wakes one only if no wake is on its way, so a burst of items wakes one sleeper (it takes
