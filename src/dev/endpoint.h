@@ -342,7 +342,7 @@ class EndpointBase : public ConnectEndpoint {
   }
 
  protected:
-  // The CM phase is over (mutex_ held): the QP phase runs on the work pool. A transport that
+  // The CM phase is over (mutex_ held): the QP phase runs as deferred work. A transport that
   // does more at that point hides this with its own, which calls it.
   void FinishDisconnect(int32_t status) NDWV_REQUIRES(mutex_) {
     mutex_.AssertHeld();

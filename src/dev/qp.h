@@ -3,8 +3,9 @@
 // transport); the QP knows nothing about sockets.
 //
 // Threads: posting runs on the caller's thread and kicks the link; the link's progress runs on
-// the engine or on a CQ poller's thread; state changes to Error (flush) run on the work pool or on
-// the caller's thread (Flush, release), never on the engine.
+// the engine or on a CQ poller's thread; state changes to Error (flush) run as deferred work
+// holding no lock (the work pool, or the engine after its turn) or on the caller's thread (Flush,
+// release), never in an engine handler.
 #pragma once
 #include <algorithm>
 #include <atomic>
