@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "base/checked.h"
 #include "base/fork.h"
@@ -236,6 +237,7 @@ void Engine::Defer(WorkItem* item) {
     item->queued = true;
     if (on_engine) {
       engine_work_.Push(item);
+      engine_work_deferred_ = true;
       return;
     }
     pool_work_.Push(item);
@@ -352,6 +354,8 @@ void Engine::Loop() {
 }
 
 void Engine::RunEngineWork() {
+  // Called every turn: without work deferred here since the last call, no lock is taken.
+  if (!std::exchange(engine_work_deferred_, false)) return;
   for (;;) {
     WorkItem* item;
     {

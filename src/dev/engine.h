@@ -150,6 +150,7 @@ class Engine {
   // run there holds no lock, as on a worker; it saves the worker's wake-up, a thread hand-off
   // that a one-at-a-time teardown paid on both sides of every connection.
   WorkList engine_work_ NDWV_GUARDED_BY(work_mutex_);
+  bool engine_work_deferred_ = false;  // the engine thread's own: engine_work_ may hold items
   std::vector<std::thread> workers_;
   // An idle worker sleeps on work_wakes_ (a futex word), which Defer bumps to wake one. Defer
   // wakes one only if no wake is on its way, so a burst of items wakes one sleeper (it takes
