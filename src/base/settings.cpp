@@ -59,7 +59,8 @@ const std::vector<SettingInfo>& SettingTable() {
      "them, up to 8 times this."},
     {"NDWV_ROCE_CM_RETRIES", SettingType::Integer, "7", 0, 15, nullptr,
      "RoCE: a REQ, REP or DREQ unanswered after 1 + this many response timeouts gives up (Connect "
-     "ND_IO_TIMEOUT, v1's ND_TIMEOUT; Disconnect ND_TIMEOUT); within that, each retransmission "
+     "ND_IO_TIMEOUT, or ND_TIMEOUT, try again, if the listener asked it to wait; v1's always "
+     "ND_TIMEOUT; Disconnect ND_TIMEOUT); within that, each retransmission "
      "waits twice as long as the one before."},
     {"NDWV_ROCE_TIMEWAIT_MS", SettingType::Integer, "1000", 0, 60000, nullptr,
      "RoCE: IB CM time-wait after a disconnect, in milliseconds; also how long a connection's "

@@ -78,7 +78,7 @@ enum class Counter : uint16_t {
   PortDatagramsOverflowed, CmReqsShed,
   // Per adapter: a listener asked for no limit (Listen(0)) held the host's backlog and let a
   // connection wait instead of refusing it. iWARP: it stopped accepting (the kernel's queue holds
-  // the connections); RoCE: a REQ left unanswered (its sender repeats it).
+  // the connections); RoCE: a REQ postponed (an MRA asks its sender to repeat it).
   ListenBacklogWaits, CmReqsBacklogWaits,
   Count
 };

@@ -184,7 +184,7 @@ class ConnectEndpoint {
   // `backlog`: how many requests the listener holds for GetRequest (on iWARP with the connections
   // still reading theirs), cut to HostBacklog(); beyond it a request is refused (nd2-spi: full
   // backlog, ND_CONNECTION_REFUSED). 0, ND's "no limit": HostBacklog() held, and a request beyond
-  // it is not refused but left to wait (in the kernel's accept queue, or unanswered for its
+  // it is not refused but left to wait (in the kernel's accept queue, or postponed for its
   // sender to repeat) until there is room, as a TCP listener's full queue makes connects wait.
   virtual int32_t Listen(int backlog) = 0;
   // Completes when a connection request was attached to `target` (a fresh endpoint).

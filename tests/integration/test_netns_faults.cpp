@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -229,6 +231,23 @@ IT_PEER(netns_client) {
   parent.SendValue("connected", uint32_t(hr));
   if (hr == ND_SUCCESS && parent.Receive("what next", 60000) == "complete") CompleteConnect(e.connector.get());
   parent.Expect("never", 60000);
+}
+
+// Listens on kAddressB asking for no limit (Listen(0)), where the host's backlog
+// (net.core.somaxconn, which the test sets to 1 in namespace B) holds one request; takes none
+// until told "take", then accepts two connections and says "accepted" after each.
+IT_PEER(netns_full_listener) {
+  Adapter adapter;
+  Endpoint first(adapter, kServerQp, {.depth = 8, .separateCqs = true});
+  Endpoint second(adapter, Ctx(0x5F), {.depth = 8, .separateCqs = true});
+  Ref<IND2Listener> listener = ListenOnB(adapter, parent);
+  parent.Expect("take", 60000);
+  for (Endpoint* e : {&first, &second}) {
+    e->connector = GetConnectionRequest(adapter, listener.get());
+    IT_OK(Accept(e->connector.get(), e->qp.get(), 4, 4));
+    parent.Send("accepted");
+  }
+  parent.Expect("done", 60000);
 }
 
 // Listens on kAddressB, takes one request, accepts it and reports how the Accept ended
@@ -857,6 +876,62 @@ TEST_F(IntegrationNetns, LinkCutBeforeCompleteConnect) {
     packets.ExpectNone("this side's requests after their objects' release");
     IT_CHECK_HR(ND_IO_TIMEOUT, HRESULT(peer.ReceiveValue("accept", kSetupBudgetMs)));
     peer.Expect("released");
+  });
+}
+
+// ND's Listen(0) asks for no limit: a Connect beyond a full backlog (the host's somaxconn, 1 in
+// namespace B here) waits. On RoCE the listener postpones its REQ with an MRA; the Connect, once
+// its budget is spent, ends ND_TIMEOUT ("try again"; a silent peer's ends ND_IO_TIMEOUT), and
+// issued again on the same connector after the listener took a request, it gets in. On iWARP it
+// waits in the kernel's accept queue. Both connections are then made, in whichever order.
+TEST_F(IntegrationNetns, AConnectBeyondAFullListenerWaitsOrEndsTryAgain) {
+  IT_CHECK(Shell("ip netns exec " + hosts().b() + " sysctl -qw net.core.somaxconn=1"));
+  RunWithPeer("netns_full_listener", {{"netns", hosts().b()}}, [&](Channel& peer) {
+    InNamespace inside(hosts().a());
+    Client clients[2];
+    Ov connects[2];
+    // Which of `candidates` completes first (bounded by the longest setup budget).
+    auto first_done = [&](std::initializer_list<int> candidates) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSetupBudgetMs);
+      for (;;) {
+        for (int i : candidates)
+          if (connects[i].Completed()) return i;
+        IT_CHECK_MSG(std::chrono::steady_clock::now() < deadline, "no Connect completed within the budget");
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    };
+    const uint16_t port = uint16_t(peer.ReceiveValue("port"));
+    for (int i = 0; i < 2; ++i) IT_CHECK_HR(ND_PENDING, clients[i].StartConnect(port, connects[i]));
+    int postponed = -1;  // RoCE: the Connect that ended while the listener was full
+    if (TransportIsRoce()) {
+      postponed = first_done({0, 1});
+      IT_CHECK_HR(ND_TIMEOUT, connects[postponed].Finish(ND_PENDING, "the Connect beyond the backlog"));
+      IT_CHECK_MSG(!connects[1 - postponed].Completed(), "the Connect the listener holds waits");
+    } else {
+      IT_CHECK_MSG(!connects[0].Completed() && !connects[1].Completed(), "the Connect beyond the backlog waits");
+    }
+    peer.Send("take");
+    // The listener accepts one at a time, each Accept ending with our CompleteConnect.
+    auto complete = [&](int i) {
+      IT_OK(connects[i].Finish(ND_PENDING, "Connect"));
+      CompleteConnect(clients[i].e.connector.get());
+      peer.Expect("accepted");
+    };
+    if (postponed < 0) {
+      const int first = first_done({0, 1});
+      complete(first);
+      complete(1 - first);
+    } else {
+      complete(1 - postponed);
+      Client& again = clients[postponed];  // issued again on the same connector, as the SPI allows
+      sockaddr_in server = Address(kAddressB, port);
+      IT_CHECK_HR(ND_PENDING, again.e.connector->Connect(again.e.qp.get(), reinterpret_cast<sockaddr*>(&server),
+                                                         sizeof server, 4, 4, nullptr, 0,
+                                                         connects[postponed].Prepare(again.e.connector.get())));
+      complete(postponed);
+    }
+    for (Client& c : clients) IT_OK(Disconnect(c.e.connector.get()));
+    peer.Send("done");
   });
 }
 

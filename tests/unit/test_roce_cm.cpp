@@ -559,6 +559,89 @@ TEST_F(RoceCm, RepeatsWaitTwiceAsLongEachTimeWithinTheBudget) {
   EXPECT_EQ(gaps, (std::vector<uint64_t>{0, t, 2 * t, 4 * t, 8 * t}));  // the next at 23 t: past 16 t
 }
 
+// A listener with no room for a request (a Listen(0) backlog full, or a process shedding new
+// connections) keeps no CEP for it but answers with an MRA naming none (local ID 0) and asking
+// for our response timeout: the sender waits that long, repeats the REQ as a new request, and the
+// passive CEP it then gets is the one its REP comes from.
+TEST_F(RoceCm, APostponedRequestIsRepeatedAfterTheMraAndGetsIn) {
+  auto [active, first] = Request();
+  ASSERT_EQ(b_->agent.PostponeRequest(first), WV_SUCCESS);
+  EXPECT_EQ(b_->agent.size(), 0u);
+  EXPECT_EQ(b_->agent.counters().Limited(CmLimit::BacklogWait), 1u);
+  auto mras = pipe.Sent(CmAttr::Mra);
+  ASSERT_EQ(mras.size(), 1u);
+  EXPECT_EQ(mras[0].mra.local_comm_id, 0u);
+  EXPECT_EQ(mras[0].mra.remote_comm_id, active);
+  EXPECT_EQ(mras[0].mra.message_mraed, 0u);  // the REQ
+  EXPECT_EQ(mras[0].mra.service_timeout, TimeValueFromMs(100));
+  Run();
+  EXPECT_EQ(a_->State(active), CmState::MraReqRcvd);
+  EXPECT_EQ(a_->EventKinds(), Kinds{K::MraReceived});
+  EXPECT_EQ(a_->agent.DeadlineOf(active), clock.now + Timeout());  // the service time (lifetime 0)
+  RunUntil(a_->agent.DeadlineOf(active));
+  EXPECT_EQ(pipe.Count(CmAttr::Req), 2u);
+  auto events = b_->Events();
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_EQ(events[0].kind, K::ReqReceived);
+  const uint32_t second = events[0].id;
+  ASSERT_EQ(b_->agent.Accept(second, Accepting()), WV_SUCCESS);
+  Run();
+  EXPECT_EQ(a_->EventKinds(), Kinds{K::RepReceived});
+  ASSERT_EQ(a_->agent.SendRtu(active), WV_SUCCESS);
+  Run();
+  EXPECT_EQ(b_->EventKinds(), Kinds{K::Established});
+  EXPECT_EQ(a_->State(active), CmState::Established);
+  EXPECT_EQ(a_->agent.counters().Dropped(CmDrop::CommIdMismatch), 0u);
+}
+
+// A Connect whose every REQ is postponed (the listener's backlog stays full) gives up within its
+// budget, stretched by the MRAs it honours (two) and no more; its timeout says the listener was
+// there (peer_busy: ND_TIMEOUT, try again), where silence says it was not.
+TEST_F(RoceCm, AConnectPostponedUntilItsBudgetEndsKnowsTheListenerWasThere) {
+  ASSERT_EQ(b_->agent.Listen(kService), WV_SUCCESS);
+  const uint32_t active = a_->agent.Connect(b_->address, Args());
+  std::vector<CmEvent> events;
+  auto turn = [&] {
+    Run();
+    for (const CmEvent& e : b_->Events()) {
+      if (e.kind == K::ReqReceived) {
+        EXPECT_EQ(b_->agent.PostponeRequest(e.id), WV_SUCCESS);
+      }
+    }
+    Run();
+    for (const CmEvent& e : a_->Events()) events.push_back(e);
+  };
+  for (int i = 0; i < 100 && a_->agent.NextDeadlineMs() != UINT64_MAX; ++i) {
+    turn();
+    if (a_->agent.NextDeadlineMs() != UINT64_MAX) RunUntil(a_->agent.NextDeadlineMs());
+  }
+  turn();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].kind, K::MraReceived);
+  EXPECT_EQ(events[1].kind, K::MraReceived);
+  EXPECT_EQ(events[2].kind, K::ReqTimeout);
+  EXPECT_TRUE(events[2].peer_busy);
+  EXPECT_EQ(a_->State(active), CmState::Idle);
+  EXPECT_EQ(b_->agent.size(), 0u);
+  const size_t reqs = pipe.Count(CmAttr::Req);
+  // The REQ and a repeat after each MRA honoured; the budget left then (two waits) ends before the
+  // next repeat's backed-off wait.
+  EXPECT_EQ(reqs, 3u);
+  EXPECT_EQ(b_->agent.counters().Limited(CmLimit::BacklogWait), reqs);
+  EXPECT_EQ(pipe.Count(CmAttr::Mra), reqs);  // one MRA per REQ: nothing amplified
+  EXPECT_EQ(a_->agent.counters().Limited(CmLimit::MraCount), reqs - 2);
+
+// Silence: the same budget ends "unresponsive".
+  b_->overloaded = false;
+  DropAll(CmAttr::Req);
+  a_->agent.Connect(b_->address, Args());
+  RunFor(100 * Timeout());
+  events = a_->Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, K::ReqTimeout);
+  EXPECT_FALSE(events[0].peer_busy);
+}
+
 // The wait stretches to what answers are measured to take (ack_wait.h's rule), 8 timeouts at
 // most, and comes back to the timeout once they are quick again.
 TEST_F(RoceCm, SlowAnswersStretchTheWaitAndQuickOnesBringItBack) {

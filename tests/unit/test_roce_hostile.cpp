@@ -1819,10 +1819,11 @@ TEST_F(RoceHostile, RequestsNobodyTakesExpireAndLeaveTheBacklog) {
 }
 
 // ND's Listen(0) asks for no limit: the listener holds the host's backlog (somaxconn) of
-// requests, and a REQ beyond it is left unanswered rather than refused; its sender repeats it
-// (backed off) and the repeat gets in once a request has left. (Refused, Microsoft's ndconn,
-// whose client connects without bound, counted a failed Connect and never finished.)
-TEST_F(RoceHostile, AListenerAskedForNoLimitLeavesARequestBeyondItsBacklogToBeRepeated) {
+// requests, and a REQ beyond it is postponed rather than refused: not held, but answered with an
+// MRA (naming no CEP of ours, asking for our CM response timeout), after which its sender repeats
+// it, and the repeat gets in once a request has left. (Refused, Microsoft's ndconn, whose client
+// connects without bound, counted a failed Connect and never finished.)
+TEST_F(RoceHostile, AListenerAskedForNoLimitPostponesARequestBeyondItsBacklog) {
   auto open = roce::CreateEndpoint();
   ConnectionInfo info;
   const uint16_t open_port = ListenOnLoopback(*open, 0, &info);
@@ -1852,7 +1853,15 @@ TEST_F(RoceHostile, AListenerAskedForNoLimitLeavesARequestBeyondItsBacklogToBeRe
   ASSERT_TRUE(WaitUntil([&] { return left() == 1; }, kBound)) << "the REQ beyond the backlog was not left";
   EXPECT_EQ(ceps(), size_t(n)) << "the REQ beyond the backlog is held";
   EXPECT_EQ(counters().Limited(roce::CmLimit::BacklogFull), before.Limited(roce::CmLimit::BacklogFull));
-  for (const Inbound& in : peer.DrainNow()) ADD_FAILURE() << "answered: " << Describe(in);
+  std::vector<Inbound> answers = peer.DrainNow();
+  ASSERT_EQ(answers.size(), 1u);
+  ib::CmMessage mra;
+  ASSERT_EQ(ib::DecodeCm(answers[0].payload, mra), ib::CmError::Ok);
+  ASSERT_EQ(mra.attr, ib::CmAttr::Mra) << ib::ToString(mra.attr);
+  EXPECT_EQ(mra.mra.message_mraed, 0u);  // the REQ
+  EXPECT_EQ(mra.mra.remote_comm_id, 0x0B0B0000u + uint32_t(n));
+  EXPECT_EQ(mra.mra.local_comm_id, 0u);
+  EXPECT_EQ(mra.mra.service_timeout, roce::TimeValueFromMs(base::Config().roce_cm_timeout_ms));
 
   // A request taken makes room: the sender's repeat gets in.
   auto target = roce::CreateEndpoint();

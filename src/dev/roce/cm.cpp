@@ -88,7 +88,7 @@ const char* ToString(CmLimit l) {
                                       "MRA service timeout clamped", "MRA ignored",
                                       "read limits clamped", "RNR retry count clamped",
                                       "new connection shed (overloaded)",
-                                      "REQ left unanswered (backlog full)"};
+                                      "REQ postponed (backlog full)"};
   static_assert(std::size(names) == size_t(CmLimit::Count));
   return l < CmLimit::Count ? names[size_t(l)] : "?";
 }
@@ -300,6 +300,7 @@ void CmAgent::Emit(const Cep& cep, CmEventKind kind, const CmMessage* msg, uint1
   if (msg) e.msg = *msg;
   e.peer = cep.peer;
   e.reject_reason = reason;
+  e.peer_busy = kind == CmEventKind::ReqTimeout && cep.peer_busy;
 }
 
 bool CmAgent::PopEvent(CmEvent* out) {
@@ -401,6 +402,17 @@ void CmAgent::SendMra(Cep& cep, MraFor what) {
   m.mra.message_mraed = what;
   m.mra.service_timeout = mra_timeout_;
   Send(cep.peer, m);
+}
+
+void CmAgent::SendPostpone(const sockaddr_storage& to, uint64_t tid, uint32_t remote_id) {
+  CmMessage m;
+  m.attr = CmAttr::Mra;
+  m.mad.transaction_id = tid;
+  m.mra.local_comm_id = 0;  // we keep nothing: the repeat is a new request
+  m.mra.remote_comm_id = remote_id;
+  m.mra.message_mraed = kMraForReq;
+  m.mra.service_timeout = response_timeout_;
+  Send(to, m);
 }
 
 void CmAgent::SendDreq(Cep& cep, std::span<const uint8_t> private_data) {
@@ -523,16 +535,17 @@ int32_t CmAgent::Accept(uint32_t id, const AcceptArgs& args) {
 
 int32_t CmAgent::RefuseRequest(uint32_t id) { return DropRequest(id, true); }
 
-int32_t CmAgent::LeaveRequest(uint32_t id) { return DropRequest(id, false); }
+int32_t CmAgent::PostponeRequest(uint32_t id) { return DropRequest(id, false); }
 
 int32_t CmAgent::DropRequest(uint32_t id, bool refuse) {
   Cep* cep = Find(id);
   if (!cep) return WV_NOT_FOUND;
   if (cep->state != CmState::ReqRcvd && cep->state != CmState::MraReqSent) return WV_INVALID_DEVICE_STATE;
   Limit(refuse ? CmLimit::BacklogFull : CmLimit::BacklogWait, nullptr, cep->peer,
-        refuse ? "REQ refused" : "REQ left unanswered");
+        refuse ? "REQ refused" : "REQ postponed");
   events_.EraseIf([id](const CmEvent& e) { return e.id == id; });
   if (refuse) SendRej(*cep, RejReason::NoResources, RejectedMessage::Req);
+  else SendPostpone(cep->peer, cep->tid, cep->remote_id);
   Erase(*cep);
   return WV_SUCCESS;
 }
@@ -733,6 +746,8 @@ void CmAgent::OnReq(const sockaddr_storage& from, const CmMessage& received) {
   if (Cep* dup = FindByRemote(req.local_ca_guid, req.local_comm_id, from)) return OnDuplicateReq(*dup);
   // A process dropping datagrams sheds new connections before the ones it has, as a kernel drops
   // SYNs to a full listen queue: unanswered, the REQ comes again (each time after twice the wait).
+  // (Not postponed with an MRA as a full backlog's are: the answer would cost the overloaded
+  // process a send per REQ, and a sender told to try again keeps the load up.)
   if (env_.Overloaded()) {
     Limit(CmLimit::Overloaded, nullptr, from, "REQ dropped");
     return;
@@ -869,6 +884,7 @@ void CmAgent::OnMra(const sockaddr_storage& from, const CmMessage& m) {
     Drop(CmDrop::WrongState);
     return;
   }
+  if (for_req) cep->peer_busy = true;  // honoured or not, the MRA says the listener is there
   // A peer may not hold our exchange open as long and as often as it likes: a bounded number
   // of MRAs, each for at most our own service timeout.
   if (cep->mra_waits >= config_.max_mra_waits) {

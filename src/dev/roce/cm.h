@@ -123,6 +123,10 @@ struct CmEvent {
   wire::ib::CmMessage msg;
   sockaddr_storage peer{};
   uint16_t reject_reason = 0;  // Rejected
+  // ReqTimeout: the peer's CM answered the REQ with an MRA, so it is there, busy or without room
+  // for the request (PostponeRequest): the Connect may be tried again (ND_TIMEOUT), where an
+  // unanswered one means the peer is unresponsive (ND_IO_TIMEOUT).
+  bool peer_busy = false;
 };
 
 enum class CmDrop : uint8_t {
@@ -150,7 +154,7 @@ enum class CmLimit : uint8_t {
   ReadLimits,       // responder resources / initiator depth above max_read_limit: clamped
   RnrRetry,         // RNR retry count above max_rnr_retry: clamped
   Overloaded,       // a new REQ dropped unanswered while CmEnv::Overloaded
-  BacklogWait,      // REQ dropped unanswered (LeaveRequest): a Listen(0) listener's backlog is full
+  BacklogWait,      // REQ erased, its sender asked to repeat it (PostponeRequest): a Listen(0) listener's backlog is full
   Count
 };
 const char* ToString(CmLimit l);
@@ -240,10 +244,13 @@ class CmAgent {
   // REQ unanswered for the peer's CM to send again: under a connect storm every pending Connect
   // then repeated its REQ each response timeout, ~17,000 a second under Microsoft's ndconn.)
   int32_t RefuseRequest(uint32_t id);
-  // A listener asked for no limit (Listen(0)) holds its whole backlog: the CEP is erased without
-  // an answer, and the sender repeats its REQ (backed off) until there is room or its budget ends,
-  // as a TCP listener's full queue leaves a SYN unanswered.
-  int32_t LeaveRequest(uint32_t id);
+  // A listener asked for no limit (Listen(0)) holds its whole backlog: the CEP is erased and the
+  // sender is asked to repeat its REQ after our response timeout, by an MRA naming no CEP of ours
+  // (local comm ID 0: the repeat is a new request). Its Connect waits for room as a SYN to a full
+  // TCP listener does; if its budget ends first, it knows the listener was there (ND_TIMEOUT, try
+  // again). (Left unanswered, as before, Microsoft's ndconn saw ND_IO_TIMEOUT, "peer unresponsive",
+  // and never retried.)
+  int32_t PostponeRequest(uint32_t id);
   // REJ consumer reject (28): passive before or after its REP, active after the REP.
   int32_t Reject(uint32_t id, std::span<const uint8_t> private_data = {});
   // The QP received its first packet in RTR: stands for a lost RTU (pitfall 8). Harmless once
@@ -298,6 +305,7 @@ class CmAgent {
     uint64_t give_up_ms = 0;              // ... and when the exchange ends unanswered
     uint64_t deadline = UINT64_MAX;
     uint32_t mra_waits = 0;       // MRAs honoured (or, passive in REQ_RCVD, sent) this exchange
+    bool peer_busy = false;       // active: an MRA answered our REQ (CmEvent::peer_busy)
     uint32_t warned = 0;          // CmLimit bits already logged for this connection
     // The REQ, REP or DREQ awaiting its answer, held only while it may be sent again (a message
     // is 272 bytes; an established connection needs none). The RTU or MRA we resend when the
@@ -378,6 +386,9 @@ class CmAgent {
                 std::span<const uint8_t> private_data = {});
   enum MraFor : uint8_t { kMraForReq = 0, kMraForRep = 1 };  // the MRA's Message MRAed
   void SendMra(Cep& cep, MraFor what);
+  // An MRA for a REQ we keep no CEP for (PostponeRequest): local comm ID 0, service timeout our
+  // response timeout.
+  void SendPostpone(const sockaddr_storage& to, uint64_t tid, uint32_t remote_id);
   static wire::ib::CmMessage RtuOf(const Cep& cep);
   void RejectReq(const sockaddr_storage& to, const wire::ib::CmMessage& req,
                  wire::ib::RejReason reason);  // a REQ we gave no CEP
@@ -387,7 +398,7 @@ class CmAgent {
   void Disarm(Cep& cep);
   void EnterTimewait(Cep& cep);
   void EnterIdle(Cep& cep);  // erases a destroyed CEP
-  int32_t DropRequest(uint32_t id, bool refuse);  // RefuseRequest, LeaveRequest
+  int32_t DropRequest(uint32_t id, bool refuse);  // RefuseRequest, PostponeRequest
   void Erase(Cep& cep);
   void ReportEstablished(Cep& cep, const wire::ib::CmMessage* rtu);
   void Emit(const Cep& cep, CmEventKind kind, const wire::ib::CmMessage* msg = nullptr,

@@ -190,10 +190,10 @@ int32_t Endpoint::Listen(int backlog) {
 void Endpoint::OnRequest(const CmEvent& event) {
   mutex_.AssertHeld();
   // Under mutex_ (listener). Beyond the backlog a request is refused (CmAgent::RefuseRequest
-  // says why), or with no limit asked left for its sender to repeat (ConnectEndpoint::Listen).
+  // says why), or with no limit asked postponed: its sender repeats it (ConnectEndpoint::Listen).
   if (int(requests_.queued()) >= backlog_) {
     const bool wait = wait_beyond_backlog_;  // for the lambda: the analysis does not see our lock inside it
-    port_->Cm([&](CmAgent& agent) { return wait ? agent.LeaveRequest(event.id) : agent.RefuseRequest(event.id); });
+    port_->Cm([&](CmAgent& agent) { return wait ? agent.PostponeRequest(event.id) : agent.RefuseRequest(event.id); });
     return;
   }
   // The request becomes an endpoint of its own until a GetRequest target adopts it; its CM
@@ -512,7 +512,8 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
       }
       return;
     case CmEventKind::ReqTimeout:
-      if (state_ == State::Connecting) FailConnect(finish, WV_IO_TIMEOUT);
+      // A listener that asked us to wait had no room: try again (ND_TIMEOUT); silence: ND_IO_TIMEOUT.
+      if (state_ == State::Connecting) FailConnect(finish, event.peer_busy ? WV_TIMEOUT : WV_IO_TIMEOUT);
       return;
     case CmEventKind::RepTimeout:
       if (state_ != State::Accepting) return;
