@@ -455,6 +455,13 @@ class Client : public scale::ClientSide, public NdSide {
     return closed_;
   }
 
+  unsigned AwaitEnds(std::uint64_t untilUs) override {
+    phase_ = "crash";
+    const unsigned before = lost_;
+    while (lost_ < established_ && NowUs() < untilUs) Pump(WaitMsUntil(untilUs));
+    return lost_ - before;
+  }
+
   void Release(std::uint64_t untilUs) override {
     phase_ = "release";
     Close(untilUs);
@@ -497,6 +504,7 @@ class Client : public scale::ClientSide, public NdSide {
   void OnComplete(Op& op, HRESULT hr) override {
     Conn& c = *op.conn;
     const bool canceled = hr == ND_CANCELED && (cancelingSetup_ || phase_ == "teardown" || closing_);
+    const bool crashed = phase_ == "crash";  // any end of a connection whose peer was killed
     switch (op.kind) {
       case OpKind::Connect:
         Record("Connect", hr, hr == ND_SUCCESS || canceled);
@@ -518,7 +526,7 @@ class Client : public scale::ClientSide, public NdSide {
         // completion before it means the connection ended by itself.
         bool ours = c.state == State::Disconnecting || c.state == State::Closed;
         Record("NotifyDisconnect", hr,
-               (ours && (hr == STATUS_CONNECTION_DISCONNECTED || hr == ND_SUCCESS)) || (closing_ && canceled));
+               (ours && (hr == STATUS_CONNECTION_DISCONNECTED || hr == ND_SUCCESS)) || (closing_ && canceled) || crashed);
         if (!ours) MarkLost(c);
         return MaybeReleased(c);
       }
@@ -543,7 +551,7 @@ class Client : public scale::ClientSide, public NdSide {
 
   void OnResult(const ND2_RESULT& r) override {
     Conn& c = *static_cast<Conn*>(r.RequestContext);
-    const bool flush = r.Status == ND_CANCELED && (phase_ == "teardown" || closing_);
+    const bool flush = r.Status == ND_CANCELED && (phase_ == "teardown" || phase_ == "crash" || closing_);
     if (r.RequestType == Nd2RequestTypeSend) {
       Record("Send", r.Status, r.Status == ND_SUCCESS || flush);
       if (phase_ == "echo" && sendsDue_ > 0) sendsDue_--;

@@ -10,6 +10,10 @@
 # under timeout(1). Then a table per phase (setup, idle, echo-all, teardown), every figure next
 # to its TCP reference with the ratio to it. Builds nothing: `cmake --build BUILD --target tcp_scale nd_scale`.
 #
+# --crash ends each run by killing its server (SIGKILL) instead of the teardown: the "peer
+# crash" table then says how long every connection took to report its end (TCP's kernel resets
+# them; RoCE's keepalives and retries find the dead peer).
+#
 # --rounds R runs that sequence R times over, so that each round's runs share the machine's
 # moment. A measure (rates, times, CPU, memory, packets) is then the median of the rounds, and its
 # ratio the median of the rounds' own ratios to their TCP run; an outcome (connected, lost,
@@ -38,11 +42,13 @@ usage() {
   --transports L  ndwv transports to run, comma-separated (default iwarp,roce)
   --rounds R      run every K's sequence R times; the table gives medians and worst cases (default 1)
   --no-netns      run in the machine's network namespace (packet counts then include all traffic)
+  --crash         kill each server instead of the teardown, and time how long until every
+                  connection has reported its end
 See the comment at the top of this script for what it runs and its exit status.
 EOF
 }
 
-build="" idle=10 cqs=1 bound=60 transports="iwarp,roce" netns=1 rounds=1 args=()
+build="" idle=10 cqs=1 bound=60 transports="iwarp,roce" netns=1 rounds=1 crash=() args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) [ $# -ge 2 ] || { usage >&2; exit 2; }; build=$2; shift ;;
@@ -52,6 +58,7 @@ while [ $# -gt 0 ]; do
     --transports) [ $# -ge 2 ] || { usage >&2; exit 2; }; transports=$2; shift ;;
     --rounds) [ $# -ge 2 ] || { usage >&2; exit 2; }; rounds=$2; shift ;;
     --no-netns) netns=0 ;;
+    --crash) crash=(--crash) ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "scale.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
     *) args+=("$1") ;;
@@ -188,7 +195,7 @@ done
 
 status=0
 for k in $(echo "$ks" | tr ',' ' '); do
-  opts=(-n "$n" -k "$k" --idle "$idle" --bound "$bound")
+  opts=(-n "$n" -k "$k" --idle "$idle" --bound "$bound" "${crash[@]}")
   echo
   echo "N = $n connections, K = $k outstanding, $cqs CQ(s) for ndwv, idle $idle s, bound $bound s per phase$([ "$rounds" -gt 1 ] && echo ", $rounds rounds"):"
   for j in $(seq "$rounds"); do
@@ -255,12 +262,21 @@ for k in $(echo "$ks" | tr ',' ' '); do
   row "CPU ms, client"             echo 'printf "%.1f", f("c.cpu_ms")'
   row "CPU ms, server"             echo 'printf "%.1f", f("s.cpu_ms")'
   row "ack timeouts (ndwv)"        echo 'printf "%d", f("c.ack_timeouts") + f("s.ack_timeouts")' max
-  echo "teardown, K = $k"
-  row "disconnected"               teardown 'printf "%d/%d", f("done"), f("of")' min
-  row "seconds"                    teardown 'printf "%.3f", f("seconds")'
-  row "conn/s"                     teardown 'printf "%.0f", f("rate")'
-  row "CPU s, client"              teardown 'printf "%.3f", f("c.cpu_ms") / 1000'
-  row "CPU s, server"              teardown 'printf "%.3f", f("s.cpu_ms") / 1000'
+  if [ ${#crash[@]} -eq 0 ]; then
+    echo "teardown, K = $k"
+    row "disconnected"               teardown 'printf "%d/%d", f("done"), f("of")' min
+    row "seconds"                    teardown 'printf "%.3f", f("seconds")'
+    row "conn/s"                     teardown 'printf "%.0f", f("rate")'
+    row "CPU s, client"              teardown 'printf "%.3f", f("c.cpu_ms") / 1000'
+    row "CPU s, server"              teardown 'printf "%.3f", f("s.cpu_ms") / 1000'
+  else
+    echo "peer crash (the server killed; every connection's end reported)"
+    row "reported ended"             crash 'printf "%d/%d", f("done"), f("of")' min
+    row "seconds"                    crash 'printf "%.3f", f("seconds")'
+    row "conn/s"                     crash 'printf "%.0f", f("rate")'
+    row "CPU s, client"              crash 'printf "%.3f", f("c.cpu_ms") / 1000'
+    row "retry exceeded (ndwv)"      crash 'printf "%d", f("c.retry_exceeded")' max
+  fi
   echo "after release"
   row "descriptors, client/server" release 'printf "%d/%d", f("c.fds"), f("s.fds")' max
   echo "result"

@@ -81,6 +81,7 @@ struct Options {
   unsigned boundSeconds = 60; // bound of the setup, echo and teardown phases, each
   unsigned port = 0;          // 0: the server takes a free port and says which
   bool mpa = false;           // tcp_scale: MPA's setup messages on every connection
+  bool crash = false;         // the server is killed instead of the teardown
   int serveFd = -1;           // --serve FD: this process is the server; FD is its control socket
 };
 
@@ -92,6 +93,8 @@ inline const char* const kOptionsUsage =
     "  --idle S             seconds the connections stay idle (default 10)\n"
     "  --bound S            bound of each of the setup, echo and teardown phases (default 60)\n"
     "  --port P             the server's port on 127.0.0.1 (default 0: a free one)\n"
+    "  --crash              instead of the teardown, kill the server (SIGKILL) and time how long\n"
+    "                       until every connection has reported its end\n"
     "  -h, --help           this text\n";
 
 inline unsigned ParseNumber(const char* option, const char* text, unsigned min, unsigned max) {
@@ -108,13 +111,14 @@ inline unsigned ParseNumber(const char* option, const char* text, unsigned min, 
 // nd_scale, which takes --cqs, not --mpa.
 inline Options ParseOptions(int argc, char** argv, const char* synopsis, const char* extraUsage,
                             bool isNd) {
-  enum { kSize = 256, kIdle, kCqs, kBound, kPort, kServe, kMpa };
+  enum { kSize = 256, kIdle, kCqs, kBound, kPort, kServe, kMpa, kCrash };
   static const option longOptions[] = {
       {"connections", required_argument, nullptr, 'n'}, {"outstanding", required_argument, nullptr, 'k'},
       {"size", required_argument, nullptr, kSize},      {"idle", required_argument, nullptr, kIdle},
       {"cqs", required_argument, nullptr, kCqs},        {"bound", required_argument, nullptr, kBound},
       {"port", required_argument, nullptr, kPort},      {"serve", required_argument, nullptr, kServe},
       {"mpa", no_argument, nullptr, kMpa},              {"help", no_argument, nullptr, 'h'},
+      {"crash", no_argument, nullptr, kCrash},
       {nullptr, 0, nullptr, 0}};
   Options o;
   int c;
@@ -135,6 +139,7 @@ inline Options ParseOptions(int argc, char** argv, const char* synopsis, const c
         if (isNd) Die("--mpa: only tcp_scale's reference takes it (nd_scale's iWARP does MPA itself)");
         o.mpa = true;
         break;
+      case kCrash: o.crash = true; break;
       case 'h':
         std::printf("usage: %s\n%s%s", synopsis, kOptionsUsage, extraUsage);
         std::exit(kExitOk);
@@ -691,6 +696,9 @@ class ClientSide {
   virtual unsigned Echo(std::uint64_t untilUs, unsigned* sent) = 0;
   // Teardown: connections disconnected (all of them are ended, the failed ones too).
   virtual unsigned Teardown(std::uint64_t untilUs) = 0;
+  // Crash (instead of teardown; the server was just killed): connections that reported their end,
+  // waiting until every one up has or `untilUs`.
+  virtual unsigned AwaitEnds(std::uint64_t untilUs) = 0;
   // Releases what is left; bounded by the watchdog.
   virtual void Release(std::uint64_t untilUs) = 0;
   // Library counters (ndwv), prefixed "nd."; none for TCP.
@@ -920,53 +928,68 @@ inline int RunClient(ClientSide& side, const Options& o, ServerProcess& server, 
   if (echo.done < sent || sent < idle.done) incomplete(echo, idle.done, "answered");
   PrintPhase(echo, echo.seconds > 0 ? echo.done / echo.seconds : 0, "answers/s");
 
-  // (d) teardown
-  PhaseReport teardown;
-  begin(teardown, "teardown", "disconnected in", setup.done);
-  Watch("teardown", o.boundSeconds + 30);
-  t0 = NowUs();
-  teardown.done = side.Teardown(t0 + std::uint64_t(boundMs) * 1000);
-  sample(teardown);
-  Watch("teardown: the server's figures", o.boundSeconds + 30);
-  end(teardown, "closed", accepted, leftMs(t0));
-  teardown.seconds = double(NowUs() - t0) / 1e6;
-  if (teardown.done < setup.done) incomplete(teardown, setup.done, "disconnected");
-  PrintPhase(teardown, teardown.seconds > 0 ? teardown.done / teardown.seconds : 0, "conn/s");
+  // (d) teardown, or (--crash) the server killed: how long until every connection reports its end
+  PhaseReport last;
+  if (o.crash) {
+    begin(last, "crash", "reported ended in", setup.done - lostSoFar);
+    Watch("crash", o.boundSeconds + 30);
+    server.Kill();
+    t0 = NowUs();
+    last.done = side.AwaitEnds(t0 + std::uint64_t(boundMs) * 1000);
+    last.seconds = double(NowUs() - t0) / 1e6;
+    last.client1 = SampleProcess(counters);
+    last.kernel1 = SampleKernel();
+    last.server1 = last.server0;  // gone: nothing more from it
+    if (last.done < last.of) incomplete(last, last.of, "reported ended");
+  } else {
+    begin(last, "teardown", "disconnected in", setup.done);
+    Watch("teardown", o.boundSeconds + 30);
+    t0 = NowUs();
+    last.done = side.Teardown(t0 + std::uint64_t(boundMs) * 1000);
+    sample(last);
+    Watch("teardown: the server's figures", o.boundSeconds + 30);
+    end(last, "closed", accepted, leftMs(t0));
+    last.seconds = double(NowUs() - t0) / 1e6;
+    if (last.done < setup.done) incomplete(last, setup.done, "disconnected");
+  }
+  PrintPhase(last, last.seconds > 0 ? last.done / last.seconds : 0, "conn/s");
 
   // Release (both sides: what they hold afterwards shows what was not given back), then both
-  // ledgers.
+  // ledgers (a killed server has none).
   PhaseReport release;
   release.name = "release";
-  release.client0 = teardown.client1;
-  release.server0 = teardown.server1;
+  release.client0 = last.client1;
+  release.server0 = last.server1;
   release.kernel0 = SampleKernel();
   Watch("release", o.boundSeconds + 30);
   t0 = NowUs();
   side.Release(NowUs() + std::uint64_t(boundMs) * 1000);
   release.client1 = SampleProcess();
-  server.Send("quit " + std::to_string(boundMs));
   std::vector<std::string> serverLedger;
-  Figures serverDone;
-  for (;;) {
-    std::string line;
-    if (!server.Receive(&line, boundMs + replyMs)) {
-      server.Kill();
-      failures.push_back("release: the server did not finish within " + std::to_string(o.boundSeconds) + " s");
-      break;
-    }
-    if (line.rfind("ledger ", 0) == 0) {
-      serverLedger.push_back(line.substr(7));
-    } else if (line.rfind("done", 0) == 0) {
-      serverDone = ParseFigures(line.substr(4));
-      break;
-    } else {
-      std::fprintf(stderr, "server: %s\n", line.c_str());
+  Figures serverDone = last.server1;
+  if (!o.crash) {
+    server.Send("quit " + std::to_string(boundMs));
+    for (;;) {
+      std::string line;
+      if (!server.Receive(&line, boundMs + replyMs)) {
+        server.Kill();
+        failures.push_back("release: the server did not finish within " + std::to_string(o.boundSeconds) + " s");
+        break;
+      }
+      if (line.rfind("ledger ", 0) == 0) {
+        serverLedger.push_back(line.substr(7));
+      } else if (line.rfind("done", 0) == 0) {
+        serverDone = ParseFigures(line.substr(4));
+        break;
+      } else {
+        std::fprintf(stderr, "server: %s\n", line.c_str());
+      }
     }
   }
   release.seconds = double(NowUs() - t0) / 1e6;
   release.server1 = serverDone;
   release.kernel1 = SampleKernel();
-  int serverExit = server.Wait(10000);
+  const int serverExit = server.Wait(10000), killed = 128 + SIGKILL;
   alarm(0);
   PrintPhase(release, 0, "");
 
@@ -975,11 +998,13 @@ inline int RunClient(ClientSide& side, const Options& o, ServerProcess& server, 
   for (const auto& line : serverLedger) std::printf("  server %s\n", line.c_str());
   unsigned mismatches = side.ledger.Mismatches() + unsigned(Get(serverDone, "mismatches"));
   if (mismatches) failures.push_back(std::to_string(mismatches) + " ledger mismatches");
-  unsigned lost = side.Lost(), serverLost = unsigned(Get(serverDone, "lost"));
+  // Lost: ended by themselves, before the teardown (or the crash, whose ends are the point).
+  unsigned lost = o.crash ? lostSoFar : side.Lost(), serverLost = unsigned(Get(serverDone, "lost"));
   if (lost || serverLost)
     failures.push_back("connections lost: " + std::to_string(lost) + " seen by the client, " +
                        std::to_string(serverLost) + " by the server");
-  if (serverExit != 0) failures.push_back("the server exited with status " + std::to_string(serverExit));
+  if (serverExit != (o.crash ? killed : 0))
+    failures.push_back("the server exited with status " + std::to_string(serverExit));
 
   std::printf("@ result=%s lost=%u server_lost=%u failed=%u mismatches=%u\n",
               failures.empty() ? "ok" : "failed", lost, serverLost, side.Failed(), mismatches);

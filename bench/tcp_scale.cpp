@@ -208,6 +208,13 @@ class Client : public scale::ClientSide, public TcpSide {
     return closed_;
   }
 
+  unsigned AwaitEnds(std::uint64_t untilUs) override {
+    phase_ = "crash";
+    const unsigned before = lost_;
+    while (lost_ < established_ && NowUs() < untilUs) Pump(untilUs);
+    return lost_ - before;
+  }
+
   void Release(std::uint64_t) override {
     phase_ = "release";
     for (auto& c : conns_) {  // what teardown did not end in its bound
@@ -314,7 +321,9 @@ class Client : public scale::ClientSide, public TcpSide {
   // The connection has ended: ours (teardown) or by itself (lost).
   void EndConnection(Conn& c, const std::string& why) {
     bool ours = c.state == State::Closing;
-    ledger.Completed("connection", ours ? "closed" : why, phase_, ours && why == "closed by the peer");
+    // Ours (teardown) ends with the peer's close; a killed peer's (crash) in any way.
+    ledger.Completed("connection", ours ? "closed" : why, phase_,
+                     ours ? why == "closed by the peer" : phase_ == "crash");
     if (!ours && !c.lost) {
       c.lost = true;
       lost_++;
