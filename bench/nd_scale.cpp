@@ -458,6 +458,13 @@ class Client : public scale::ClientSide, public NdSide {
   unsigned AwaitEnds(std::uint64_t untilUs) override {
     phase_ = "crash";
     const unsigned before = lost_;
+    // The application goes on talking on one connection; the others are idle.
+    for (auto& c : conns_)
+      if (c->state == State::Up && !c->lost) {
+        scale::FillMessage(c->sendSlot, c->index, o_.size);
+        PostSend(*c, o_.size);
+        break;
+      }
     while (lost_ < established_ && NowUs() < untilUs) Pump(WaitMsUntil(untilUs));
     return lost_ - before;
   }
@@ -553,7 +560,7 @@ class Client : public scale::ClientSide, public NdSide {
     Conn& c = *static_cast<Conn*>(r.RequestContext);
     const bool flush = r.Status == ND_CANCELED && (phase_ == "teardown" || phase_ == "crash" || closing_);
     if (r.RequestType == Nd2RequestTypeSend) {
-      Record("Send", r.Status, r.Status == ND_SUCCESS || flush);
+      Record("Send", r.Status, r.Status == ND_SUCCESS || flush || phase_ == "crash");
       if (phase_ == "echo" && sendsDue_ > 0) sendsDue_--;
       if (r.Status != ND_SUCCESS && !flush) MarkLost(c);
       return;

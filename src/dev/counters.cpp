@@ -133,6 +133,7 @@ constexpr CounterInfo kInfo[kCounters] = {
     {"cm_reqs_shed", kRoce},
     {"listen_backlog_waits", kIwarp},
     {"cm_reqs_backlog_waits", kRoce},
+    {"peer_probes", kRoce},
 };
 
 const char* TransportName(Transport t) { return t == Transport::Roce ? "RoCEv2" : "iWARP"; }

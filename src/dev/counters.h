@@ -80,6 +80,9 @@ enum class Counter : uint16_t {
   // connection wait instead of refusing it. iWARP: it stopped accepting (the kernel's queue holds
   // the connections); RoCE: a REQ postponed (an MRA asks its sender to repeat it).
   ListenBacklogWaits, CmReqsBacklogWaits,
+  // RoCE, per adapter: keepalive probes sent early because another connection to the same peer
+  // port found the peer silent or gone (Port::ProbeConnectionsTo).
+  PeerProbes,
   Count
 };
 inline constexpr size_t kCounters = size_t(Counter::Count);
@@ -114,7 +117,7 @@ CounterBlock& AdapterCounters(Transport transport);
 
 // The counters a connection has (CounterPerConnection): the data path's, RoCE's and the iWARP
 // stream's (TxPackets .. DropsBadDdp), and ReadsBeyondIrd, added later. A connection keeps a slot
-// for each of these only: 42 of the 94 (a block of them all was 752 bytes a connection).
+// for each of these only: 42 of the 100 (a block of them all was 800 bytes a connection).
 inline constexpr size_t kConnectionSlots = size_t(Counter::DropsBadDdp) + 2;
 constexpr int ConnectionSlot(Counter c) {
   if (c <= Counter::DropsBadDdp) return int(c);

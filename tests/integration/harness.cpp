@@ -889,12 +889,12 @@ void CheckReceived(const Layout& layout, const uint8_t* buffer, size_t received,
   }
 }
 
-uint64_t AdapterCounter(const char* name) {
+uint64_t AdapterCounter(const char* name, const char* transport) {
   std::vector<ndwv_counter_row> rows(ndwv_counters_snapshot(nullptr, 0) + 8);
   rows.resize(ndwv_counters_snapshot(rows.data(), rows.size()));
   for (const ndwv_counter_row& row : rows)
-    if (row.qpn == 0 && std::strcmp(row.transport, "iWARP") == 0) return ndwv_counter_value(&row, name);
-  IT_FAIL("no iWARP adapter row in the counters");
+    if (row.qpn == 0 && std::strcmp(row.transport, transport) == 0) return ndwv_counter_value(&row, name);
+  IT_FAIL(std::string("no ") + transport + " adapter row in the counters");
 }
 
 }  // namespace ndit

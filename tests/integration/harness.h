@@ -390,7 +390,7 @@ void FillPattern(uint8_t* data, size_t length, uint64_t seed);
 // is reported padded with zeros to MaxCallerData/MaxCalleeData (the SPI allows it).
 bool TransportIsRoce();
 // The iWARP adapter's total of counter `name` (docs/counters.md) in this process.
-uint64_t AdapterCounter(const char* name);
+uint64_t AdapterCounter(const char* name, const char* transport = "iWARP");  // or "RoCEv2"
 // Whether a Send completes only once the peer took it: always on RoCE (its ACK), on iWARP with
 // NDWV_IWARP_CONFIRM=all; otherwise an iWARP Send completes when handed to TCP, as on an RNIC.
 bool SendsConfirmed();

@@ -20,10 +20,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -248,6 +250,22 @@ IT_PEER(netns_full_listener) {
     parent.Send("accepted");
   }
   parent.Expect("done", 60000);
+}
+
+// Listens on kAddressB, accepts kMany connections one after the other, says "accepted", and waits
+// to be killed.
+constexpr int kMany = 8;
+IT_PEER(netns_acceptor_of_many) {
+  Adapter adapter;
+  Ref<IND2Listener> listener = ListenOnB(adapter, parent);
+  std::vector<std::unique_ptr<Endpoint>> accepted;
+  for (int i = 0; i < kMany; ++i) {
+    accepted.push_back(std::make_unique<Endpoint>(adapter, Ctx(0x5E00 + i), Shape{.depth = 8, .separateCqs = true}));
+    accepted.back()->connector = GetConnectionRequest(adapter, listener.get());
+    IT_OK(Accept(accepted.back()->connector.get(), accepted.back()->qp.get(), 4, 4));
+  }
+  parent.Send("accepted");
+  parent.Expect("never", 60000);
 }
 
 // Listens on kAddressB, takes one request, accepts it and reports how the Accept ended
@@ -932,6 +950,41 @@ TEST_F(IntegrationNetns, AConnectBeyondAFullListenerWaitsOrEndsTryAgain) {
     }
     for (Client& c : clients) IT_OK(Disconnect(c.e.connector.get()));
     peer.Send("done");
+  });
+}
+
+// The process at the other end of many connections dies while the application talks on one of
+// them: every connection reports its end (NotifyDisconnect), and the receive each had posted is
+// flushed. iWARP: the dead process's kernel resets them all. RoCE: its kernel says nothing; the
+// connection that talks finds the port closed (or its retries run out), and the idle others to the
+// same port then probe it at once (counter peer_probes) rather than each at its own keepalive,
+// which with 10,000 connections comes every 20 s (bench/README.md, "A peer crash").
+TEST_F(IntegrationNetns, PeerKilledEndsEveryConnectionToItOnceOneFindsOut) {
+  RunWithPeer("netns_acceptor_of_many", {{"netns", hosts().b()}}, [&](Channel& peer) {
+    InNamespace inside(hosts().a());
+    std::vector<std::unique_ptr<Client>> clients;
+    const uint16_t port = uint16_t(peer.ReceiveValue("port"));
+    for (int i = 0; i < kMany; ++i) {
+      clients.push_back(std::make_unique<Client>());
+      Client& c = *clients.back();
+      ND2_SGE sge = {c.inbox.data(), kMessage, c.inboxMr.token()};
+      IT_OK(c.e.qp->Receive(Ctx(0x900), &sge, 1));  // flushed when the connection ends
+      Ov connect;
+      IT_OK(connect.Finish(c.StartConnect(port, connect), "Connect"));
+      CompleteConnect(c.e.connector.get());
+    }
+    peer.Expect("accepted");
+    std::vector<Ov> notify(kMany);
+    for (int i = 0; i < kMany; ++i)
+      IT_CHECK_HR(ND_PENDING, clients[i]->e.connector->NotifyDisconnect(notify[i].Prepare(clients[i]->e.connector.get())));
+    const uint64_t probes = TransportIsRoce() ? AdapterCounter("peer_probes", "RoCEv2") : 0;
+    KillPeer();
+    clients[0]->PostSend();
+    for (int i = 0; i < kMany; ++i) {
+      IT_OK(notify[i].Finish(ND_PENDING, "NotifyDisconnect after the kill", kSetupBudgetMs));
+      clients[i]->ExpectReceiveFlushed("a receive after the kill");
+    }
+    if (TransportIsRoce()) IT_CHECK_MSG(AdapterCounter("peer_probes", "RoCEv2") > probes, "the idle connections probed the dead peer");
   });
 }
 

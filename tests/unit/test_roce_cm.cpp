@@ -559,6 +559,40 @@ TEST_F(RoceCm, RepeatsWaitTwiceAsLongEachTimeWithinTheBudget) {
   EXPECT_EQ(gaps, (std::vector<uint64_t>{0, t, 2 * t, 4 * t, 8 * t}));  // the next at 23 t: past 16 t
 }
 
+// A connection that finds its peer silent or gone has the others established with the same peer
+// port probe it at once: the agent names them (none to another peer, none not established), once
+// per quiet period, and for a bounded number of peers at a time.
+TEST_F(RoceCm, ConnectionsToAPeerAreNamedForProbingOncePerQuietPeriod) {
+  auto [first, first_passive] = Establish();
+  ConnectArgs args = Args();
+  args.local_qpn = kQpnA + 1;
+  const uint32_t second = a_->agent.Connect(b_->address, args);
+  Run();
+  auto events = b_->Events();
+  ASSERT_EQ(events.size(), 1u);
+  AcceptArgs accepting = Accepting();
+  accepting.local_qpn = kQpnB + 1;
+  ASSERT_EQ(b_->agent.Accept(events[0].id, accepting), WV_SUCCESS);
+  Run();
+  EXPECT_EQ(a_->EventKinds(), Kinds{K::RepReceived});
+  ASSERT_EQ(a_->agent.SendRtu(second), WV_SUCCESS);
+  Run();
+  args.local_qpn = kQpnA + 2;
+  const uint32_t connecting = a_->agent.Connect(b_->address, args);  // not established: not named
+  ASSERT_NE(connecting, 0u);
+
+  auto named = a_->agent.ConnectionsToProbe(b_->address);
+  std::sort(named.begin(), named.end());
+  EXPECT_EQ(named, (std::vector<uint32_t>{std::min(first, second), std::max(first, second)}));
+  EXPECT_TRUE(a_->agent.ConnectionsToProbe(b_->address).empty()) << "their probes are running";
+  EXPECT_TRUE(a_->agent.ConnectionsToProbe(Address("10.0.0.9", 6000)).empty());
+  RunFor(2000);
+  EXPECT_EQ(a_->agent.ConnectionsToProbe(b_->address).size(), 2u);
+  RunFor(2000);
+  for (int i = 0; i < 64; ++i) a_->agent.ConnectionsToProbe(Address(("10.0.1." + std::to_string(i)).c_str(), 7000));
+  EXPECT_TRUE(a_->agent.ConnectionsToProbe(b_->address).empty()) << "64 peers are being probed already";
+}
+
 // A listener with no room for a request (a Listen(0) backlog full, or a process shedding new
 // connections) keeps no CEP for it but answers with an MRA naming none (local ID 0) and asking
 // for our response timeout: the sender waits that long, repeats the REQ as a new request, and the

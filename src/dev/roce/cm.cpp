@@ -214,6 +214,7 @@ CmAgent::Cep* CmAgent::FindByRemote(uint64_t ca_guid, uint32_t remote_id, const 
 void CmAgent::IndexQp(const Cep& cep) {
   if (cep.remote_ca_guid || cep.remote_qpn) by_qp_[{cep.remote_ca_guid, cep.remote_qpn}] = cep.local_id;
   by_peer_qp_[{PackedAddress::Of(cep.peer), cep.remote_qpn}] = cep.local_id;
+  by_peer_.insert({PackedAddress::Of(cep.peer), cep.local_id});
 }
 
 uint32_t CmAgent::CmMessageSentTo(const sockaddr_storage& to, uint32_t id) const {
@@ -224,6 +225,18 @@ uint32_t CmAgent::CmMessageSentTo(const sockaddr_storage& to, uint32_t id) const
 uint32_t CmAgent::ConnectionTo(const sockaddr_storage& to, uint32_t peer_qpn) const {
   auto it = by_peer_qp_.find({PackedAddress::Of(to), peer_qpn});
   return it == by_peer_qp_.end() ? 0 : it->second;
+}
+
+std::vector<uint32_t> CmAgent::ConnectionsToProbe(const sockaddr_storage& peer) {
+  const uint64_t now = env_.NowMs();
+  const PackedAddress key = PackedAddress::Of(peer);
+  std::erase_if(probed_peers_, [&](const auto& entry) { return now - entry.second >= kProbeQuietMs; });
+  if (probed_peers_.contains(key) || probed_peers_.size() >= kMaxProbedPeers) return {};
+  probed_peers_[key] = now;
+  std::vector<uint32_t> ids;
+  for (auto it = by_peer_.lower_bound({key, 0}); it != by_peer_.end() && it->first == key; ++it)
+    if (const Cep* cep = Find(it->second); cep && cep->state == CmState::Established) ids.push_back(it->second);
+  return ids;
 }
 
 void CmAgent::Limit(CmLimit limit, Cep* cep, const sockaddr_storage& peer, const char* detail) {
@@ -288,6 +301,7 @@ void CmAgent::Erase(Cep& cep) {
   if (qp != by_qp_.end() && qp->second == cep.local_id) by_qp_.erase(qp);
   auto peer_qp = by_peer_qp_.find({PackedAddress::Of(cep.peer), cep.remote_qpn});
   if (peer_qp != by_peer_qp_.end() && peer_qp->second == cep.local_id) by_peer_qp_.erase(peer_qp);
+  by_peer_.erase({PackedAddress::Of(cep.peer), cep.local_id});
   ceps_.erase(cep.local_id);
 }
 

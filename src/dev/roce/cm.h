@@ -34,6 +34,7 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "base/keyed_hash.h"
 #include "base/lazy_deque.h"
@@ -281,6 +282,12 @@ class CmAgent {
   // connection of ours sends that to `to`: the error is stale or forged.
   uint32_t CmMessageSentTo(const sockaddr_storage& to, uint32_t id) const;
   uint32_t ConnectionTo(const sockaddr_storage& to, uint32_t peer_qpn) const;
+  // The connections established with `peer` (its port), when one of them found the peer silent
+  // or gone: each probes it now, rather than when its own keepalive falls due (with many
+  // connections, tens of seconds), and its own answer or retries decide. Empty if `peer`'s were
+  // given out in the last kProbeQuietMs (their probes are running), or if kMaxProbedPeers others
+  // were: what a failure costs stays bounded however many fail.
+  std::vector<uint32_t> ConnectionsToProbe(const sockaddr_storage& peer);
   size_t size() const { return ceps_.size(); }  // CEPs held, time-wait records included
   // The deadline of a CEP's timer (retransmission, request lifetime, time-wait), UINT64_MAX if
   // none or no such ID. For tests.
@@ -419,6 +426,10 @@ class CmAgent {
   base::PooledHashMap<RemoteKey, uint32_t, RemoteKeyHash> by_remote_;  // passive CEPs
   base::PooledHashMap<std::pair<uint64_t, uint32_t>, uint32_t, QpKeyHash> by_qp_;
   base::PooledHashMap<PeerQp, uint32_t, base::KeyedHasher> by_peer_qp_;
+  base::PooledSet<std::pair<PackedAddress, uint32_t>> by_peer_;  // (peer, local id), as by_peer_qp_
+  static constexpr uint64_t kProbeQuietMs = 2000;  // the shortest keepalive interval
+  static constexpr size_t kMaxProbedPeers = 64;
+  base::PooledHashMap<PackedAddress, uint64_t, base::KeyedHasher> probed_peers_;  // -> when
   base::PooledHashSet<uint64_t> services_;
   base::PooledSet<std::pair<uint64_t, uint32_t>> deadlines_;  // (deadline, local id)
   base::LazyDeque<CmEvent> events_;

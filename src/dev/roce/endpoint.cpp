@@ -625,6 +625,20 @@ void Endpoint::OnLinkFailed() {
   finish.AddList(notify_ops_, WV_SUCCESS);
 }
 
+void Endpoint::ProbePeer() {
+  std::shared_ptr<RcLink> link;
+  {
+    // From another connection's report, on a port's receive path or a timer.
+    if (!LockOrRetry([self = weak_from_this()] {
+          if (auto endpoint = self.lock()) endpoint->ProbePeer();
+        }))
+      return;
+    base::MutexLock lock(mutex_, std::adopt_lock);
+    if (state_ == State::Connected) link = link_;
+  }
+  if (link) link->ProbeNow();
+}
+
 void Endpoint::OnSentSettled() {
   Finisher finish;
   if (!LockOrRetry([self = weak_from_this()] {

@@ -45,6 +45,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
 
   void OnCmEvent(const CmEvent& event) override;
   void OnUnreachable(const Unreachable& what) override;
+  void ProbePeer() override;
   void OnFirstPacket() override;
   void OnLinkFailed() override;
   void OnSentSettled() override;
@@ -106,7 +107,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
   // Under mutex_: the pending Connect ends with `status` (its CEP destroyed); the endpoint is
   // Bound again, to be retried.
   void FailConnect(Finisher& finish, int32_t status) NDWV_REQUIRES(mutex_);
-  // A request beyond a Listen(0) backlog was left to its sender, who repeats it: nothing to do.
+  // A request beyond a Listen(0) backlog was postponed: its sender repeats it. Nothing to do.
   void BacklogSlotFreedLocked() NDWV_REQUIRES(mutex_) {}
   // Close, under mutex_: the listener, the CEP and the link go; a connected link fails once the
   // lock is released (End).
@@ -118,8 +119,9 @@ class Endpoint final : public EndpointBase<Endpoint>,
   };
   Connection DropConnectionLocked(std::deque<std::shared_ptr<Endpoint>>& children) NDWV_REQUIRES(mutex_);
 
-  // The lock for a callback from a port's receive path (the three above): true when it was
-  // taken (the caller adopts it), else `again` runs as deferred work (endpoint.cpp says why).
+  // The lock for a callback from a port's receive path or a link (OnFirstPacket, OnLinkFailed,
+  // OnSentSettled, OnUnreachable, ProbePeer): true when it was taken (the caller adopts it), else
+  // `again` runs as deferred work (endpoint.cpp says why).
   template <typename Again>
   bool LockOrRetry(Again&& again) NDWV_TRY_ACQUIRE(true, mutex_);
   void SetState(State s) NDWV_REQUIRES(mutex_);

@@ -694,6 +694,28 @@ bool Port::Reaped(bool peer_message) { return handoff_.Reaped(*this, peer_messag
 
 void Port::NotifyArmed() { handoff_.NotifyArmed(*this); }
 
+void Port::ProbeConnectionsTo(const sockaddr_storage& peer) {
+  // Every port of the process with a CM (connectors take NDWV_ROCE_CONNECTOR_PORTS of them in
+  // turn, so a peer's connections are spread over all): a few dozen.
+  std::vector<std::shared_ptr<Port>> ports;
+  {
+    base::MutexLock lock(PortsMutex());
+    for (auto& [name, weak] : Ports())
+      if (auto port = weak.lock(); port && !port->owner_) ports.push_back(std::move(port));
+  }
+  std::vector<std::shared_ptr<CmUser>> users;
+  for (auto& port : ports) {
+    base::MutexLock lock(port->cm_mutex_);
+    for (uint32_t id : port->agent_->ConnectionsToProbe(peer))
+      if (auto it = port->users_.find(id); it != port->users_.end())
+        if (auto user = it->second.lock()) users.push_back(std::move(user));
+  }
+  if (!users.empty())
+    NDWV_LOG(Info, "roce: %s is silent or gone: %zu connections to it probe it now", Describe(peer).c_str(),
+             users.size());
+  for (auto& user : users) user->ProbePeer();
+}
+
 void Port::ApplyWatchLocked() {
   handoff_.mutex().AssertHeld();
   Engine::Get().Modify(fd_, (handoff_.engine_reads() ? uint32_t(EPOLLIN) : 0u) | (watching_out_ ? uint32_t(EPOLLOUT) : 0u));

@@ -244,15 +244,25 @@ void RcLink::PeerGone(std::optional<uint32_t> request_psn) {
     } else {
       qp_->DeferError();
       failure_to_report_ = true;
+      peer_failed_to_report_ = true;
       failed_ = true;
     }
   }
   Report();
 }
 
+void RcLink::ProbeNow() {
+  base::MutexLock lock(mutex_);
+  if (!params_.keepalive_ms || shut_ || failed_ || !flights_.empty() || probe_now_) return;
+  probe_now_ = true;
+  EnsureTimer(Clock::now());
+}
+
 void RcLink::Report() {
   if (failure_to_report_.exchange(false))
     if (auto observer = observer_.lock()) observer->OnLinkFailed();
+  if (peer_failed_to_report_.load(std::memory_order_relaxed) && peer_failed_to_report_.exchange(false))
+    Port::ProbeConnectionsTo(params_.peer);
   // Read before the exchange: the receive path passes here for every batch of packets.
   if (settled_to_report_.load(std::memory_order_relaxed) && settled_to_report_.exchange(false))
     if (auto observer = observer_.lock()) observer->OnSentSettled();
@@ -663,7 +673,10 @@ void RcLink::FailFront(WcStatus status) {
   uint64_t position = flights_.front().position;
   NDWV_LOG(Info, "%s: request at psn %u failed (status %d)", counters_.Identity().c_str(), flights_.front().first_psn,
            int(status));
-  if (status == WcStatus::TimeoutRetry) counters_.Add(Counter::RetryExceeded);
+  if (status == WcStatus::TimeoutRetry) {
+    counters_.Add(Counter::RetryExceeded);
+    peer_failed_to_report_ = true;
+  }
   if (status == WcStatus::RnrRetry) counters_.Add(Counter::RnrRetryExceeded);
   // The QP moves to Error, which shuts this link down.
   if (position == kKeepalive) qp_->DeferError();
@@ -1022,11 +1035,13 @@ void RcLink::HandleTimer(Clock::time_point now) {
     // Idle: has the peer been heard from lately? If not, ask it for an acknowledgement. Not
     // before the connection is established (the passive side waits for the RTU): the active QP
     // may not exist yet, and the CM's own timers watch the peer until then.
-    auto due = KeepaliveDue(last_rx_, params_);
+    auto due = probe_now_ ? now : KeepaliveDue(last_rx_, params_);
     if (now >= due && (HeldUntilEstablished() || qp_->state() != QpState::Rts)) {
       last_rx_ = now;
+      probe_now_ = false;
       EnsureTimer(KeepaliveDue(now, params_));
     } else if (now >= due) {
+      if (std::exchange(probe_now_, false)) counters_.Add(Counter::PeerProbes);
       flights_.push_back({kKeepalive, WrOpcode::Write, next_psn_, 1, 0, 0, 0});
       counters_.Add(Counter::KeepalivesSent);
       next_psn_ = PsnAdd(next_psn_, 1);

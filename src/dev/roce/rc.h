@@ -87,6 +87,9 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   // quoted our request with this PSN; unless it is one sent and not yet acknowledged the error
   // is stale or forged, and is counted and ignored.
   void PeerGone(std::optional<uint32_t> request_psn = std::nullopt);
+  // Another connection found the peer silent or gone: an idle link probes it now (a keepalive
+  // before its time); one with requests in flight is finding out already.
+  void ProbeNow();
   // The peer is closing (its DREQ came). Over UDP its ACK of our last request may have been lost
   // while its DREQ arrived: flushed now, a request the peer has would end as if it had not. So
   // the close waits until every request sent so far is acknowledged (the peer's QP answers a
@@ -221,6 +224,10 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   base::RingQueue<Response> responses_ NDWV_GUARDED_BY(mutex_);
   bool first_packet_seen_ NDWV_GUARDED_BY(mutex_) = false;
   Clock::time_point last_rx_ NDWV_GUARDED_BY(mutex_);    // keepalive: when a packet last arrived
+  bool probe_now_ NDWV_GUARDED_BY(mutex_) = false;       // ProbeNow: the keepalive is due at once
+  // Our retries ran out, or the peer's port is closed: the other connections to it probe it
+  // (Report, Port::ProbeConnectionsTo).
+  std::atomic<bool> peer_failed_to_report_{false};
   bool counted_live_ NDWV_GUARDED_BY(mutex_) = false;    // in the process's count of links that keep alive
   std::atomic<bool> failure_to_report_{false};
   // SettleSent: the requests below settle_psn_ are waited for, until settle_by_.
