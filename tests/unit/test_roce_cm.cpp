@@ -272,10 +272,10 @@ class RoceCm : public ::testing::Test {
     return {active, events[0].id};
   }
 
-  // Runs the whole handshake; both sides ESTABLISHED and their events drained.
-  std::pair<uint32_t, uint32_t> Establish() {
-    auto [active, passive] = Request();
-    EXPECT_EQ(b_->agent.Accept(passive, Accepting()), WV_SUCCESS);
+  // The passive side accepts the request, the active side sends the RTU: both ESTABLISHED, their
+  // events drained.
+  void Complete(uint32_t active, uint32_t passive, const AcceptArgs& accepting) {
+    EXPECT_EQ(b_->agent.Accept(passive, accepting), WV_SUCCESS);
     Run();
     EXPECT_EQ(a_->EventKinds(), Kinds{K::RepReceived});
     EXPECT_EQ(a_->agent.SendRtu(active), WV_SUCCESS);
@@ -283,6 +283,12 @@ class RoceCm : public ::testing::Test {
     EXPECT_EQ(b_->EventKinds(), Kinds{K::Established});
     EXPECT_EQ(a_->State(active), CmState::Established);
     EXPECT_EQ(b_->State(passive), CmState::Established);
+  }
+
+  // Runs the whole handshake; both sides ESTABLISHED and their events drained.
+  std::pair<uint32_t, uint32_t> Establish() {
+    auto [active, passive] = Request();
+    Complete(active, passive, Accepting());
     return {active, passive};
   }
 
@@ -572,11 +578,7 @@ TEST_F(RoceCm, ConnectionsToAPeerAreNamedForProbingOncePerQuietPeriod) {
   ASSERT_EQ(events.size(), 1u);
   AcceptArgs accepting = Accepting();
   accepting.local_qpn = kQpnB + 1;
-  ASSERT_EQ(b_->agent.Accept(events[0].id, accepting), WV_SUCCESS);
-  Run();
-  EXPECT_EQ(a_->EventKinds(), Kinds{K::RepReceived});
-  ASSERT_EQ(a_->agent.SendRtu(second), WV_SUCCESS);
-  Run();
+  Complete(second, events[0].id, accepting);
   args.local_qpn = kQpnA + 2;
   const uint32_t connecting = a_->agent.Connect(b_->address, args);  // not established: not named
   ASSERT_NE(connecting, 0u);
@@ -617,14 +619,7 @@ TEST_F(RoceCm, APostponedRequestIsRepeatedAfterTheMraAndGetsIn) {
   auto events = b_->Events();
   ASSERT_EQ(events.size(), 1u);
   ASSERT_EQ(events[0].kind, K::ReqReceived);
-  const uint32_t second = events[0].id;
-  ASSERT_EQ(b_->agent.Accept(second, Accepting()), WV_SUCCESS);
-  Run();
-  EXPECT_EQ(a_->EventKinds(), Kinds{K::RepReceived});
-  ASSERT_EQ(a_->agent.SendRtu(active), WV_SUCCESS);
-  Run();
-  EXPECT_EQ(b_->EventKinds(), Kinds{K::Established});
-  EXPECT_EQ(a_->State(active), CmState::Established);
+  Complete(active, events[0].id, Accepting());
   EXPECT_EQ(a_->agent.counters().Dropped(CmDrop::CommIdMismatch), 0u);
 }
 
