@@ -83,8 +83,8 @@ const std::vector<SettingInfo>& SettingTable() {
      "peer whose process died (no kernel closes its connections) is noticed: its requests fail "
      "ND_IO_TIMEOUT, receives are flushed, NotifyDisconnect completes. With many connections "
      "the interval is 2 ms per connection if that is longer (10,000: 20 s), so that liveness "
-     "costs a process about 1 % of a core at most; a connection that finds its peer silent or "
-     "gone makes the others to the same peer port probe it at once. 0: never."},
+     "costs a process about 1 % of a core at most; a connection that finds its peer's port closed "
+     "(ICMP) makes the others to that port probe it at once. 0: never."},
     {"NDWV_WORK_THREADS", SettingType::Integer, "2", 1, 16, nullptr,
      "Threads in the process's shared work pool (QP state changes and flushes asked for off the engine; "
      "the engine runs its own once its turn is done)."},

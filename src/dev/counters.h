@@ -81,7 +81,7 @@ enum class Counter : uint16_t {
   // the connections); RoCE: a REQ postponed (an MRA asks its sender to repeat it).
   ListenBacklogWaits, CmReqsBacklogWaits,
   // RoCE, per adapter: keepalive probes sent early because another connection to the same peer
-  // port found the peer silent or gone (Port::ProbeConnectionsTo).
+  // port found it closed (Port::ProbeConnectionsTo).
   PeerProbes,
   Count
 };

@@ -565,7 +565,7 @@ TEST_F(RoceCm, RepeatsWaitTwiceAsLongEachTimeWithinTheBudget) {
   EXPECT_EQ(gaps, (std::vector<uint64_t>{0, t, 2 * t, 4 * t, 8 * t}));  // the next at 23 t: past 16 t
 }
 
-// A connection that finds its peer silent or gone has the others established with the same peer
+// A connection that finds its peer's port closed has the others established with the same peer
 // port probe it at once: the agent names them (none to another peer, none not established), once
 // per quiet period, and for a bounded number of peers at a time.
 TEST_F(RoceCm, ConnectionsToAPeerAreNamedForProbingOncePerQuietPeriod) {

@@ -282,8 +282,8 @@ class CmAgent {
   // connection of ours sends that to `to`: the error is stale or forged.
   uint32_t CmMessageSentTo(const sockaddr_storage& to, uint32_t id) const;
   uint32_t ConnectionTo(const sockaddr_storage& to, uint32_t peer_qpn) const;
-  // The connections established with `peer` (its port), when one of them found the peer silent
-  // or gone: each probes it now, rather than when its own keepalive falls due (with many
+  // The connections established with `peer` (its port), when one of them found it closed: each
+  // probes it now, rather than when its own keepalive falls due (with many
   // connections, tens of seconds), and its own answer or retries decide. Empty if `peer`'s were
   // given out in the last kProbeQuietMs (their probes are running), or if kMaxProbedPeers others
   // were: what a failure costs stays bounded however many fail.

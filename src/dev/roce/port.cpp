@@ -711,7 +711,7 @@ void Port::ProbeConnectionsTo(const sockaddr_storage& peer) {
         if (auto user = it->second.lock()) users.push_back(std::move(user));
   }
   if (!users.empty())
-    NDWV_LOG(Info, "roce: %s is silent or gone: %zu connections to it probe it now", Describe(peer).c_str(),
+    NDWV_LOG(Info, "roce: %s is closed: %zu connections to it probe it now", Describe(peer).c_str(),
              users.size());
   for (auto& user : users) user->ProbePeer();
 }

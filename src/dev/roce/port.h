@@ -75,8 +75,8 @@ class CmUser {
     std::optional<uint32_t> request_psn;  // an RC request's PSN; none for a CM message
   };
   virtual void OnUnreachable(const Unreachable& what) = 0;
-  // Another connection to the same peer port found the peer silent or gone
-  // (Port::ProbeConnectionsTo): probe it now.
+  // Another connection to the same peer port found it closed (Port::ProbeConnectionsTo): probe
+  // it now.
   virtual void ProbePeer() = 0;
  protected:
   ~CmUser() = default;
@@ -189,10 +189,11 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   bool Reaped(bool peer_message);
   void Posted();  // the application posted
   void NotifyArmed();  // someone will wait for an event (CQ Notify): the engine must watch
-  // A connection found `peer` (a port) silent or gone: the others established with it probe it
-  // now (CmAgent::ConnectionsToProbe), so that a dead peer process or a cut link is found out
-  // on all of them within one probe's retries, not each at its own keepalive (with 10,000
-  // connections a process probes each every 20 s). Call holding no lock.
+  // A connection found `peer` (a port) closed, its process gone (an ICMP port unreachable that
+  // quoted its request): the others established with it probe it now
+  // (CmAgent::ConnectionsToProbe), so that all of them find out within one probe's retries, not
+  // each at its own keepalive (with 10,000 connections a process probes each every 20 s). Call
+  // holding no lock.
   static void ProbeConnectionsTo(const sockaddr_storage& peer);
 
   // ---- CM (not on a flow: its owner has the agent) ----

@@ -239,12 +239,12 @@ void RcLink::PeerGone(std::optional<uint32_t> request_psn) {
       return;
     }
     NDWV_LOG(Info, "%s: the peer's port is closed", counters_.Identity().c_str());
+    peer_failed_to_report_ = true;
     if (!flights_.empty()) {
       FailFront(WcStatus::TimeoutRetry);
     } else {
       qp_->DeferError();
       failure_to_report_ = true;
-      peer_failed_to_report_ = true;
       failed_ = true;
     }
   }
@@ -673,10 +673,7 @@ void RcLink::FailFront(WcStatus status) {
   uint64_t position = flights_.front().position;
   NDWV_LOG(Info, "%s: request at psn %u failed (status %d)", counters_.Identity().c_str(), flights_.front().first_psn,
            int(status));
-  if (status == WcStatus::TimeoutRetry) {
-    counters_.Add(Counter::RetryExceeded);
-    peer_failed_to_report_ = true;
-  }
+  if (status == WcStatus::TimeoutRetry) counters_.Add(Counter::RetryExceeded);
   if (status == WcStatus::RnrRetry) counters_.Add(Counter::RnrRetryExceeded);
   // The QP moves to Error, which shuts this link down.
   if (position == kKeepalive) qp_->DeferError();

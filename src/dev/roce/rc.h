@@ -87,7 +87,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   // quoted our request with this PSN; unless it is one sent and not yet acknowledged the error
   // is stale or forged, and is counted and ignored.
   void PeerGone(std::optional<uint32_t> request_psn = std::nullopt);
-  // Another connection found the peer silent or gone: an idle link probes it now (a keepalive
+  // Another connection found the peer's port closed: an idle link probes it now (a keepalive
   // before its time); one with requests in flight is finding out already.
   void ProbeNow();
   // The peer is closing (its DREQ came). Over UDP its ACK of our last request may have been lost
@@ -225,8 +225,9 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   bool first_packet_seen_ NDWV_GUARDED_BY(mutex_) = false;
   Clock::time_point last_rx_ NDWV_GUARDED_BY(mutex_);    // keepalive: when a packet last arrived
   bool probe_now_ NDWV_GUARDED_BY(mutex_) = false;       // ProbeNow: the keepalive is due at once
-  // Our retries ran out, or the peer's port is closed: the other connections to it probe it
-  // (Report, Port::ProbeConnectionsTo).
+  // The peer's port is closed (PeerGone): the other connections to it probe it (Report,
+  // Port::ProbeConnectionsTo). Not when retries run out: an overloaded peer's do too, and a
+  // probe that fails there would end a healthy connection.
   std::atomic<bool> peer_failed_to_report_{false};
   bool counted_live_ NDWV_GUARDED_BY(mutex_) = false;    // in the process's count of links that keep alive
   std::atomic<bool> failure_to_report_{false};
