@@ -26,7 +26,6 @@ struct PackedAddress {
   uint16_t family = 0;  // AF_INET, AF_INET6, or 0 for neither
   static PackedAddress Of(const sockaddr_storage& a);
   bool operator==(const PackedAddress&) const = default;
-  auto operator<=>(const PackedAddress&) const = default;
 };
 std::string Describe(const sockaddr_storage& a);  // "addr:port"
 

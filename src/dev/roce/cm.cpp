@@ -214,7 +214,6 @@ CmAgent::Cep* CmAgent::FindByRemote(uint64_t ca_guid, uint32_t remote_id, const 
 void CmAgent::IndexQp(const Cep& cep) {
   if (cep.remote_ca_guid || cep.remote_qpn) by_qp_[{cep.remote_ca_guid, cep.remote_qpn}] = cep.local_id;
   by_peer_qp_[{PackedAddress::Of(cep.peer), cep.remote_qpn}] = cep.local_id;
-  by_peer_.insert({PackedAddress::Of(cep.peer), cep.local_id});
 }
 
 uint32_t CmAgent::CmMessageSentTo(const sockaddr_storage& to, uint32_t id) const {
@@ -233,9 +232,12 @@ std::vector<uint32_t> CmAgent::ConnectionsToProbe(const sockaddr_storage& peer) 
   std::erase_if(probed_peers_, [&](const auto& entry) { return now - entry.second >= kProbeQuietMs; });
   if (probed_peers_.contains(key) || probed_peers_.size() >= kMaxProbedPeers) return {};
   probed_peers_[key] = now;
+  // A scan of this port's CEPs (connectors spread theirs over NDWV_ROCE_CONNECTOR_PORTS ports),
+  // at most kMaxProbedPeers times per kProbeQuietMs: cheaper than an index kept up at every
+  // connection's setup and teardown for an event this rare.
   std::vector<uint32_t> ids;
-  for (auto it = by_peer_.lower_bound({key, 0}); it != by_peer_.end() && it->first == key; ++it)
-    if (const Cep* cep = Find(it->second); cep && cep->state == CmState::Established) ids.push_back(it->second);
+  for (const auto& [id, cep] : ceps_)
+    if (cep.state == CmState::Established && SameAddress(cep.peer, peer)) ids.push_back(id);
   return ids;
 }
 
@@ -301,7 +303,6 @@ void CmAgent::Erase(Cep& cep) {
   if (qp != by_qp_.end() && qp->second == cep.local_id) by_qp_.erase(qp);
   auto peer_qp = by_peer_qp_.find({PackedAddress::Of(cep.peer), cep.remote_qpn});
   if (peer_qp != by_peer_qp_.end() && peer_qp->second == cep.local_id) by_peer_qp_.erase(peer_qp);
-  by_peer_.erase({PackedAddress::Of(cep.peer), cep.local_id});
   ceps_.erase(cep.local_id);
 }
 

@@ -426,7 +426,6 @@ class CmAgent {
   base::PooledHashMap<RemoteKey, uint32_t, RemoteKeyHash> by_remote_;  // passive CEPs
   base::PooledHashMap<std::pair<uint64_t, uint32_t>, uint32_t, QpKeyHash> by_qp_;
   base::PooledHashMap<PeerQp, uint32_t, base::KeyedHasher> by_peer_qp_;
-  base::PooledSet<std::pair<PackedAddress, uint32_t>> by_peer_;  // (peer, local id), as by_peer_qp_
   static constexpr uint64_t kProbeQuietMs = 2000;  // the shortest keepalive interval
   static constexpr size_t kMaxProbedPeers = 64;
   base::PooledHashMap<PackedAddress, uint64_t, base::KeyedHasher> probed_peers_;  // -> when

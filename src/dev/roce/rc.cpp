@@ -239,7 +239,6 @@ void RcLink::PeerGone(std::optional<uint32_t> request_psn) {
       return;
     }
     NDWV_LOG(Info, "%s: the peer's port is closed", counters_.Identity().c_str());
-    peer_failed_to_report_ = true;
     if (!flights_.empty()) {
       FailFront(WcStatus::TimeoutRetry);
     } else {
@@ -249,6 +248,7 @@ void RcLink::PeerGone(std::optional<uint32_t> request_psn) {
     }
   }
   Report();
+  Port::ProbeConnectionsTo(params_.peer);  // its process is gone: the other connections to it too
 }
 
 void RcLink::ProbeNow() {
@@ -261,8 +261,6 @@ void RcLink::ProbeNow() {
 void RcLink::Report() {
   if (failure_to_report_.exchange(false))
     if (auto observer = observer_.lock()) observer->OnLinkFailed();
-  if (peer_failed_to_report_.load(std::memory_order_relaxed) && peer_failed_to_report_.exchange(false))
-    Port::ProbeConnectionsTo(params_.peer);
   // Read before the exchange: the receive path passes here for every batch of packets.
   if (settled_to_report_.load(std::memory_order_relaxed) && settled_to_report_.exchange(false))
     if (auto observer = observer_.lock()) observer->OnSentSettled();

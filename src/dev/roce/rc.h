@@ -86,6 +86,9 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   // fails as if its retries ran out (TimeoutRetry), the QP fails. `request_psn`: the error
   // quoted our request with this PSN; unless it is one sent and not yet acknowledged the error
   // is stale or forged, and is counted and ignored.
+  // The other connections to that port then probe it (Port::ProbeConnectionsTo). Not when
+  // retries run out: an overloaded peer's do too, and a probe failing there would end a healthy
+  // connection.
   void PeerGone(std::optional<uint32_t> request_psn = std::nullopt);
   // Another connection found the peer's port closed: an idle link probes it now (a keepalive
   // before its time); one with requests in flight is finding out already.
@@ -225,10 +228,6 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   bool first_packet_seen_ NDWV_GUARDED_BY(mutex_) = false;
   Clock::time_point last_rx_ NDWV_GUARDED_BY(mutex_);    // keepalive: when a packet last arrived
   bool probe_now_ NDWV_GUARDED_BY(mutex_) = false;       // ProbeNow: the keepalive is due at once
-  // The peer's port is closed (PeerGone): the other connections to it probe it (Report,
-  // Port::ProbeConnectionsTo). Not when retries run out: an overloaded peer's do too, and a
-  // probe that fails there would end a healthy connection.
-  std::atomic<bool> peer_failed_to_report_{false};
   bool counted_live_ NDWV_GUARDED_BY(mutex_) = false;    // in the process's count of links that keep alive
   std::atomic<bool> failure_to_report_{false};
   // SettleSent: the requests below settle_psn_ are waited for, until settle_by_.
