@@ -118,7 +118,10 @@ TEST(EndpointStates, RoceTableHasWhatTheCodeDoes) {
       {S::Connected, S::PeerClosing},              // DREQ while requests we sent are unacknowledged
       {S::Accepting, S::PeerClosing},              // the same, the DREQ overtaking the RTU
       {S::PeerClosing, S::PeerDisconnected},       // settled, failed or timed out: the DREP
-      {S::PeerClosing, S::Disconnecting},          // Disconnect: the DREP at once
+      {S::PeerClosing, S::Settling},               // Disconnect: the DREP once settled
+      {S::Connected, S::Settling},                 // Disconnect while requests we sent are unacknowledged
+      {S::Settling, S::Disconnecting},             // settled, failed or timed out: the DREQ (or DREP)
+      {S::Settling, S::Disconnected},              // REJ
       {S::Disconnecting, S::Disconnected},         // DREP, DREQ timeout, crossing DREQ
       {S::PeerDisconnected, S::Disconnected},      // Disconnect after the peer's
       {S::Disconnected, S::Disconnected},          // Disconnect after a failure
@@ -131,7 +134,8 @@ TEST(EndpointStates, RoceTableHasWhatTheCodeDoes) {
       {S::Closed, S::Connected},  {S::Closed, S::Bound},          {S::Disconnected, S::Connected},
       {S::Listening, S::Requested}, {S::Connected, S::Connecting}, {S::Connected, S::Disconnected},
       {S::PeerDisconnected, S::Connected}, {S::Disconnecting, S::PeerDisconnected},
-      {S::PeerClosing, S::Connected}, {S::LinkFailed, S::PeerClosing},
+      {S::PeerClosing, S::Connected}, {S::LinkFailed, S::PeerClosing}, {S::LinkFailed, S::Settling},
+      {S::Settling, S::Connected}, {S::Settling, S::PeerClosing},
       {S::Replied, S::Accepting}, {S::LinkFailed, S::Connected},
   };
   for (auto [from, to] : illegal)

@@ -1415,6 +1415,22 @@ class RoceHostileClose : public RoceHostile {
     FAIL() << "no MAD after " << skips << " retransmissions";
   }
 
+  // The peer acknowledges `send`: the next MAD (retransmissions of `send` skipped) is `attr`,
+  // with transaction ID `tid` unless 0; into *out if given.
+  void AckAndExpectClose(Conn& c, const Inbound& send, ib::CmAttr attr, uint64_t tid, ib::CmMessage* out = nullptr) {
+    ib::Headers ack = c.peer.To(Opcode::Acknowledge, send.h.bth.psn, false);
+    ack.aeth.syndrome = ib::MakeSyndrome(AethKind::Ack, ib::kCreditInvalid);
+    c.peer.Send(c.peer.Build(ack, {}));
+    ib::CmMessage m;
+    int retransmissions = 0;
+    ASSERT_NO_FATAL_FAILURE(NextCmAfterRetransmissions(c, send, m, 8, &retransmissions));
+    ASSERT_EQ(m.attr, attr) << "got " << ib::ToString(m.attr);
+    if (tid) {
+      EXPECT_EQ(m.mad.transaction_id, tid);
+    }
+    if (out) *out = m;
+  }
+
   void ExpectDrepFor(const ib::CmMessage& m, const ib::CmMessage& dreq) {
     ASSERT_EQ(m.attr, ib::CmAttr::Drep) << "got " << ib::ToString(m.attr);
     EXPECT_EQ(m.mad.transaction_id, dreq.mad.transaction_id);
@@ -1516,7 +1532,7 @@ TEST_F(RoceHostileClose, SettlingEndsAfterItsBoundWhileThePeerRnrNaksForever) {
   EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
 }
 
-TEST_F(RoceHostileClose, OurDisconnectWhileThePeersDreqWaitsSendsTheDrepAtOnceAndFlushes) {
+TEST_F(RoceHostileClose, OurDisconnectWhileThePeersDreqWaitsAnswersOnceOurSendIsAcknowledged) {
   Conn& c = NewConn();
   Inbound send;
   ib::CmMessage dreq;
@@ -1529,17 +1545,83 @@ TEST_F(RoceHostileClose, OurDisconnectWhileThePeersDreqWaitsSendsTheDrepAtOnceAn
   request->qp = c.qp;
   request->op = disconnected;
   ASSERT_EQ(c.ep->Disconnect(request), WV_PENDING);
-  ib::CmMessage drep;
-  int retransmissions = 0;
-  ASSERT_NO_FATAL_FAILURE(NextCmAfterRetransmissions(c, send, drep, 1, &retransmissions));
-  ASSERT_NO_FATAL_FAILURE(ExpectDrepFor(drep, dreq));
+  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_CONNECTION_DISCONNECTED));
+  // Not the DREP yet: the Send again, its ACK being missing.
+  Inbound again;
+  ASSERT_TRUE(c.peer.Next(again));
+  ASSERT_EQ(again.op(), Opcode::SendOnly) << "the DREP went before our Send was acknowledged: " << Describe(again);
+  EXPECT_EQ(again.h.bth.psn, send.h.bth.psn);
+  EXPECT_EQ(disconnected->count(), 0u);
+  ASSERT_NO_FATAL_FAILURE(AckAndExpectClose(c, send, ib::CmAttr::Drep, dreq.mad.transaction_id));
   ASSERT_EQ(disconnected->Wait(), std::optional<int32_t>(WV_SUCCESS));
   delete request;
   delete disconnected;
-  EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_CONNECTION_DISCONNECTED));
   ASSERT_NO_FATAL_FAILURE(c.WaitForError());
   std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
-  expected[7] = WcStatus::Flushed;
+  expected[7] = WcStatus::Success;
+  c.ExpectCompletions(expected);
+}
+
+// Our Disconnect while the peer's ACK of our Send is missing (UDP lost it; the peer has the Send
+// and answered it): the Send is acknowledged before the DREQ goes, not flushed ND_CANCELED.
+TEST_F(RoceHostileClose, OurDisconnectWhileOurSendIsUnacknowledgedSendsTheDreqOnceItIs) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {c.writable.addr(), 16, c.writable.key})), WV_SUCCESS);
+  Inbound send;
+  ASSERT_TRUE(c.peer.Next(send));
+  ASSERT_EQ(send.op(), Opcode::SendOnly) << Describe(send);
+  auto* disconnected = new Op;  // outlive a failed test: the device still holds them
+  auto* request = new DisconnectRequest;
+  request->qp = c.qp;
+  request->op = disconnected;
+  ASSERT_EQ(c.ep->Disconnect(request), WV_PENDING);
+  Inbound again;
+  ASSERT_TRUE(c.peer.Next(again));
+  ASSERT_EQ(again.op(), Opcode::SendOnly) << "the DREQ went before our Send was acknowledged: " << Describe(again);
+  EXPECT_EQ(again.h.bth.psn, send.h.bth.psn);
+  c.Drain();
+  EXPECT_TRUE(c.completions.empty()) << "something completed while the Send waited for its ACK";
+  EXPECT_EQ(disconnected->count(), 0u);
+  ib::CmMessage our_dreq;
+  ASSERT_NO_FATAL_FAILURE(AckAndExpectClose(c, send, ib::CmAttr::Dreq, 0, &our_dreq));
+  EXPECT_EQ(our_dreq.dreq.remote_qpn, kPeerQpn);
+  ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(Naming(c, ib::CmAttr::Drep, our_dreq.mad.transaction_id)));
+  ASSERT_EQ(disconnected->Wait(), std::optional<int32_t>(WV_SUCCESS));
+  delete request;
+  delete disconnected;
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
+  expected[7] = WcStatus::Success;
+  c.ExpectCompletions(expected);
+}
+
+// ... and when the peer never acknowledges, the Send ends with its own status once its retries
+// run out, and the DREQ follows at once: the wait is the retry budget, not longer.
+TEST_F(RoceHostileClose, OurDisconnectWhileOurSendIsNeverAcknowledgedSendsTheDreqWhenItsRetriesRunOut) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c));
+  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {c.writable.addr(), 16, c.writable.key})), WV_SUCCESS);
+  Inbound send;
+  ASSERT_TRUE(c.peer.Next(send));
+  ASSERT_EQ(send.op(), Opcode::SendOnly) << Describe(send);
+  auto* disconnected = new Op;
+  auto* request = new DisconnectRequest;
+  request->qp = c.qp;
+  request->op = disconnected;
+  ASSERT_EQ(c.ep->Disconnect(request), WV_PENDING);
+  ib::CmMessage our_dreq;
+  int retransmissions = 0;
+  ASSERT_NO_FATAL_FAILURE(NextCmAfterRetransmissions(c, send, our_dreq, 8, &retransmissions));
+  ASSERT_EQ(our_dreq.attr, ib::CmAttr::Dreq) << "got " << ib::ToString(our_dreq.attr);
+  EXPECT_EQ(retransmissions, 7);
+  ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(Naming(c, ib::CmAttr::Drep, our_dreq.mad.transaction_id)));
+  ASSERT_EQ(disconnected->Wait(), std::optional<int32_t>(WV_SUCCESS));
+  delete request;
+  delete disconnected;
+  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+  std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
+  expected[7] = WcStatus::TimeoutRetry;
   c.ExpectCompletions(expected);
 }
 

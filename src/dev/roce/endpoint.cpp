@@ -113,7 +113,7 @@ Endpoint::~Endpoint() = default;
 const char* Endpoint::ToString(State s) {
   static const char* const names[] = {"Idle", "Bound", "Listening", "Connecting", "Replied",
                                       "Requested", "Accepting", "Connected", "LinkFailed",
-                                      "PeerClosing",      "Disconnecting", "PeerDisconnected", "Disconnected", "Closed"};
+                                      "PeerClosing",      "Settling",      "Disconnecting", "PeerDisconnected", "Disconnected", "Closed"};
   return names[int(s)];
 }
 
@@ -507,7 +507,7 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
         finish.Add(std::exchange(accept_op_, nullptr), gave_up ? WV_CONNECTION_ABORTED : WV_CONNECTION_REFUSED);
       } else if (state_ == State::Connected || state_ == State::LinkFailed || state_ == State::PeerClosing) {
         PeerDisconnected(finish);
-      } else if (state_ == State::Disconnecting) {
+      } else if (state_ == State::Disconnecting || state_ == State::Settling) {
         FinishDisconnect(WV_SUCCESS);
       }
       return;
@@ -525,6 +525,10 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
       if (state_ == State::Disconnecting) {  // crossing DREQs: the agent sent our DREP
         finish.AddList(notify_ops_, WV_SUCCESS);
         FinishDisconnect(WV_SUCCESS);
+        return;
+      }
+      if (state_ == State::Settling) {  // our close, once settled, is the DREP
+        if (link_) link_->FlushAcks();
         return;
       }
       if (state_ != State::Connected && state_ != State::Accepting && state_ != State::LinkFailed) return;
@@ -577,6 +581,7 @@ void Endpoint::OnUnreachable(const Unreachable& what) {
       case State::Connected:
       case State::LinkFailed:
       case State::PeerClosing:
+      case State::Settling:
         link = link_;  // its requests fail as if retries ran out, now rather than later
         break;
       default:
@@ -616,6 +621,7 @@ void Endpoint::OnLinkFailed() {
     return;
   base::MutexLock lock(mutex_, std::adopt_lock);
   if (state_ == State::PeerClosing) return AnswerDreq(finish);  // nothing more will settle
+  if (state_ == State::Settling) return SendCloseLocked();      // the peer, if alive, must hear of it
   if (state_ == State::Accepting) {
     finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_ABORTED);
   } else if (state_ != State::Connected) {
@@ -647,6 +653,7 @@ void Endpoint::OnSentSettled() {
     return;
   base::MutexLock lock(mutex_, std::adopt_lock);
   if (state_ == State::PeerClosing) AnswerDreq(finish);
+  else if (state_ == State::Settling) SendCloseLocked();
 }
 
 // -------------------------------------------------------------------------------- teardown
@@ -673,14 +680,30 @@ void Endpoint::PeerDisconnected(Finisher& finish) {
 
 Endpoint::Closing Endpoint::StartCloseLocked() {
   mutex_.AssertHeld();
-  // While the peer's DREQ waits for our DREP, the agent's Disconnect is that DREP: the close
-  // exchange ends with it (the requests still unacknowledged are flushed, as the caller asked).
-  const bool answering = state_ == State::PeerClosing;
+  // What we sent is acknowledged first, as before our DREP (PeerClosing): UDP may have lost the
+  // peer's ACK of our last Send, which the peer has (it answered it: the application saw the
+  // answer and disconnects), and flushing it now would end it ND_CANCELED. The peer's QP answers
+  // until our DREQ, so the retransmission is acknowledged. Bounded as PeerClosing is (its settle
+  // goes on); a failed link has nothing to settle, a held one (Accepting) sent nothing.
+  if (state_ == State::PeerClosing || (state_ == State::Connected && link_ && link_->SettleSent())) {
+    SetState(State::Settling);  // OnSentSettled or OnLinkFailed goes on
+    return {};
+  }
+  SendCloseLocked();
+  return {};
+}
+
+void Endpoint::SendCloseLocked() {
+  mutex_.AssertHeld();
   SetState(State::Disconnecting);
   if (link_) link_->FlushAcks();
-  if (port_->Cm([id = comm_id_](CmAgent& agent) { return agent.Disconnect(id); }) != WV_SUCCESS || answering)
-    FinishDisconnect(WV_SUCCESS);  // nothing left to wait for (or the agent was already closing)
-  return {};
+  // While the peer's DREQ waits for our DREP, the agent's Disconnect is that DREP: the close
+  // exchange ends with it (the requests still unacknowledged are flushed, as the caller asked).
+  const bool await_drep = port_->Cm([id = comm_id_](CmAgent& agent) {
+    const bool answering = agent.StateOf(id) == CmState::DreqRcvd;
+    return agent.Disconnect(id) == WV_SUCCESS && !answering;
+  });
+  if (!await_drep) FinishDisconnect(WV_SUCCESS);  // nothing left to wait for (or the agent was already closing)
 }
 
 void Endpoint::FailConnect(Finisher& finish, int32_t status) {
@@ -704,7 +727,7 @@ Endpoint::Connection Endpoint::DropConnectionLocked(std::deque<std::shared_ptr<E
   }
   // Released while connected: the QP fails and is flushed (its link stops now).
   if (state_ == State::Connected || state_ == State::Accepting || state_ == State::LinkFailed ||
-      state_ == State::PeerClosing)
+      state_ == State::PeerClosing || state_ == State::Settling)
     connection.link = link_;
   link_.reset();
   qp_.reset();

@@ -58,6 +58,7 @@ class Endpoint final : public EndpointBase<Endpoint>,
     Requested, Accepting,    // passive: REQ received; REP sent
     Connected, LinkFailed,   // LinkFailed: the QP failed (retries, peer gone); CM still up
     PeerClosing,             // the peer's DREQ came; our DREP waits for what we sent to settle
+    Settling,                // our Disconnect came; our DREQ (or DREP) waits for what we sent to settle
     Disconnecting, PeerDisconnected, Disconnected, Closed
   };
   static constexpr size_t kStates = size_t(State::Closed) + 1;
@@ -74,10 +75,11 @@ class Endpoint final : public EndpointBase<Endpoint>,
       {State::Requested, {State::Accepting, State::Disconnected, State::Closed}},
       {State::Accepting, {State::Connected, State::LinkFailed, State::PeerClosing, State::Disconnecting,
                           State::PeerDisconnected, State::Disconnected, State::Closed}},
-      {State::Connected, {State::LinkFailed, State::PeerClosing, State::Disconnecting, State::PeerDisconnected,
-                          State::Closed}},
+      {State::Connected, {State::LinkFailed, State::PeerClosing, State::Settling, State::Disconnecting,
+                          State::PeerDisconnected, State::Closed}},
       {State::LinkFailed, {State::Disconnecting, State::PeerDisconnected, State::Closed}},
-      {State::PeerClosing, {State::Disconnecting, State::PeerDisconnected, State::Closed}},
+      {State::PeerClosing, {State::Settling, State::PeerDisconnected, State::Closed}},
+      {State::Settling, {State::Disconnecting, State::Disconnected, State::Closed}},
       {State::Disconnecting, {State::Disconnected, State::Closed}},
       {State::PeerDisconnected, {State::Disconnected, State::Closed}},
       {State::Disconnected, {State::Disconnected, State::Closed}},
@@ -93,17 +95,20 @@ class Endpoint final : public EndpointBase<Endpoint>,
       case State::PeerClosing: return ConnectionPhase::Connected;  // NotifyDisconnect comes with our DREP
       case State::LinkFailed: return ConnectionPhase::Failed;
       case State::PeerDisconnected: return ConnectionPhase::PeerClosed;
+      case State::Settling:
       case State::Disconnecting: return ConnectionPhase::Closing;
       case State::Disconnected: return ConnectionPhase::Disconnected;
       default: return ConnectionPhase::NotConnected;
     }
   }
-  // Our Disconnect: the coalesced ACKs, then the DREQ; the DREP (or the DREQ's timeout) ends it.
-  // All of it under the lock: nothing is left for after it.
+  // Our Disconnect: what we sent settles (Settling), then the coalesced ACKs and the DREQ (or the
+  // DREP the peer's DREQ waits for); the DREP (or the DREQ's timeout) ends it. All of it under the
+  // lock or from the link's reports: nothing is left for after it.
   struct Closing {
     void Start() {}
   };
   Closing StartCloseLocked() NDWV_REQUIRES(mutex_);
+  void SendCloseLocked() NDWV_REQUIRES(mutex_);  // Settling is over: the DREQ or DREP goes
   // Under mutex_: the pending Connect ends with `status` (its CEP destroyed); the endpoint is
   // Bound again, to be retried.
   void FailConnect(Finisher& finish, int32_t status) NDWV_REQUIRES(mutex_);
