@@ -271,16 +271,23 @@ bool RcLink::SettleSent() {
   if (shut_ || failed_ || flights_.empty()) return false;
   settling_ = true;
   settle_psn_ = next_psn_;
-  // One ACK wait more than the retries take: a request being retried ends with its own status.
-  settle_by_ = Clock::now() + (params_.retry_count + 2) * g_ack_wait.For(std::chrono::milliseconds(params_.ack_timeout_ms));
-  EnsureTimer(settle_by_);
+  settle_since_ = Clock::now();
+  EnsureTimer(SettleBy());
   return true;
+}
+
+Clock::time_point RcLink::SettleBy() const {
+  mutex_.AssertHeld();
+  // One ACK wait more than the retries take, so that a request being retried ends with its own
+  // status; in waits as long as they are now, as its retransmissions are (a busy engine's stretch
+  // the retries while they run).
+  return settle_since_ + (params_.retry_count + 2) * g_ack_wait.For(std::chrono::milliseconds(params_.ack_timeout_ms));
 }
 
 void RcLink::CheckSettled(Clock::time_point now) {
   mutex_.AssertHeld();
   if (!settling_) return;
-  if (!failed_ && !flights_.empty() && PsnDiff(flights_.front().first_psn, settle_psn_) < 0 && now < settle_by_)
+  if (!failed_ && !flights_.empty() && PsnDiff(flights_.front().first_psn, settle_psn_) < 0 && now < SettleBy())
     return;
   settling_ = false;
   if (!failed_) settled_to_report_ = true;  // a failure is reported as one
@@ -1049,7 +1056,7 @@ void RcLink::HandleTimer(Clock::time_point now) {
   }
   if (shut_) return;
   CheckSettled(now);
-  if (settling_) EnsureTimer(settle_by_);
+  if (settling_) EnsureTimer(SettleBy());
   if (ack_due_) EnsureTimer(ack_by_);
   if (!flights_.empty()) EnsureTimer(rnr_waiting_ ? rnr_until_ : RetransmitAt());
 }

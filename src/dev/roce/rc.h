@@ -167,6 +167,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   // Has what SettleSent waits for come? `now`: the timer's; the receive path looks only at the
   // acknowledgements.
   void CheckSettled(Clock::time_point now = {}) NDWV_REQUIRES(mutex_);
+  Clock::time_point SettleBy() const NDWV_REQUIRES(mutex_);
   // Responder
   void OnRequest(const wire::ib::Packet& packet) NDWV_REQUIRES(mutex_);
   bool ExecuteSend(const wire::ib::Packet& packet) NDWV_REQUIRES(mutex_);
@@ -230,10 +231,10 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   bool probe_now_ NDWV_GUARDED_BY(mutex_) = false;       // ProbeNow: the keepalive is due at once
   bool counted_live_ NDWV_GUARDED_BY(mutex_) = false;    // in the process's count of links that keep alive
   std::atomic<bool> failure_to_report_{false};
-  // SettleSent: the requests below settle_psn_ are waited for, until settle_by_.
+  // SettleSent: the requests below settle_psn_ are waited for, until SettleBy().
   bool settling_ NDWV_GUARDED_BY(mutex_) = false;
   uint32_t settle_psn_ NDWV_GUARDED_BY(mutex_) = 0;
-  Clock::time_point settle_by_ NDWV_GUARDED_BY(mutex_){};
+  Clock::time_point settle_since_ NDWV_GUARDED_BY(mutex_){};
   std::atomic<bool> settled_to_report_{false};
 
   using LinkTimer = OwnedTimer<RcLink>;
