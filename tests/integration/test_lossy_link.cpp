@@ -76,6 +76,15 @@ void PostReceives(Endpoint& e, uint8_t* inbox, UINT32 token) {
   }
 }
 
+// The close exchange crosses the lossy link too: a DREQ goes about four times in its budget (each
+// retransmission waits twice as long), and with 10 % lost each way every DREQ or DREP of them is
+// lost about once in 750 runs. Disconnect then ends ND_TIMEOUT (success class: the QP is flushed
+// all the same), as the SPI says it does when the peer does not answer.
+void DisconnectOverTheLoss(Endpoint& e) {
+  HRESULT closed = Disconnect(e.connector.get());
+  if (closed != ND_SUCCESS && closed != ND_TIMEOUT) IT_FAIL("Disconnect over the lossy link returned " + StatusName(closed));
+}
+
 IT_PEER(lossy_client) {
   Adapter adapter;
   std::vector<uint8_t> inbox((kSends + 1) * kMaxSend), out(kMaxSend + kRdmaBytes);
@@ -103,7 +112,8 @@ IT_PEER(lossy_client) {
   ExpectCompletion(e.cq.get(), {ND_SUCCESS, Nd2RequestTypeRead, Ctx(0x301), kClientQp, -1}, "the Read");
   CheckPattern(sink, kRdmaBytes, 4343, "bytes read over the lossy link");
   parent.Send("rdma done");
-  ClientTeardown(parent, e);
+  DisconnectOverTheLoss(e);
+  parent.Send("client disconnected");
 }
 
 TEST(IntegrationLossyLink, EveryByteArrivesThroughTenPercentLoss) {
@@ -135,7 +145,8 @@ TEST(IntegrationLossyLink, EveryByteArrivesThroughTenPercentLoss) {
                      Ctx(0x400), true);
     client.Expect("rdma done", 60000);
     CheckPlacedByPeer([&] { CheckPattern(region.data(), kRdmaBytes, 4242, "bytes written over the lossy link"); });
-    ServerTeardown(client, e);
+    client.Expect("client disconnected");
+    DisconnectOverTheLoss(e);
   });
 }
 
