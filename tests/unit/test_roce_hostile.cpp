@@ -1392,10 +1392,7 @@ class RoceHostileClose : public RoceHostile {
   // c established, a signaled Send (wr 7) of ours in flight and not acknowledged, then the
   // peer's DREQ. Returns the DREQ; `send` is the Send as it went out.
   void SendThenDreq(Conn& c, Inbound& send, ib::CmMessage& dreq) {
-    ASSERT_NO_FATAL_FAILURE(Establish(c));
-    ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {c.writable.addr(), 16, c.writable.key})), WV_SUCCESS);
-    ASSERT_TRUE(c.peer.Next(send));
-    ASSERT_EQ(send.op(), Opcode::SendOnly) << Describe(send);
+    ASSERT_NO_FATAL_FAILURE(EstablishAndSend(c, send));
     dreq = Naming(c, ib::CmAttr::Dreq, 0xD8E0000000000007ull);
     ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(dreq));
   }
@@ -1413,6 +1410,38 @@ class RoceHostileClose : public RoceHostile {
       ASSERT_EQ(in.h.bth.psn, send.h.bth.psn);
     }
     FAIL() << "no MAD after " << skips << " retransmissions";
+  }
+
+  // c established and a signaled Send (wr 7) of ours in flight, not acknowledged: `send`.
+  void EstablishAndSend(Conn& c, Inbound& send) {
+    ASSERT_NO_FATAL_FAILURE(Establish(c));
+    ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {c.writable.addr(), 16, c.writable.key})), WV_SUCCESS);
+    ASSERT_TRUE(c.peer.Next(send));
+    ASSERT_EQ(send.op(), Opcode::SendOnly) << Describe(send);
+  }
+
+  // Our Disconnect, pending. Its records outlive a failed test: the device still holds them.
+  struct OurDisconnect {
+    Op* done = new Op;
+    DisconnectRequest* request = new DisconnectRequest;
+    void Start(Conn& c) {
+      request->qp = c.qp;
+      request->op = done;
+      ASSERT_EQ(c.ep->Disconnect(request), WV_PENDING);
+    }
+    void ExpectSuccess() {
+      ASSERT_EQ(done->Wait(), std::optional<int32_t>(WV_SUCCESS));
+      delete request;
+      delete done;
+    }
+  };
+
+  // The connection is over: the QP in error, every receive flushed, the Send (wr 7) ended `send`.
+  void ExpectClosedWithSend(Conn& c, WcStatus send) {
+    ASSERT_NO_FATAL_FAILURE(c.WaitForError());
+    std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
+    expected[7] = send;
+    c.ExpectCompletions(expected);
   }
 
   // The peer acknowledges `send`: the next MAD (retransmissions of `send` skipped) is `attr`,
@@ -1462,10 +1491,7 @@ TEST_F(RoceHostileClose, ADreqBeforeOurSendsAckIsAnsweredOnceTheSendIsAcknowledg
   int retransmissions = 0;
   ASSERT_NO_FATAL_FAILURE(NextCmAfterRetransmissions(c, send, drep, 8, &retransmissions));
   ASSERT_NO_FATAL_FAILURE(ExpectDrepFor(drep, dreq));
-  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
-  std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
-  expected[7] = WcStatus::Success;
-  c.ExpectCompletions(expected);
+  ExpectClosedWithSend(c, WcStatus::Success);
   EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
 }
 
@@ -1481,10 +1507,7 @@ TEST_F(RoceHostileClose, ADreqWhileOurSendIsNeverAcknowledgedIsAnsweredWhenItsRe
   ASSERT_NO_FATAL_FAILURE(NextCmAfterRetransmissions(c, send, drep, 8, &retransmissions));
   ASSERT_NO_FATAL_FAILURE(ExpectDrepFor(drep, dreq));
   EXPECT_EQ(retransmissions, 7);
-  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
-  std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
-  expected[7] = WcStatus::TimeoutRetry;
-  c.ExpectCompletions(expected);
+  ExpectClosedWithSend(c, WcStatus::TimeoutRetry);
   EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_SUCCESS));
 }
 
@@ -1539,90 +1562,59 @@ TEST_F(RoceHostileClose, OurDisconnectWhileThePeersDreqWaitsAnswersOnceOurSendIs
   ASSERT_NO_FATAL_FAILURE(SendThenDreq(c, send, dreq));
   // The device has the DREQ (else our Disconnect sends a DREQ of its own, crossing the peer's).
   ASSERT_TRUE(WaitUntil([&] { return Counters().Received(ib::CmAttr::Dreq) == 1; }, kBound));
-  // Both outlive the test if it fails before the Disconnect completes: the device still holds them.
-  auto* disconnected = new Op;
-  auto* request = new DisconnectRequest;
-  request->qp = c.qp;
-  request->op = disconnected;
-  ASSERT_EQ(c.ep->Disconnect(request), WV_PENDING);
+  OurDisconnect disconnect;
+  ASSERT_NO_FATAL_FAILURE(disconnect.Start(c));
   EXPECT_EQ(c.notify.Wait(), std::optional<int32_t>(WV_CONNECTION_DISCONNECTED));
   // Not the DREP yet: the Send again, its ACK being missing.
   Inbound again;
   ASSERT_TRUE(c.peer.Next(again));
   ASSERT_EQ(again.op(), Opcode::SendOnly) << "the DREP went before our Send was acknowledged: " << Describe(again);
   EXPECT_EQ(again.h.bth.psn, send.h.bth.psn);
-  EXPECT_EQ(disconnected->count(), 0u);
+  EXPECT_EQ(disconnect.done->count(), 0u);
   ASSERT_NO_FATAL_FAILURE(AckAndExpectClose(c, send, ib::CmAttr::Drep, dreq.mad.transaction_id));
-  ASSERT_EQ(disconnected->Wait(), std::optional<int32_t>(WV_SUCCESS));
-  delete request;
-  delete disconnected;
-  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
-  std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
-  expected[7] = WcStatus::Success;
-  c.ExpectCompletions(expected);
+  ASSERT_NO_FATAL_FAILURE(disconnect.ExpectSuccess());
+  ExpectClosedWithSend(c, WcStatus::Success);
 }
 
 // Our Disconnect while the peer's ACK of our Send is missing (UDP lost it; the peer has the Send
 // and answered it): the Send is acknowledged before the DREQ goes, not flushed ND_CANCELED.
 TEST_F(RoceHostileClose, OurDisconnectWhileOurSendIsUnacknowledgedSendsTheDreqOnceItIs) {
   Conn& c = NewConn();
-  ASSERT_NO_FATAL_FAILURE(Establish(c));
-  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {c.writable.addr(), 16, c.writable.key})), WV_SUCCESS);
   Inbound send;
-  ASSERT_TRUE(c.peer.Next(send));
-  ASSERT_EQ(send.op(), Opcode::SendOnly) << Describe(send);
-  auto* disconnected = new Op;  // outlive a failed test: the device still holds them
-  auto* request = new DisconnectRequest;
-  request->qp = c.qp;
-  request->op = disconnected;
-  ASSERT_EQ(c.ep->Disconnect(request), WV_PENDING);
+  ASSERT_NO_FATAL_FAILURE(EstablishAndSend(c, send));
+  OurDisconnect disconnect;
+  ASSERT_NO_FATAL_FAILURE(disconnect.Start(c));
   Inbound again;
   ASSERT_TRUE(c.peer.Next(again));
   ASSERT_EQ(again.op(), Opcode::SendOnly) << "the DREQ went before our Send was acknowledged: " << Describe(again);
   EXPECT_EQ(again.h.bth.psn, send.h.bth.psn);
   c.Drain();
   EXPECT_TRUE(c.completions.empty()) << "something completed while the Send waited for its ACK";
-  EXPECT_EQ(disconnected->count(), 0u);
+  EXPECT_EQ(disconnect.done->count(), 0u);
   ib::CmMessage our_dreq;
   ASSERT_NO_FATAL_FAILURE(AckAndExpectClose(c, send, ib::CmAttr::Dreq, 0, &our_dreq));
   EXPECT_EQ(our_dreq.dreq.remote_qpn, kPeerQpn);
   ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(Naming(c, ib::CmAttr::Drep, our_dreq.mad.transaction_id)));
-  ASSERT_EQ(disconnected->Wait(), std::optional<int32_t>(WV_SUCCESS));
-  delete request;
-  delete disconnected;
-  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
-  std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
-  expected[7] = WcStatus::Success;
-  c.ExpectCompletions(expected);
+  ASSERT_NO_FATAL_FAILURE(disconnect.ExpectSuccess());
+  ExpectClosedWithSend(c, WcStatus::Success);
 }
 
 // ... and when the peer never acknowledges, the Send ends with its own status once its retries
 // run out, and the DREQ follows at once: the wait is the retry budget, not longer.
 TEST_F(RoceHostileClose, OurDisconnectWhileOurSendIsNeverAcknowledgedSendsTheDreqWhenItsRetriesRunOut) {
   Conn& c = NewConn();
-  ASSERT_NO_FATAL_FAILURE(Establish(c));
-  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {c.writable.addr(), 16, c.writable.key})), WV_SUCCESS);
   Inbound send;
-  ASSERT_TRUE(c.peer.Next(send));
-  ASSERT_EQ(send.op(), Opcode::SendOnly) << Describe(send);
-  auto* disconnected = new Op;
-  auto* request = new DisconnectRequest;
-  request->qp = c.qp;
-  request->op = disconnected;
-  ASSERT_EQ(c.ep->Disconnect(request), WV_PENDING);
+  ASSERT_NO_FATAL_FAILURE(EstablishAndSend(c, send));
+  OurDisconnect disconnect;
+  ASSERT_NO_FATAL_FAILURE(disconnect.Start(c));
   ib::CmMessage our_dreq;
   int retransmissions = 0;
   ASSERT_NO_FATAL_FAILURE(NextCmAfterRetransmissions(c, send, our_dreq, 8, &retransmissions));
   ASSERT_EQ(our_dreq.attr, ib::CmAttr::Dreq) << "got " << ib::ToString(our_dreq.attr);
   EXPECT_EQ(retransmissions, 7);
   ASSERT_NO_FATAL_FAILURE(c.peer.SendCm(Naming(c, ib::CmAttr::Drep, our_dreq.mad.transaction_id)));
-  ASSERT_EQ(disconnected->Wait(), std::optional<int32_t>(WV_SUCCESS));
-  delete request;
-  delete disconnected;
-  ASSERT_NO_FATAL_FAILURE(c.WaitForError());
-  std::map<uint64_t, WcStatus> expected = c.AllReceivesFlushed();
-  expected[7] = WcStatus::TimeoutRetry;
-  c.ExpectCompletions(expected);
+  ASSERT_NO_FATAL_FAILURE(disconnect.ExpectSuccess());
+  ExpectClosedWithSend(c, WcStatus::TimeoutRetry);
 }
 
 // ==== 13. the CM's bounds: invalid REQs, unanswered requests, a REQ flood =====================
