@@ -279,8 +279,8 @@ bool RcLink::SettleSent() {
 Clock::time_point RcLink::SettleBy() const {
   mutex_.AssertHeld();
   // One ACK wait more than the retries take, so that a request being retried ends with its own
-  // status; in waits as long as they are now, as its retransmissions are (a busy engine's stretch
-  // the retries while they run).
+  // status; counted in waits as long as they are now, as its retransmissions are (a busy engine
+  // stretches them while the settle runs).
   return settle_since_ + (params_.retry_count + 2) * g_ack_wait.For(std::chrono::milliseconds(params_.ack_timeout_ms));
 }
 
