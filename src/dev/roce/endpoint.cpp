@@ -620,8 +620,7 @@ void Endpoint::OnLinkFailed() {
       }))
     return;
   base::MutexLock lock(mutex_, std::adopt_lock);
-  if (state_ == State::PeerClosing) return AnswerDreq(finish);  // nothing more will settle
-  if (state_ == State::Settling) return SendCloseLocked();      // the peer, if alive, must hear of it
+  if (CloseAfterSettleLocked(finish)) return;  // nothing more will settle; a live peer must hear of it
   if (state_ == State::Accepting) {
     finish.Add(std::exchange(accept_op_, nullptr), WV_CONNECTION_ABORTED);
   } else if (state_ != State::Connected) {
@@ -652,8 +651,15 @@ void Endpoint::OnSentSettled() {
       }))
     return;
   base::MutexLock lock(mutex_, std::adopt_lock);
+  CloseAfterSettleLocked(finish);
+}
+
+bool Endpoint::CloseAfterSettleLocked(Finisher& finish) {
+  mutex_.AssertHeld();
   if (state_ == State::PeerClosing) AnswerDreq(finish);
   else if (state_ == State::Settling) SendCloseLocked();
+  else return false;
+  return true;
 }
 
 // -------------------------------------------------------------------------------- teardown

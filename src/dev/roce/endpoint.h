@@ -109,6 +109,9 @@ class Endpoint final : public EndpointBase<Endpoint>,
   };
   Closing StartCloseLocked() NDWV_REQUIRES(mutex_);
   void SendCloseLocked() NDWV_REQUIRES(mutex_);  // Settling is over: the DREQ or DREP goes
+  // A settle is over (acknowledged, its bound passed, or the link failed): the close it held goes
+  // on (PeerClosing: our DREP; Settling: SendCloseLocked). False in any other state.
+  bool CloseAfterSettleLocked(Finisher& finish) NDWV_REQUIRES(mutex_);
   // Under mutex_: the pending Connect ends with `status` (its CEP destroyed); the endpoint is
   // Bound again, to be retried.
   void FailConnect(Finisher& finish, int32_t status) NDWV_REQUIRES(mutex_);
