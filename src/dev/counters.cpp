@@ -347,16 +347,31 @@ namespace {
 std::vector<Transport>* g_report_transports = nullptr;  // set once, before any report
 int g_signal_pipe[2] = {-1, -1};
 
+// The report is composed in memory and written with one append: a reader never sees half of
+// one, and a process whose other thread calls exit() meanwhile (which ends it at once, the
+// report's handler half run) leaves no report rather than an empty or cut one.
 void WriteReport() {
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* memory = open_memstream(&text, &length);
+  if (!memory) return;
+  WriteCounters(memory, "text", *g_report_transports);
+  fclose(memory);
   std::string path = base::Config().counters_file;
   for (size_t at; (at = path.find("%p")) != std::string::npos;) path.replace(at, 2, std::to_string(getpid()));
-  FILE* out = path.empty() ? stderr : fopen(path.c_str(), "a");
-  if (!out) {
+  int fd = path.empty() ? STDERR_FILENO : open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
     NDWV_LOG(Error, "NDWV_COUNTERS_FILE %s: %s", path.c_str(), strerror(errno));
-    return;
+  } else {
+    for (size_t done = 0; done < length;) {
+      ssize_t n = write(fd, text + done, length - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += size_t(n);
+    }
+    if (fd != STDERR_FILENO) close(fd);
   }
-  WriteCounters(out, "text", *g_report_transports);
-  if (out != stderr) fclose(out);
+  free(text);
 }
 
 // SIGUSR2: only a byte into a pipe (async-signal-safe); the engine writes the report.
