@@ -238,7 +238,11 @@ for k in $(echo "$ks" | tr ',' ' '); do
   row "input backlog drops (kernel)" setup 'printf "%d", f("kernel.backlog_drops")' max
   row "slowest tenth of N, conn/s" setup 'n = split(s("tenths"), t, ","); m = ""; for (j = 1; j <= n; j++) if (m == "" || t[j] + 0 < m) m = t[j] + 0; if (m != "") printf "%.0f", m'
   row "CPU s, client"              setup 'printf "%.3f", f("c.cpu_ms") / 1000'
+  row "  its application threads"  setup 'printf "%.3f", f("c.cpu_app_ms") / 1000'
+  row "  its engine thread"        setup 'printf "%.3f", f("c.cpu_engine_ms") / 1000'
   row "CPU s, server"              setup 'printf "%.3f", f("s.cpu_ms") / 1000'
+  row "  its application threads"  setup 'printf "%.3f", f("s.cpu_app_ms") / 1000'
+  row "  its engine thread"        setup 'printf "%.3f", f("s.cpu_engine_ms") / 1000'
   row "RSS MiB, client"            setup 'printf "%.1f", f("c.rss_kb") / 1024'
   row "RSS MiB, server"            setup 'printf "%.1f", f("s.rss_kb") / 1024'
   row "descriptors, client"        setup 'printf "%d", f("c.fds")' max

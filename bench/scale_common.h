@@ -265,19 +265,54 @@ inline double CpuMs() {
          double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
 }
 
+// The CPU time so far of the process's threads by role, named by their thread names: ndwv's
+// engine ("ndwv-engine"), its work pool ("ndwv-work"), and the program's own ("app"), from each
+// thread's run time in nanoseconds (/proc/self/task/*/schedstat; getrusage's ticks are too coarse
+// for one thread). With K requests in flight a setup runs at the pace of its busiest thread, and
+// these say which one that is. A thread gone by the next sample takes its time with it.
+inline std::map<std::string, double> ThreadCpuMs() {
+  std::map<std::string, double> ms{{"app", 0}, {"engine", 0}, {"work", 0}};
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return ms;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + e->d_name;
+    char comm[32] = "", stat[128] = "";
+    if (FILE* f = std::fopen((task + "/comm").c_str(), "r")) {
+      if (!std::fgets(comm, sizeof comm, f)) comm[0] = 0;
+      std::fclose(f);
+    }
+    if (FILE* f = std::fopen((task + "/schedstat").c_str(), "r")) {
+      if (!std::fgets(stat, sizeof stat, f)) stat[0] = 0;
+      std::fclose(f);
+    }
+    comm[std::strcspn(comm, "\n")] = 0;
+    const char* role = std::strcmp(comm, "ndwv-engine") == 0 ? "engine"
+                       : std::strcmp(comm, "ndwv-work") == 0 ? "work"
+                                                              : "app";
+    ms[role] += std::strtod(stat, nullptr) / 1e6;
+  }
+  closedir(d);
+  return ms;
+}
+
 // What the process costs right now: resident memory, open descriptors, threads, and the CPU time
-// so far (all threads, user + system), read before and after the sampling ("cpu_ms",
-// "cpu_after_ms") so that a phase's CPU leaves out the sampling itself (scanning /proc/self/fd
-// at 10,000 descriptors is not free). `extra` adds the program's own figures.
+// so far (all threads, user + system; and by thread role, "cpu_<role>_ms"), read before and
+// after the sampling ("cpu_ms", "cpu_after_ms"...) so that a phase's CPU leaves out the sampling
+// itself (scanning /proc/self/fd at 10,000 descriptors is not free). `extra` adds the program's
+// own figures.
 template <class Extra>
 Figures SampleProcess(Extra&& extra) {
   Figures f;
   const double before = CpuMs();
+  const auto threads_before = ThreadCpuMs();
   f["rss_kb"] = StatusField("VmRSS");
   f["fds"] = OpenDescriptors();
   f["threads"] = StatusField("Threads");
   extra(f);
   f["cpu_ms"] = before;
+  for (const auto& [role, ms] : threads_before) f["cpu_" + role + "_ms"] = ms;
+  for (const auto& [role, ms] : ThreadCpuMs()) f["cpu_" + role + "_after_ms"] = ms;
   f["cpu_after_ms"] = CpuMs();
   return f;
 }
@@ -286,9 +321,11 @@ inline Figures SampleProcess() {
   return SampleProcess([](Figures&) {});
 }
 
-// CPU milliseconds between two samples, without the sampling.
-inline double CpuDuring(const Figures& a, const Figures& b) {
-  return Get(b, "cpu_ms") - Get(a, "cpu_after_ms");
+// CPU milliseconds between two samples, without the sampling: of the whole process, or of the
+// threads of one role ("app", "engine", "work").
+inline double CpuDuring(const Figures& a, const Figures& b, const std::string& role = "") {
+  const std::string key = role.empty() ? "cpu" : "cpu_" + role;
+  return Get(b, key + "_ms") - Get(a, key + "_after_ms");
 }
 
 // The kernel's packet counters of this network namespace (/proc/net/snmp): TCP segments and UDP
@@ -757,8 +794,9 @@ inline std::string Mib(double kb) {
 }
 
 inline void PrintProcess(const char* who, const Figures& a, const Figures& b) {
-  std::printf("  %s: cpu %.3f s, rss %s (%+.1f), fds %.0f (%+.0f), threads %.0f\n", who,
-              CpuDuring(a, b) / 1e3, Mib(Get(b, "rss_kb")).c_str(),
+  std::printf("  %s: cpu %.3f s (application threads %.3f, engine %.3f, work pool %.3f), rss %s (%+.1f), fds %.0f (%+.0f), threads %.0f\n",
+              who, CpuDuring(a, b) / 1e3, CpuDuring(a, b, "app") / 1e3, CpuDuring(a, b, "engine") / 1e3,
+              CpuDuring(a, b, "work") / 1e3, Mib(Get(b, "rss_kb")).c_str(),
               Delta(a, b, "rss_kb") / 1024.0, Get(b, "fds"), Delta(a, b, "fds"), Get(b, "threads"));
   std::string counters;
   for (const auto& [name, value] : b)
@@ -797,6 +835,8 @@ inline void PrintPhase(const PhaseReport& p, double rate, const char* rateUnit) 
     std::printf(" %s.cpu_ms=%.3f %s.rss_kb=%.0f %s.fds=%.0f %s.threads=%.0f", side,
                 CpuDuring(*a, *b), side, Get(*b, "rss_kb"), side, Get(*b, "fds"), side,
                 Get(*b, "threads"));
+    for (const char* role : {"app", "engine", "work"})
+      std::printf(" %s.cpu_%s_ms=%.3f", side, role, CpuDuring(*a, *b, role));
     for (const auto& [name, value] : *b)
       if (name.rfind("nd.", 0) == 0)
         std::printf(" %s.%s=%.0f", side, name.c_str() + 3, value - Get(*a, name));
