@@ -347,9 +347,9 @@ namespace {
 std::vector<Transport>* g_report_transports = nullptr;  // set once, before any report
 int g_signal_pipe[2] = {-1, -1};
 
-// The report is composed in memory and written with one append: a reader never sees half of
-// one, and a process whose other thread calls exit() meanwhile (which ends it at once, the
-// report's handler half run) leaves no report rather than an empty or cut one.
+// The report is composed in memory and written with one append: the reports of processes that
+// share a file never interleave, and a process whose other thread calls exit() meanwhile (which
+// ends it at once, this handler half run) leaves no report rather than an empty or cut one.
 void WriteReport() {
   char* text = nullptr;
   size_t length = 0;
@@ -359,7 +359,7 @@ void WriteReport() {
   fclose(memory);
   std::string path = base::Config().counters_file;
   for (size_t at; (at = path.find("%p")) != std::string::npos;) path.replace(at, 2, std::to_string(getpid()));
-  int fd = path.empty() ? STDERR_FILENO : open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  int fd = path.empty() ? STDERR_FILENO : open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) {
     NDWV_LOG(Error, "NDWV_COUNTERS_FILE %s: %s", path.c_str(), strerror(errno));
   } else {
