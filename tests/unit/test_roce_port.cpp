@@ -2,6 +2,7 @@
 // its connection. The port port-0 connectors share. The GRO socket a process keeps. A shared port's recent routes: what they
 // answer, and for how long. The packed address its sinks are kept with.
 #include <arpa/inet.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
@@ -207,6 +208,58 @@ TEST(RocePort, DatagramsTheKernelDropsAreCountedAndNewConnectionsShedAWhile) {
       << "no drop reported";
   EXPECT_LT(port->counters().overflowed.load(), 20000u);
   EXPECT_GE(roce::Port::ShedUntilMs(), released_at + 100) << "new connections are not shed";
+  close(sender);
+}
+
+// The process's descriptor of the UDP socket bound to `local`, or -1.
+int UdpSocketBoundTo(const sockaddr_storage& local) {
+  for (int fd = 0; fd < 4096; ++fd) {
+    int protocol = 0;
+    socklen_t length = sizeof protocol;
+    if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &length) != 0 || protocol != IPPROTO_UDP) continue;
+    sockaddr_storage bound{};
+    length = sizeof bound;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) == 0 && length == sizeof(sockaddr_in) &&
+        memcmp(&bound, &local, sizeof(sockaddr_in)) == 0)
+      return fd;
+  }
+  return -1;
+}
+
+// A socket the engine could not empty in its turn and that still holds more than a sixteenth of
+// its buffer sheds new connections too, before anything is dropped: a deep queue is seconds of
+// datagrams whose answers all come too late (Port::CheckOverflow).
+TEST(RocePort, ASocketStillDeepAfterTheEnginesTurnShedsNewConnectionsBeforeItDrops) {
+  int32_t status = 0;
+  std::shared_ptr<roce::Port> port = roce::Port::Open(Loopback(0), false, &status);
+  ASSERT_TRUE(port) << status;
+  const sockaddr_storage to = port->local();
+  const int fd = UdpSocketBoundTo(to);
+  ASSERT_GE(fd, 0);
+  int buffer = 0;
+  socklen_t length = sizeof buffer;
+  ASSERT_EQ(getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer, &length), 0);
+  auto queued = [&] {
+    uint32_t info[SK_MEMINFO_VARS] = {};
+    socklen_t size = sizeof info;
+    return getsockopt(fd, SOL_SOCKET, SO_MEMINFO, info, &size) == 0 ? int64_t(info[SK_MEMINFO_RMEM_ALLOC]) : -1;
+  };
+  int sender = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sender, 0);
+  static const char kJunk[1400] = {};  // no packet: counted as malformed once read
+  // The engine busy elsewhere: three quarters of the buffer arrive, far more than one turn reads.
+  auto hold = std::make_shared<EngineHold>();
+  ASSERT_TRUE(hold->Engage());
+  for (int i = 0; i < 100000 && queued() <= int64_t(buffer) * 3 / 4; ++i)
+    sendto(sender, kJunk, sizeof kJunk, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&to), sizeof(sockaddr_in));
+  const bool filled = queued() > int64_t(buffer) * 3 / 4;
+  const uint64_t released_at = port->NowMs();
+  hold->Release();
+  ASSERT_TRUE(filled) << "the socket did not fill";
+  EXPECT_TRUE(WaitUntil([&] { return roce::Port::ShedUntilMs() >= released_at + 100; }, std::chrono::seconds(10)))
+      << "new connections are not shed";
+  EXPECT_TRUE(WaitUntil([&] { return queued() == 0; }, std::chrono::seconds(10))) << "the socket was not read";
+  EXPECT_EQ(port->counters().overflowed.load(), 0u) << "the socket overflowed: this test is for a deep one";
   close(sender);
 }
 

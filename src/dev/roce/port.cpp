@@ -1118,13 +1118,19 @@ uint64_t Port::NowMs() {
 }
 
 namespace {
-// Until when (NowMs) the process sheds new connections: kShedMs after a socket of its last
-// reported datagrams dropped. Every connection's packets wait in the same queues and are dropped
-// alike; a new connection's take a whole setup and teardown of them, and a peer that cannot get
-// its REQ through repeats it later (cm.cpp), while an established connection whose packet is
-// dropped again and again ends (retry count exceeded). One value for the process: its sockets
-// are read by one engine, and one socket dropping means it has fallen behind on all of them.
+// Until when (NowMs) the process sheds new connections: kShedMs after a socket of its fell
+// behind, i.e. was still more than 1/kDeepQueue full after the engine's turn, or dropped
+// datagrams. Every connection's packets wait in the same queues and are dropped alike; a new
+// connection's take a whole setup and teardown of them, and a peer that cannot get its REQ
+// through repeats it later (cm.cpp), while an established connection whose packet is dropped
+// again and again ends (retry count exceeded). Not only once the queue overflows: full 8 MiB
+// buffers hold seconds of small datagrams, every answer in them comes after its sender's timer
+// and is repeated, and the repeats keep the process behind (Microsoft's ndconn: 350 MB queued
+// in a server's 65 sockets before the first drop, and no way back; bench/README.md). One value
+// for the process: its sockets are read by one engine, and one socket behind means it has
+// fallen behind on all of them.
 constexpr uint64_t kShedMs = 100;
+constexpr uint32_t kDeepQueue = 16;
 std::atomic<uint64_t> g_shed_until_ms{0};
 }  // namespace
 
@@ -1137,9 +1143,13 @@ void Port::CheckOverflow() {
   if (getsockopt(fd_, SOL_SOCKET, SO_MEMINFO, info, &length) != 0 || length <= SK_MEMINFO_DROPS * sizeof info[0])
     return;
   const uint32_t dropped = info[SK_MEMINFO_DROPS];
-  if (dropped == overflowed_seen_) return;
-  Owner().counters_.overflowed.fetch_add(dropped - overflowed_seen_, std::memory_order_relaxed);
-  overflowed_seen_ = dropped;
+  const bool deep = info[SK_MEMINFO_RMEM_ALLOC] > info[SK_MEMINFO_RCVBUF] / kDeepQueue;
+  if (dropped != overflowed_seen_) {
+    Owner().counters_.overflowed.fetch_add(dropped - overflowed_seen_, std::memory_order_relaxed);
+    overflowed_seen_ = dropped;
+  } else if (!deep) {
+    return;
+  }
   g_shed_until_ms.store(NowMs() + kShedMs, std::memory_order_relaxed);
 }
 

@@ -263,7 +263,8 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // The sink of `qpn` (and the peer it takes packets from), or null.
   std::shared_ptr<PacketSink> FindSink(uint32_t qpn, PackedAddress* peer) NDWV_REQUIRES(rx_mutex_);
   // Counts what the kernel dropped on this socket since the last look (a full receive buffer), and
-  // if anything, sheds new connections a while (ShedUntilMs).
+  // if anything, or if the socket is still deep in datagrams, sheds new connections a while
+  // (ShedUntilMs).
   void CheckOverflow() NDWV_REQUIRES(rx_mutex_);
   // ICMP errors queued by IP_RECVERR, each to the one connection whose datagram it quotes.
   void ReadErrors();
