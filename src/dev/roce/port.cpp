@@ -1118,8 +1118,8 @@ uint64_t Port::NowMs() {
 }
 
 namespace {
-// Until when (NowMs) the process sheds new connections: kShedMs after a socket of its fell
-// behind, i.e. was still more than 1/kDeepQueue full after the engine's turn, or dropped
+// Until when (NowMs) the process sheds new connections: kShedMs after one of its sockets was
+// found behind, i.e. still more than 1/kDeepQueue full after the engine's turn, or dropping
 // datagrams. Every connection's packets wait in the same queues and are dropped alike; a new
 // connection's take a whole setup and teardown of them, and a peer that cannot get its REQ
 // through repeats it later (cm.cpp), while an established connection whose packet is dropped
