@@ -1142,15 +1142,11 @@ void Port::CheckOverflow() {
   socklen_t length = sizeof info;
   if (getsockopt(fd_, SOL_SOCKET, SO_MEMINFO, info, &length) != 0 || length <= SK_MEMINFO_DROPS * sizeof info[0])
     return;
-  const uint32_t dropped = info[SK_MEMINFO_DROPS];
+  const uint32_t dropped = info[SK_MEMINFO_DROPS] - overflowed_seen_;
+  overflowed_seen_ = info[SK_MEMINFO_DROPS];
+  if (dropped) Owner().counters_.overflowed.fetch_add(dropped, std::memory_order_relaxed);
   const bool deep = info[SK_MEMINFO_RMEM_ALLOC] > info[SK_MEMINFO_RCVBUF] / kDeepQueue;
-  if (dropped != overflowed_seen_) {
-    Owner().counters_.overflowed.fetch_add(dropped - overflowed_seen_, std::memory_order_relaxed);
-    overflowed_seen_ = dropped;
-  } else if (!deep) {
-    return;
-  }
-  g_shed_until_ms.store(NowMs() + kShedMs, std::memory_order_relaxed);
+  if (dropped || deep) g_shed_until_ms.store(NowMs() + kShedMs, std::memory_order_relaxed);
 }
 
 uint64_t Port::ShedUntilMs() { return g_shed_until_ms.load(std::memory_order_relaxed); }
