@@ -4,13 +4,16 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -813,6 +816,117 @@ TEST(IntegrationConnect, AnAnswerToTheFirstMessageIsTakenBeforeAcceptCompletes) 
       IT_OK(Disconnect(server.connector.get()));
     }
     std::printf("answers posted before Accept completed: %d of %d\n", early, kEarlyCycles);
+  });
+}
+
+// ---- connections made while another streams ------------------------------------------------------
+
+constexpr ULONG kBulkWrite = 64 * 1024;
+constexpr int kBulkInFlight = 8;  // RDMA Writes posted at once, each of kBulkWrite bytes
+constexpr int kConnectsDuringBulk = 20;
+
+// One connection streams 64 KiB RDMA Writes into the parent's buffer, kBulkInFlight at a time,
+// from a thread, while the main thread makes and ends kConnectsDuringBulk more connections to the
+// same listener, one by one; then a Send after the last Write (placed in order: it follows them).
+IT_PEER(streaming_client) {
+  Adapter adapter;
+  const uint16_t port = uint16_t(parent.ReceiveValue("port"));
+  std::vector<uint8_t> data(kBulkWrite);
+  FillPattern(data.data(), data.size(), 11);
+  uint8_t inbox[sizeof(RemoteBuffer)];
+  Mr dataMr(adapter, data.data(), data.size(), kSourceFlags), inboxMr(adapter, inbox, sizeof inbox, kSinkFlags);
+  Endpoint bulk(adapter, Ctx(0xB0), {.depth = kBulkInFlight, .sge = 1});
+  ND2_SGE receive = {inbox, ULONG(sizeof inbox), inboxMr.token()};
+  IT_OK(bulk.qp->Receive(Ctx(0x1), &receive, 1));
+  bulk.connector = adapter.CreateConnector();
+  IT_OK(Connect(bulk.connector.get(), bulk.qp.get(), port, 0, 0));
+  CompleteConnect(bulk.connector.get());
+  parent.Expect("accepted");  // Serve's
+  const RemoteBuffer target = ReceiveRemoteBuffer(bulk, inbox, Ctx(0x1));
+  IT_CHECK_EQ(uint64_t(kBulkWrite), target.length);
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> written{0};
+  std::string failed;  // the sender's first bad completion; read after the join
+  std::thread sender([&] {
+    int inFlight = 0;
+    for (Deadline drained; !stop.load() || inFlight > 0;) {
+      if (inFlight == kBulkInFlight) sched_yield();  // the window is full: the engines need the cores
+      ND2_RESULT r;
+      while (bulk.cq->GetResults(&r, 1) == 1) {
+        --inFlight;
+        if (r.Status == ND_SUCCESS && r.RequestType == Nd2RequestTypeWrite) written.fetch_add(1);
+        else if (failed.empty()) failed = "a bulk Write: " + Describe(r);
+      }
+      if (!stop.load()) {
+        drained = Deadline();
+        ND2_SGE sge = {data.data(), kBulkWrite, dataMr.token()};
+        for (; inFlight < kBulkInFlight && SUCCEEDED(bulk.qp->Write(nullptr, &sge, 1, target.address, target.token, 0));
+             ++inFlight) {}
+      } else if (drained.Expired()) {
+        failed = std::to_string(inFlight) + " bulk Writes did not complete";
+        return;
+      }
+    }
+  });
+  unsigned spins = 0;
+  for (Deadline deadline; written.load() < 2 * kBulkInFlight; Pause(spins))
+    IT_CHECK_MSG(!deadline.Expired(), "the stream's first Writes");
+  parent.Send("streaming");
+  parent.Expect("connect");
+  for (int i = 0; i < kConnectsDuringBulk; ++i) {
+    Endpoint e(adapter, Ctx(0xC0 + i), {.depth = 1});
+    e.connector = adapter.CreateConnector();
+    IT_OK(Connect(e.connector.get(), e.qp.get(), port, 0, 0));
+    CompleteConnect(e.connector.get());
+    parent.Expect("accepted");
+    IT_OK(Disconnect(e.connector.get()));
+  }
+  stop = true;
+  sender.join();
+  IT_CHECK_MSG(failed.empty(), failed);
+  ND2_SGE last = {data.data(), 4, dataMr.token()};
+  IT_OK(bulk.qp->Send(Ctx(0x2), &last, 1, 0));
+  ExpectCompletion(bulk.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x2)}, "the Send after the last Write");
+  ClientTeardown(parent, bulk);
+}
+
+// New connections are made while an established one streams RDMA Writes at its full window into
+// the same process: each Connect and Accept succeeds, the stream's data is whole, and on RoCE the
+// listening process sheds no REQ for it (Port::CheckOverflow: one connection's window, 64 packets,
+// never leaves its flow's socket a sixteenth full after the engine's turn) nor overflows a socket.
+TEST(IntegrationConnect, ConnectionsAreMadeWhileAnotherStreamsAtItsFullWindow) {
+  RunWithPeer("streaming_client", [](Channel& peer) {
+    Adapter adapter;
+    std::vector<uint8_t> target(kBulkWrite, 0), last(4);
+    Mr targetMr(adapter, target.data(), target.size(), kTargetFlags);
+    Mr lastMr(adapter, last.data(), last.size(), kSinkFlags);
+    Endpoint bulk(adapter, Ctx(0x5B), {.depth = 2, .sge = 1});
+    ND2_SGE receive = {last.data(), ULONG(last.size()), lastMr.token()};
+    IT_OK(bulk.qp->Receive(Ctx(0x3), &receive, 1));
+    Serve(peer, bulk, 0, 0);
+    SendRemoteBuffer(bulk, {reinterpret_cast<uint64_t>(target.data()), kBulkWrite, targetMr.remoteToken(), 0}, Ctx(0x4));
+
+    peer.Expect("streaming");
+    const bool roce = TransportIsRoce();
+    const uint64_t shedBefore = roce ? AdapterCounter("cm_reqs_shed", "RoCEv2") : 0;
+    const uint64_t overflowedBefore = roce ? AdapterCounter("port_datagrams_overflowed", "RoCEv2") : 0;
+    peer.Send("connect");
+    for (int i = 0; i < kConnectsDuringBulk; ++i) {
+      Endpoint e(adapter, Ctx(0x5C0 + i), {.depth = 1});
+      e.connector = GetConnectionRequest(adapter, bulk.listener.get());
+      IT_OK(Accept(e.connector.get(), e.qp.get(), 0, 0));
+      peer.Send("accepted");
+      IT_OK(Disconnect(e.connector.get()));
+    }
+    ExpectCompletion(bulk.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x3), Ctx(0x5B), 4},
+                     "the Send after the last Write");
+    CheckPattern(target.data(), target.size(), 11, "the stream's data");
+    if (roce) {
+      IT_CHECK_EQ(shedBefore, AdapterCounter("cm_reqs_shed", "RoCEv2"));
+      IT_CHECK_EQ(overflowedBefore, AdapterCounter("port_datagrams_overflowed", "RoCEv2"));
+    }
+    ServerTeardown(peer, bulk);
   });
 }
 
