@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -66,13 +67,14 @@ void PrintDescriptorLimit() {
               "longer.\n\n");
 }
 
-// RoCE's UDP sockets ask for 4 MiB of receive buffer each (kSocketBuffer, src/dev/roce/port.cpp):
-// forced as root, else at most net.core.rmem_max, which Debian sets to 208 KiB. A port that many
+// RoCE's UDP sockets ask for NDWV_ROCE_SOCKET_BUFFER (4 MiB) of receive buffer each: forced as
+// root, else at most net.core.rmem_max, which Debian sets to 208 KiB. A port that many
 // connections share drops what a burst beyond its buffer brings, and the senders resend it only
 // after their ACK timeout: 10,000 one-message echoes to one listener took 2-3.5 s instead of 0.15
 // while the connectors shared one port (with 64, taken in turn, 0.16-0.29 s).
 void PrintSocketBuffers() {
-  constexpr int kAsked = 4 << 20;
+  const char* setting = std::getenv("NDWV_ROCE_SOCKET_BUFFER");  // checked by the library
+  const int kAsked = setting && *setting ? std::atoi(setting) : 4 << 20;
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
   if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kAsked, sizeof kAsked) != 0)
@@ -88,7 +90,9 @@ void PrintSocketBuffers() {
     std::printf("A port that many connections share (a listener's; one of a process's\n"
                 "port-0 connectors) drops what a burst beyond this brings, resent after the\n"
                 "senders' ACK timeout: for bursts on thousands of connections to one\n"
-                "listener, raise it (sysctl -w net.core.rmem_max=%d).\n", kAsked);
+                "listener, raise it (sysctl -w net.core.rmem_max=%d). A connection also\n"
+                "keeps fewer packets unacknowledged: what the buffer holds (48 of 4 KiB\n"
+                "in 208 KiB, of 64).\n", kAsked);
   std::printf("\n");
 }
 

@@ -85,6 +85,12 @@ const std::vector<SettingInfo>& SettingTable() {
      "the interval is 2 ms per connection if that is longer (10,000: 20 s), so that liveness "
      "costs a process about 1 % of a core at most; a connection that finds its peer's port closed "
      "(ICMP) makes the others to that port probe it at once. 0: never."},
+    {"NDWV_ROCE_SOCKET_BUFFER", SettingType::Integer, "4194304", 65536, 67108864, nullptr,
+     "RoCE: bytes of receive and send buffer each UDP port of the process asks for (the kernel "
+     "grants twice that; a process without CAP_NET_ADMIN at most twice net.core.rmem_max, "
+     "416 KiB on Debian's defaults). A connection keeps at most as many packets unacknowledged "
+     "as the granted receive buffer surely holds (64 at most; 48 of 4 KiB in 416 KiB), so that "
+     "one stream cannot overflow its peer's socket, assumed to be granted the same."},
     {"NDWV_WORK_THREADS", SettingType::Integer, "2", 1, 16, nullptr,
      "Threads in the process's shared work pool (QP state changes and flushes asked for off the engine; "
      "the engine runs its own once its turn is done)."},
@@ -185,6 +191,7 @@ bool Fill(Settings& settings, bool environment) {
       else if (n == "NDWV_ROCE_RNR_TIMER") settings.roce_rnr_timer = uint8_t(number);
       else if (n == "NDWV_ROCE_RNR_RETRY") settings.roce_rnr_retry = uint8_t(number);
       else if (n == "NDWV_ROCE_KEEPALIVE_MS") settings.roce_keepalive_ms = uint32_t(number);
+      else if (n == "NDWV_ROCE_SOCKET_BUFFER") settings.roce_socket_buffer = uint32_t(number);
       else if (n == "NDWV_WORK_THREADS") settings.work_threads = uint32_t(number);
       else if (n == "NDWV_POLL_PROGRESS") settings.poll_progress = number;
       else if (n == "NDWV_CAPTURE") settings.capture = choice;

@@ -22,6 +22,7 @@
 #include "dev/address.h"
 #include "dev/counters.h"
 #include "dev/roce/port.h"
+#include "dev/roce/rc.h"
 #include "engine_hold.h"
 #include "wait.h"
 
@@ -226,8 +227,8 @@ int UdpSocketBoundTo(const sockaddr_storage& local) {
   return -1;
 }
 
-// A socket the engine could not empty in its turn and that still holds more than a sixteenth of
-// its buffer sheds new connections too, before anything is dropped: a deep queue is seconds of
+// A socket the engine could not empty in its turn and that still holds more than 512 KiB
+// (Port::kDeepQueueBytes) sheds new connections too, before anything is dropped: a deep queue is seconds of
 // datagrams whose answers all come too late (Port::CheckOverflow).
 TEST(RocePort, ASocketStillDeepAfterTheEnginesTurnShedsNewConnectionsBeforeItDrops) {
   int32_t status = 0;
@@ -239,6 +240,7 @@ TEST(RocePort, ASocketStillDeepAfterTheEnginesTurnShedsNewConnectionsBeforeItDro
   int buffer = 0;
   socklen_t length = sizeof buffer;
   ASSERT_EQ(getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer, &length), 0);
+  ASSERT_GT(int64_t(buffer) * 3 / 4, int64_t(roce::Port::kDeepQueueBytes)) << "a buffer too small to be deep";
   auto queued = [&] {
     uint32_t info[SK_MEMINFO_VARS] = {};
     socklen_t size = sizeof info;
@@ -261,6 +263,70 @@ TEST(RocePort, ASocketStillDeepAfterTheEnginesTurnShedsNewConnectionsBeforeItDro
   EXPECT_TRUE(WaitUntil([&] { return queued() == 0; }, std::chrono::seconds(10))) << "the socket was not read";
   EXPECT_EQ(port->counters().overflowed.load(), 0u) << "the socket overflowed: this test is for a deep one";
   close(sender);
+}
+
+// A connection's window is what the receiving socket's buffer surely holds, on this kernel: that
+// many packets of each IB MTU, sent one by one (the dearest way: each its own kernel buffer), to
+// a socket granted what a process without CAP_NET_ADMIN gets on Debian's defaults, fit and none
+// is dropped; sent in runs (GSO), as a stream's are, they take at most half of it. With the
+// buffer a port gets by default the window is the full 64 packets.
+TEST(RoceWindow, AWindowOfPacketsFitsTheReceivingBuffer) {
+  EXPECT_EQ(roce::RcLink::WindowFor(2 * (4u << 20), 4096), roce::RcLink::kWindow);
+  EXPECT_EQ(roce::RcLink::WindowFor(roce::Port::ReceiveBuffer(), 4096), roce::RcLink::kWindow)
+      << "the default buffer: " << roce::Port::ReceiveBuffer();
+  EXPECT_EQ(roce::RcLink::WindowFor(4096, 4096), 2u) << "never below 2";
+  const int asked = 212992;  // net.core.rmem_max's default
+  for (uint32_t mtu : {256u, 1024u, 2048u, 4096u}) {
+    SCOPED_TRACE("MTU " + std::to_string(mtu));
+    const int receiver = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    const int sender = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(receiver, 0);
+    ASSERT_GE(sender, 0);
+    if (setsockopt(receiver, SOL_SOCKET, SO_RCVBUFFORCE, &asked, sizeof asked) != 0)
+      ASSERT_EQ(setsockopt(receiver, SOL_SOCKET, SO_RCVBUF, &asked, sizeof asked), 0);
+    int granted = 0;
+    socklen_t length = sizeof granted;
+    ASSERT_EQ(getsockopt(receiver, SOL_SOCKET, SO_RCVBUF, &granted, &length), 0);
+    sockaddr_storage to = Loopback(0);
+    ASSERT_EQ(bind(receiver, reinterpret_cast<const sockaddr*>(&to), sizeof(sockaddr_in)), 0);
+    length = sizeof to;
+    ASSERT_EQ(getsockname(receiver, reinterpret_cast<sockaddr*>(&to), &length), 0);
+    const uint32_t window = roce::RcLink::WindowFor(uint32_t(granted), mtu);
+    if (mtu == 4096) EXPECT_LT(window, roce::RcLink::kWindow) << "granted " << granted;
+    // A full-size RoCE datagram: IB headers with a RETH, the payload, the ICRC.
+    const int size = int(12 + 16 + mtu + 4);
+    std::vector<char> datagrams(size_t(size) * std::max(window, 16u));
+    auto queued = [&] {
+      uint32_t info[SK_MEMINFO_VARS] = {};
+      socklen_t info_length = sizeof info;
+      EXPECT_EQ(getsockopt(receiver, SOL_SOCKET, SO_MEMINFO, info, &info_length), 0);
+      EXPECT_EQ(info[SK_MEMINFO_DROPS], 0u);
+      return info[SK_MEMINFO_RMEM_ALLOC];
+    };
+    auto drain = [&] {
+      while (recv(receiver, datagrams.data(), datagrams.size(), 0) > 0) {
+      }
+    };
+    for (uint32_t i = 0; i < window; ++i)
+      ASSERT_EQ(sendto(sender, datagrams.data(), size, 0, reinterpret_cast<const sockaddr*>(&to), sizeof(sockaddr_in)),
+                ssize_t(size));
+    EXPECT_LE(queued(), uint32_t(granted)) << window << " packets sent one by one";
+    drain();
+    // The same window in runs of up to 16 (UDP_SEGMENT: one buffer a run, as RcLink sends a stream,
+    // kept whole by the receiver's UDP_GRO, as a port's is).
+    const int one = 1;
+    ASSERT_EQ(setsockopt(receiver, SOL_UDP, UDP_GRO, &one, sizeof one), 0);
+    ASSERT_EQ(setsockopt(sender, SOL_UDP, UDP_SEGMENT, &size, sizeof size), 0);
+    const uint32_t per_run = std::min(16u, uint32_t(65507 / size));  // a UDP datagram's limit
+    for (uint32_t sent = 0; sent < window; sent += per_run) {
+      const size_t run = size_t(std::min(per_run, window - sent)) * size;
+      ASSERT_EQ(sendto(sender, datagrams.data(), run, 0, reinterpret_cast<const sockaddr*>(&to), sizeof(sockaddr_in)),
+                ssize_t(run));
+    }
+    EXPECT_LE(queued(), uint32_t(granted) / 2) << window << " packets sent in runs";
+    close(sender);
+    close(receiver);
+  }
 }
 
 // The process's UDP sockets of `family` that have UDP_GRO on and no port: the one HoldUdpGro keeps.

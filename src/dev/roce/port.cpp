@@ -66,7 +66,10 @@ size_t& ConnectorFlows() {
   return flows;
 }
 
-constexpr int kSocketBuffer = 4 << 20;  // room for a window of full-size packets per connection
+// The receive buffer the kernel granted the process's sockets (0: none opened yet). The same for
+// all: what a port asks for is the process's setting, and what it gets depends on the process's
+// privilege and the host's limits, which do not change while it runs.
+std::atomic<uint32_t> g_granted_receive_buffer{0};
 
 // 32 unpredictable bits. An active connector opens a port, and so draws a seed, for every
 // connection: std::random_device costs 50-80 us a construction on the development VM (its CPU
@@ -126,13 +129,20 @@ int Port::OpenSocket(int family, bool wildcard) {
   // Ask for big buffers; as root, past the system limit (a lost datagram costs a retransmit).
   // A process refused the forced size once is refused it every time: not asked again.
   static std::atomic<bool> force_refused{false};
+  const int buffer = int(base::Config().roce_socket_buffer);
   bool forced = false;
   if (!force_refused.load(std::memory_order_relaxed)) {
-    forced = setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBuffer, sizeof kSocketBuffer) == 0;
+    forced = setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buffer, sizeof buffer) == 0;
     if (!forced && errno == EPERM) force_refused.store(true, std::memory_order_relaxed);
   }
-  if (!forced) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kSocketBuffer, sizeof kSocketBuffer);
-  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kSocketBuffer, sizeof kSocketBuffer);
+  if (!forced) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer, sizeof buffer);
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer, sizeof buffer);
+  if (g_granted_receive_buffer.load(std::memory_order_relaxed) == 0) {
+    int granted = 0;
+    socklen_t length = sizeof granted;
+    if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &granted, &length) == 0 && granted > 0)
+      g_granted_receive_buffer.store(uint32_t(granted), std::memory_order_relaxed);
+  }
   // Never fragment: packets are sized to the path MTU (IP_PMTUDISC_DO sets DF, as RoCEv2 does).
   // Runs of datagrams sent with GSO arrive as one buffer (loopback keeps them together).
   int gro = 1;
@@ -1119,7 +1129,7 @@ uint64_t Port::NowMs() {
 
 namespace {
 // Until when (NowMs) the process sheds new connections: kShedMs after one of its sockets was
-// found behind, i.e. still more than 1/kDeepQueue full after the engine's turn, or dropping
+// found behind, i.e. still holding more than kDeepQueueBytes after the engine's turn, or dropping
 // datagrams. Every connection's packets wait in the same queues and are dropped alike; a new
 // connection's take a whole setup and teardown of them, and a peer that cannot get its REQ
 // through repeats it later (cm.cpp), while an established connection whose packet is dropped
@@ -1129,8 +1139,14 @@ namespace {
 // in a server's 65 sockets before the first drop, and no way back; bench/README.md). One value
 // for the process: its sockets are read by one engine, and one socket behind means it has
 // fallen behind on all of them.
+//
+// Deep is an amount (kDeepQueueBytes), not a share of the buffer: 512 KiB is a sixteenth of
+// the 8 MiB a port gets by default, a connection's whole window of full-size packets (what one
+// stream may leave queued), and far more than a healthy engine leaves after its turn. A share
+// would shed for one stream where buffers are small: a process without CAP_NET_ADMIN on Debian's
+// defaults gets 416 KiB, whose sixteenth is three packets. Such a buffer never holds seconds of
+// datagrams; what it cannot hold is dropped, and drops shed.
 constexpr uint64_t kShedMs = 100;
-constexpr uint32_t kDeepQueue = 16;
 std::atomic<uint64_t> g_shed_until_ms{0};
 }  // namespace
 
@@ -1145,8 +1161,13 @@ void Port::CheckOverflow() {
   const uint32_t dropped = info[SK_MEMINFO_DROPS] - overflowed_seen_;
   overflowed_seen_ = info[SK_MEMINFO_DROPS];
   if (dropped) Owner().counters_.overflowed.fetch_add(dropped, std::memory_order_relaxed);
-  const bool deep = info[SK_MEMINFO_RMEM_ALLOC] > info[SK_MEMINFO_RCVBUF] / kDeepQueue;
+  const bool deep = info[SK_MEMINFO_RMEM_ALLOC] > kDeepQueueBytes;
   if (dropped || deep) g_shed_until_ms.store(NowMs() + kShedMs, std::memory_order_relaxed);
+}
+
+uint32_t Port::ReceiveBuffer() {
+  const uint32_t granted = g_granted_receive_buffer.load(std::memory_order_relaxed);
+  return granted ? granted : 2 * base::Config().roce_socket_buffer;  // what the kernel would grant
 }
 
 uint64_t Port::ShedUntilMs() { return g_shed_until_ms.load(std::memory_order_relaxed); }

@@ -222,9 +222,14 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // CmEnv (called by the agent, under cm_mutex_)
   uint64_t NowMs() override;
   bool Overloaded() override;  // until ShedUntilMs()
-  // Until when (NowMs) the process sheds new connections: a while after one of its sockets
-  // last reported datagrams it dropped for want of room.
+  // Until when (NowMs) the process sheds new connections: a while after one of its sockets was
+  // found behind (dropping datagrams, or holding more than kDeepQueueBytes after the engine's
+  // turn: CheckOverflow).
   static uint64_t ShedUntilMs();
+  static constexpr uint32_t kDeepQueueBytes = 512 << 10;
+  // The receive buffer the kernel grants the process's ports (twice NDWV_ROCE_SOCKET_BUFFER, or
+  // less without CAP_NET_ADMIN), in bytes: what a connection's window is sized by (RcLink).
+  static uint32_t ReceiveBuffer();
   void SendMad(const sockaddr_storage& to, const wire::ib::CmMessage& msg) override
       NDWV_REQUIRES(cm_mutex_);
 

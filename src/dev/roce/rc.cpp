@@ -123,6 +123,11 @@ RcParams Checked(RcParams params) {
   return params;
 }
 
+// The most a datagram of `mtu` payload sent alone costs the receiving socket's buffer: the
+// kernel accounts the buffer it was allocated in, a power of two on loopback (a 4 KiB packet
+// takes 8,448 bytes), plus its bookkeeping. A run sent together (GSO) costs about half as much.
+uint32_t ReceiveCost(uint32_t mtu) { return std::bit_ceil(mtu + 512) + 512; }
+
 WcStatus StatusForNak(uint8_t code) {
   switch (NakCode(code)) {
     case NakCode::RemoteAccessError: return WcStatus::RemoteAccess;
@@ -133,6 +138,13 @@ WcStatus StatusForNak(uint8_t code) {
 
 }  // namespace
 
+uint32_t RcLink::WindowFor(uint32_t receive_buffer, uint32_t mtu) {
+  // Packets sent one by one could fill the buffer; a stream's go in runs, and fill half of it,
+  // which leaves room for the other connections' packets and the CM's. Half the buffer at the
+  // dearer cost (24 packets at 416 KiB) cost a quarter of a stream's rate (bench/README.md).
+  return std::clamp<uint32_t>(receive_buffer / ReceiveCost(mtu), 2, kWindow);
+}
+
 RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const RcParams& params,
                std::weak_ptr<RcObserver> observer)
     : Link(params.held_until_established),
@@ -141,6 +153,8 @@ RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const 
       params_(Checked(params)),
       observer_(std::move(observer)),
       qpn_(qp_->qpn()),
+      window_(WindowFor(Port::ReceiveBuffer(), params_.mtu)),
+      ack_every_(std::min(kAckEvery, window_ / 2)),
       next_psn_(params.sq_psn & kPsnMask),
       acked_psn_(PsnAdd(params.sq_psn, kPsnMask)),  // sq_psn - 1
       retries_left_(params.retry_count),
@@ -427,7 +441,7 @@ void RcLink::SendRequests() {
       // A Read asks for its data a window at a time, the next once the last has arrived; other
       // requests keep within the window of unacknowledged packets.
       if (f.opcode == WrOpcode::Read ? f.sent != f.received
-                                     : uint32_t(PsnDiff(PsnAdd(f.first_psn, f.sent), acked_psn_)) > kWindow)
+                                     : uint32_t(PsnDiff(PsnAdd(f.first_psn, f.sent), acked_psn_)) > window_)
         break;
       if (!SendRequestPacket(f)) return;
       continue;
@@ -435,7 +449,7 @@ void RcLink::SendRequests() {
     if (next_position_ == qp_->send_tail()) break;
     if (HeldUntilEstablished()) break;  // posted before establishment: Established kicks us
     uint32_t oldest = flights_.empty() ? next_psn_ : flights_.front().first_psn;
-    if (uint32_t(PsnDiff(next_psn_, oldest)) >= kWindow) break;
+    if (uint32_t(PsnDiff(next_psn_, oldest)) >= window_) break;
     SendWqe& wqe = qp_->send_at(next_position_);
     if (wqe.done) {  // refused at post time (bad local key): completes in its turn, QP fails
       qp_->FinishSend(next_position_++, wqe.status);
@@ -484,7 +498,7 @@ bool RcLink::SendRequestPacket(Flight& flight) {
     // Asked again (lost responses): the rest of what was asked, whose PSNs the responder has
     // already counted; otherwise the next window.
     uint32_t end = flight.asked_to > flight.received ? flight.asked_to
-                                                     : std::min(flight.received + kWindow, flight.packets);
+                                                     : std::min(flight.received + window_, flight.packets);
     uint32_t packets = end - flight.received;
     uint64_t done = uint64_t(flight.received) * params_.mtu;
     uint64_t length = std::min<uint64_t>(wqe.length - done, uint64_t(packets) * params_.mtu);
@@ -514,7 +528,7 @@ bool RcLink::SendRequestPacket(Flight& flight) {
                    : last ? Opcode::WriteLast : Opcode::WriteMiddle;
   if (!send && first) h.reth = {wqe.remote_addr, wqe.rkey, uint32_t(wqe.length)};
   h.bth.solicited = send && last && (wqe.flags & kSolicited);
-  h.bth.ack_req = last || k % kAckEvery == kAckEvery - 1;
+  h.bth.ack_req = last || k % ack_every_ == ack_every_ - 1;
   h.bth.pad_count = uint8_t((4 - length % 4) % 4);
   h.bth.psn = PsnAdd(flight.first_psn, k);
   bool is_inline = wqe.flags & kInline;

@@ -7,8 +7,8 @@
 // rewinds transmission to the first PSN the responder lacks (go-back-N); an RNR NAK waits the
 // responder's RNR time. Retry budgets: NDWV_ROCE_RETRY_COUNT (timeouts and sequence NAKs without
 // progress), NDWV_ROCE_RNR_RETRY (7 = forever); exhausted, the request ends TimeoutRetry or
-// RnrRetry and the QP fails. At most ORD Reads are outstanding (more wait), and at most kWindow
-// packets are unacknowledged.
+// RnrRetry and the QP fails. At most ORD Reads are outstanding (more wait), and at most a window of
+// packets (up to 64, fewer where socket buffers are small: WindowFor) is unacknowledged.
 //
 // Responder: executes packets in PSN order exactly once: a duplicate is re-acknowledged (a Read is
 // answered again), a gap is NAKed once. Send payload is copied into the receive; Write payload into
@@ -113,8 +113,11 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   void OnPackets(std::span<const wire::ib::Packet> packets) override;
   void OnWritable() override;
 
-  static constexpr uint32_t kWindow = 64;  // unacknowledged packets
-  static constexpr uint32_t kAckEvery = 16;  // a long message asks for an ACK this often
+  static constexpr uint32_t kWindow = 64;  // unacknowledged packets, at most
+  static constexpr uint32_t kAckEvery = 16;  // a long message asks for an ACK this often, at most
+  // The unacknowledged packets of `mtu` payload a connection allows itself when the receiving
+  // socket is granted `receive_buffer` bytes: what it surely holds, within [2, kWindow].
+  static uint32_t WindowFor(uint32_t receive_buffer, uint32_t mtu);
 
  private:
   void SendDueAcks() NDWV_EXCLUDES(mutex_);  // the coalesced ACKs that wait for a poll, now
@@ -187,6 +190,11 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   const RcParams params_;
   std::weak_ptr<RcObserver> observer_;
   const uint32_t qpn_;
+  // Unacknowledged packets allowed (WindowFor, by our ports' receive buffer: the peer's is assumed
+  // the same), and how often a long message asks for an ACK, so that the window never closes on
+  // packets none of which asks.
+  const uint32_t window_;
+  const uint32_t ack_every_;
 
   base::Mutex mutex_{"roce::RcLink::mutex_"};
   bool shut_ NDWV_GUARDED_BY(mutex_) = false;
