@@ -893,8 +893,9 @@ IT_PEER(streaming_client) {
 
 // New connections are made while an established one streams RDMA Writes at its full window into
 // the same process: each Connect and Accept succeeds, the stream's data is whole, and on RoCE the
-// listening process sheds no REQ for it (Port::CheckOverflow: one connection's window, 64 packets,
-// never leaves its flow's socket a sixteenth full after the engine's turn) nor overflows a socket.
+// listening process sheds no REQ for it (Port::CheckOverflow: one connection's window, at most 64
+// packets, never leaves its flow's socket holding 512 KiB after the engine's turn) nor overflows a
+// socket. Also run with the small buffers of a process without CAP_NET_ADMIN (tests/CMakeLists.txt).
 TEST(IntegrationConnect, ConnectionsAreMadeWhileAnotherStreamsAtItsFullWindow) {
   RunWithPeer("streaming_client", [](Channel& peer) {
     Adapter adapter;
