@@ -282,8 +282,9 @@ TEST(RoceWindow, AWindowOfPacketsFitsTheReceivingBuffer) {
     const int sender = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     ASSERT_GE(receiver, 0);
     ASSERT_GE(sender, 0);
-    if (setsockopt(receiver, SOL_SOCKET, SO_RCVBUFFORCE, &asked, sizeof asked) != 0)
+    if (setsockopt(receiver, SOL_SOCKET, SO_RCVBUFFORCE, &asked, sizeof asked) != 0) {
       ASSERT_EQ(setsockopt(receiver, SOL_SOCKET, SO_RCVBUF, &asked, sizeof asked), 0);
+    }
     int granted = 0;
     socklen_t length = sizeof granted;
     ASSERT_EQ(getsockopt(receiver, SOL_SOCKET, SO_RCVBUF, &granted, &length), 0);
@@ -292,7 +293,9 @@ TEST(RoceWindow, AWindowOfPacketsFitsTheReceivingBuffer) {
     length = sizeof to;
     ASSERT_EQ(getsockname(receiver, reinterpret_cast<sockaddr*>(&to), &length), 0);
     const uint32_t window = roce::RcLink::WindowFor(uint32_t(granted), mtu);
-    if (mtu == 4096) EXPECT_LT(window, roce::RcLink::kWindow) << "granted " << granted;
+    if (mtu == 4096) {
+      EXPECT_LT(window, roce::RcLink::kWindow) << "granted " << granted;
+    }
     // A full-size RoCE datagram: IB headers with a RETH, the payload, the ICRC.
     const int size = int(12 + 16 + mtu + 4);
     std::vector<char> datagrams(size_t(size) * std::max(window, 16u));
