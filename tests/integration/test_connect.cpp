@@ -891,6 +891,26 @@ IT_PEER(streaming_client) {
   ClientTeardown(parent, bulk);
 }
 
+// The listening side of the connections made beside the streams: accepts and ends
+// kConnectsDuringBulk of them, one by one; on RoCE no REQ may be shed nor datagram dropped.
+void AcceptBesideTheStreams(Channel& peer, Adapter& adapter, IND2Listener* listener) {
+  const bool roce = TransportIsRoce();
+  const uint64_t shedBefore = roce ? AdapterCounter("cm_reqs_shed", "RoCEv2") : 0;
+  const uint64_t overflowedBefore = roce ? AdapterCounter("port_datagrams_overflowed", "RoCEv2") : 0;
+  peer.Send("connect");
+  for (int i = 0; i < kConnectsDuringBulk; ++i) {
+    Endpoint e(adapter, Ctx(0x5C0 + i), {.depth = 1});
+    e.connector = GetConnectionRequest(adapter, listener);
+    IT_OK(Accept(e.connector.get(), e.qp.get(), 0, 0));
+    peer.Send("accepted");
+    IT_OK(Disconnect(e.connector.get()));
+  }
+  if (roce) {
+    IT_CHECK_EQ(shedBefore, AdapterCounter("cm_reqs_shed", "RoCEv2"));
+    IT_CHECK_EQ(overflowedBefore, AdapterCounter("port_datagrams_overflowed", "RoCEv2"));
+  }
+}
+
 // New connections are made while an established one streams RDMA Writes at its full window into
 // the same process: each Connect and Accept succeeds, the stream's data is whole, and on RoCE the
 // listening process sheds no REQ for it (Port::CheckOverflow: one connection's window, at most 64
@@ -909,24 +929,10 @@ TEST(IntegrationConnect, ConnectionsAreMadeWhileAnotherStreamsAtItsFullWindow) {
     SendRemoteBuffer(bulk, {reinterpret_cast<uint64_t>(target.data()), kBulkWrite, targetMr.remoteToken(), 0}, Ctx(0x4));
 
     peer.Expect("streaming");
-    const bool roce = TransportIsRoce();
-    const uint64_t shedBefore = roce ? AdapterCounter("cm_reqs_shed", "RoCEv2") : 0;
-    const uint64_t overflowedBefore = roce ? AdapterCounter("port_datagrams_overflowed", "RoCEv2") : 0;
-    peer.Send("connect");
-    for (int i = 0; i < kConnectsDuringBulk; ++i) {
-      Endpoint e(adapter, Ctx(0x5C0 + i), {.depth = 1});
-      e.connector = GetConnectionRequest(adapter, bulk.listener.get());
-      IT_OK(Accept(e.connector.get(), e.qp.get(), 0, 0));
-      peer.Send("accepted");
-      IT_OK(Disconnect(e.connector.get()));
-    }
+    AcceptBesideTheStreams(peer, adapter, bulk.listener.get());
     ExpectCompletion(bulk.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x3), Ctx(0x5B), 4},
                      "the Send after the last Write");
     CheckPattern(target.data(), target.size(), 11, "the stream's data");
-    if (roce) {
-      IT_CHECK_EQ(shedBefore, AdapterCounter("cm_reqs_shed", "RoCEv2"));
-      IT_CHECK_EQ(overflowedBefore, AdapterCounter("port_datagrams_overflowed", "RoCEv2"));
-    }
     ServerTeardown(peer, bulk);
   });
 }
@@ -1018,7 +1024,7 @@ IT_PEER(many_streams_client) {
 
 // More connections than a port's flows stream at their full window between the same two
 // processes (two to each flow socket) while new connections are made: every Connect and Accept
-// succeeds and no Write fails. With the buffers a process gets without CAP_NET_ADMIN (416 KiB)
+// succeeds, no Write fails, and on RoCE no REQ is shed nor datagram dropped. With the buffers a process gets without CAP_NET_ADMIN (416 KiB)
 // this fails: two windows overflow a flow's socket, and the drops shed the new REQs (docs/roce.md,
 // "Under load"); it is not among the roce_small_buffers runs.
 TEST(IntegrationConnect, ConnectionsAreMadeWhileManyMoreStreamBetweenTheSameTwoProcesses) {
@@ -1043,21 +1049,7 @@ TEST(IntegrationConnect, ConnectionsAreMadeWhileManyMoreStreamBetweenTheSameTwoP
     SendRemoteBuffer(control, {reinterpret_cast<uint64_t>(target.data()), kBulkWrite, targetMr.remoteToken(), 0},
                      Ctx(0x4));
     peer.Expect("streaming");
-    const bool roce = TransportIsRoce();
-    const uint64_t shedBefore = roce ? AdapterCounter("cm_reqs_shed", "RoCEv2") : 0;
-    const uint64_t overflowedBefore = roce ? AdapterCounter("port_datagrams_overflowed", "RoCEv2") : 0;
-    peer.Send("connect");
-    for (int i = 0; i < kConnectsDuringBulk; ++i) {
-      Endpoint e(adapter, Ctx(0x5C0 + i), {.depth = 1});
-      e.connector = GetConnectionRequest(adapter, control.listener.get());
-      IT_OK(Accept(e.connector.get(), e.qp.get(), 0, 0));
-      peer.Send("accepted");
-      IT_OK(Disconnect(e.connector.get()));
-    }
-    if (roce)
-      std::printf("REQs shed: %llu, datagrams overflowed: %llu\n",
-                  (unsigned long long)(AdapterCounter("cm_reqs_shed", "RoCEv2") - shedBefore),
-                  (unsigned long long)(AdapterCounter("port_datagrams_overflowed", "RoCEv2") - overflowedBefore));
+    AcceptBesideTheStreams(peer, adapter, control.listener.get());
     ServerTeardown(peer, control);
     for (auto& e : streams) IT_OK(Disconnect(e->connector.get()));
   });
