@@ -74,25 +74,25 @@ void PrintDescriptorLimit() {
 // while the connectors shared one port (with 64, taken in turn, 0.16-0.29 s).
 void PrintSocketBuffers() {
   const char* setting = std::getenv("NDWV_ROCE_SOCKET_BUFFER");  // checked by the library
-  const int kAsked = setting && *setting ? std::atoi(setting) : 4 << 20;
+  const int asked = setting && *setting ? std::atoi(setting) : 4 << 20;
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
-  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kAsked, sizeof kAsked) != 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kAsked, sizeof kAsked);
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &asked, sizeof asked) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &asked, sizeof asked);
   int granted = 0;
   socklen_t length = sizeof granted;
   getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &granted, &length);
   close(fd);
   granted /= 2;  // the kernel reports twice what it grants the data (socket(7))
   std::printf("RoCE socket receive buffers: %d KiB of the %d asked for (as root: forced; else at\n"
-              "most net.core.rmem_max).\n", granted / 1024, kAsked / 1024);
-  if (granted < kAsked)
+              "most net.core.rmem_max).\n", granted / 1024, asked / 1024);
+  if (granted < asked)
     std::printf("A port that many connections share (a listener's; one of a process's\n"
                 "port-0 connectors) drops what a burst beyond this brings, resent after the\n"
                 "senders' ACK timeout: for bursts on thousands of connections to one\n"
                 "listener, raise it (sysctl -w net.core.rmem_max=%d). A connection also\n"
                 "keeps fewer packets unacknowledged: what the buffer holds (48 of 4 KiB\n"
-                "in 208 KiB, of 64).\n", kAsked);
+                "in 208 KiB, of 64).\n", asked);
   std::printf("\n");
 }
 
