@@ -1148,6 +1148,13 @@ namespace {
 // datagrams; what it cannot hold is dropped, and drops shed.
 constexpr uint64_t kShedMs = 100;
 std::atomic<uint64_t> g_shed_until_ms{0};
+
+// While behind, the process still admits one new REQ every kAdmitEveryMs: sockets that overflow
+// because established connections stream into them (congestion, where buffers are small, not a
+// flood) would otherwise shed every try of a REQ until its Connect ends ND_IO_TIMEOUT, and 100
+// new connections a second add little to an overloaded engine's work.
+constexpr uint64_t kAdmitEveryMs = 10;
+std::atomic<uint64_t> g_admitted_at_ms{0};
 }  // namespace
 
 void Port::CheckOverflow() {
@@ -1172,7 +1179,13 @@ uint32_t Port::ReceiveBuffer() {
 
 uint64_t Port::ShedUntilMs() { return g_shed_until_ms.load(std::memory_order_relaxed); }
 
-bool Port::Overloaded() { return NowMs() < ShedUntilMs(); }
+bool Port::Overloaded() {
+  const uint64_t now = NowMs();
+  if (now >= ShedUntilMs()) return false;
+  uint64_t admitted = g_admitted_at_ms.load(std::memory_order_relaxed);
+  return now - admitted < kAdmitEveryMs ||
+         !g_admitted_at_ms.compare_exchange_strong(admitted, now, std::memory_order_relaxed);
+}
 
 void Port::SendMad(const sockaddr_storage& to, const CmMessage& msg) {
   cm_mutex_.AssertHeld();
