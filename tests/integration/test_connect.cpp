@@ -956,7 +956,6 @@ TEST(IntegrationConnect, ConnectionsAreMadeWhileAnotherStreamsAtItsFullWindow) {
   });
 }
 
-
 // ---- many connections streaming between the same two processes ----------------------------------
 
 constexpr int kManyStreams = 128;        // more than the 64 flows a port opens: some share a socket
@@ -1060,7 +1059,8 @@ TEST(IntegrationConnect, ConnectionsAreMadeWhileManyMoreStreamBetweenTheSameTwoP
     peer.SendValue("port", port);  // for the streams
     std::vector<std::unique_ptr<Endpoint>> streams;
     for (int i = 0; i < kManyStreams; ++i) {
-      streams.push_back(std::make_unique<Endpoint>(adapter, Ctx(0x2000 + i), Shape{.depth = 1, .sge = 1, .cqDepth = 4}));
+      streams.push_back(
+          std::make_unique<Endpoint>(adapter, Ctx(0x2000 + i), Shape{.depth = 1, .sge = 1, .cqDepth = 4}));
       streams.back()->connector = GetConnectionRequest(adapter, control.listener.get());
       IT_OK(Accept(streams.back()->connector.get(), streams.back()->qp.get(), 0, 0));
     }

@@ -228,8 +228,8 @@ int UdpSocketBoundTo(const sockaddr_storage& local) {
 }
 
 // A socket the engine could not empty in its turn and that still holds more than 512 KiB
-// (Port::kDeepQueueBytes) sheds new connections too, before anything is dropped: a deep queue is seconds of
-// datagrams whose answers all come too late (Port::CheckOverflow).
+// (Port::kDeepQueueBytes) sheds new connections too, before anything is dropped: a deep queue is
+// seconds of datagrams whose answers all come too late (Port::CheckOverflow).
 TEST(RocePort, ASocketStillDeepAfterTheEnginesTurnShedsNewConnectionsBeforeItDrops) {
   int32_t status = 0;
   std::shared_ptr<roce::Port> port = roce::Port::Open(Loopback(0), false, &status);

@@ -154,7 +154,7 @@ RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const 
       observer_(std::move(observer)),
       qpn_(qp_->qpn()),
       window_(WindowFor(Port::ReceiveBuffer(), params_.mtu)),
-      ack_every_(std::min(kAckEvery, window_ / 2)),
+      ack_every_(std::bit_floor(std::min(kAckEvery, window_ / 2))),
       next_psn_(params.sq_psn & kPsnMask),
       acked_psn_(PsnAdd(params.sq_psn, kPsnMask)),  // sq_psn - 1
       retries_left_(params.retry_count),
@@ -528,7 +528,7 @@ bool RcLink::SendRequestPacket(Flight& flight) {
                    : last ? Opcode::WriteLast : Opcode::WriteMiddle;
   if (!send && first) h.reth = {wqe.remote_addr, wqe.rkey, uint32_t(wqe.length)};
   h.bth.solicited = send && last && (wqe.flags & kSolicited);
-  h.bth.ack_req = last || k % ack_every_ == ack_every_ - 1;
+  h.bth.ack_req = last || (k & (ack_every_ - 1)) == ack_every_ - 1;
   h.bth.pad_count = uint8_t((4 - length % 4) % 4);
   h.bth.psn = PsnAdd(flight.first_psn, k);
   bool is_inline = wqe.flags & kInline;

@@ -192,7 +192,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   const uint32_t qpn_;
   // Unacknowledged packets allowed (WindowFor, by our ports' receive buffer: the peer's is assumed
   // the same), and how often a long message asks for an ACK, so that the window never closes on
-  // packets none of which asks.
+  // packets none of which asks (a power of two: a mask per packet sent, not a division).
   const uint32_t window_;
   const uint32_t ack_every_;
 
