@@ -65,6 +65,7 @@ constexpr OpcodeRow kOpcodes[] = {
     {Opcode::UdSendOnly, {true, kDeth, true, true, true, OpcodeClass::UdSend, "UD SEND ONLY"}},
     {Opcode::UdSendOnlyImm,
      {true, kDeth | kImmDt, true, true, true, OpcodeClass::UdSend, "UD SEND ONLY with Immediate"}},
+    {Opcode::Cnp, {true, kCnpReserved, true, true, false, OpcodeClass::CongestionNotification, "CNP"}},
 };
 
 // The rows by opcode value; every other value is unknown.
@@ -85,7 +86,7 @@ size_t ExtensionLength(uint8_t headers) {
   return (headers & kDeth ? kDethLen : 0) + (headers & kReth ? kRethLen : 0) +
          (headers & kAtomicEth ? kAtomicEthLen : 0) + (headers & kAeth ? kAethLen : 0) +
          (headers & kAtomicAckEth ? kAtomicAckEthLen : 0) + (headers & kImmDt ? kImmDtLen : 0) +
-         (headers & kIeth ? kIethLen : 0);
+         (headers & kIeth ? kIethLen : 0) + (headers & kCnpReserved ? kCnpReservedLen : 0);
 }
 
 }  // namespace
@@ -149,6 +150,7 @@ size_t EncodeHeaders(const Headers& h, std::span<uint8_t> out) {
     StoreBe32(p, h.ieth);
     p += kIethLen;
   }
+  if (info.headers & kCnpReserved) std::memset(p, 0, kCnpReservedLen);
   return len;
 }
 
@@ -345,6 +347,7 @@ PacketError DecodePacket(std::span<const uint8_t> datagram, const IcrcAddresses*
     h.ieth = LoadBe32(p);
     p += kIethLen;
   }
+  // A CNP's reserved bytes are not looked at (a receiver ignores reserved fields).
   out.payload = datagram.subspan(hlen, rest - b.pad_count);
   return PacketError::Ok;
 }

@@ -23,7 +23,8 @@ namespace ndwv::wire::ib {
 
 inline constexpr uint16_t kRoceUdpPort = 4791;
 inline constexpr size_t kBthLen = 12, kRethLen = 16, kAethLen = 4, kDethLen = 8, kImmDtLen = 4,
-                        kIethLen = 4, kAtomicEthLen = 28, kAtomicAckEthLen = 8, kIcrcLen = 4;
+                        kIethLen = 4, kAtomicEthLen = 28, kAtomicAckEthLen = 8, kCnpReservedLen = 16,
+                        kIcrcLen = 4;
 inline constexpr uint16_t kDefaultPkey = 0xFFFF;
 inline constexpr uint32_t kPsnMask = 0xFFFFFF;
 inline constexpr uint32_t kQpnMask = 0xFFFFFF;
@@ -56,15 +57,19 @@ enum class Opcode : uint8_t {
   SendOnlyInv = 0x17,
   UdSendOnly = 0x64,
   UdSendOnlyImm = 0x65,
+  // RoCEv2's congestion notification packet (the CNP group, 100b): the receiver of a flow that
+  // met congestion tells its sender's QP (dest_qp) to slow down. BECN set, 16 reserved bytes.
+  Cnp = 0x81,
 };
 const char* ToString(Opcode op);
 
 // What an opcode is and carries: one row per opcode (ib.cpp, kOpcodes), from which the codec,
 // the RC transport and the port read everything. Unknown opcodes have known == false.
 enum HeaderBit : uint8_t { kReth = 1, kAeth = 2, kDeth = 4, kImmDt = 8, kIeth = 16, kAtomicEth = 32,
-                           kAtomicAckEth = 64 };
+                           kAtomicAckEth = 64, kCnpReserved = 128 };
 enum class OpcodeClass : uint8_t {
-  Unknown, Send, Write, ReadRequest, ReadResponse, Acknowledge, Atomic, AtomicAcknowledge, UdSend
+  Unknown, Send, Write, ReadRequest, ReadResponse, Acknowledge, Atomic, AtomicAcknowledge, UdSend,
+  CongestionNotification
 };
 struct OpcodeInfo {
   bool known;
@@ -98,6 +103,8 @@ struct Bth {
   bool ack_req = false;
   uint32_t psn = 0;       // 24 bits
 };
+
+inline constexpr uint8_t kBecn = 0x40;  // in Bth::resv8a: congestion met on the way back
 
 struct Reth {
   uint64_t va = 0;
@@ -150,8 +157,8 @@ struct Headers {
 };
 
 // Writes BTH and the opcode's extension headers (in the IBTA order: DETH, RETH, AtomicETH, AETH,
-// AtomicAckETH, ImmDt, IETH); returns their length, or 0 if `out` is too small or the opcode
-// unknown. Fields wider than the wire (QPNs, PSN, pad count) are masked; BTH's reserved 7 bits
+// AtomicAckETH, ImmDt, IETH; a CNP's reserved bytes, zero); returns their length, or 0 if `out` is
+// too small or the opcode unknown. Fields wider than the wire (QPNs, PSN, pad count) are masked; BTH's reserved 7 bits
 // and DETH's reserved byte are written as zero.
 size_t EncodeHeaders(const Headers& h, std::span<uint8_t> out);
 

@@ -49,7 +49,7 @@ const Opcode kAllOpcodes[] = {
     Opcode::ReadResponseLast,  Opcode::ReadResponseOnly,   Opcode::Acknowledge,
     Opcode::AtomicAcknowledge, Opcode::CompareSwap,        Opcode::FetchAdd,
     Opcode::SendLastInv,       Opcode::SendOnlyInv,        Opcode::UdSendOnly,
-    Opcode::UdSendOnlyImm,
+    Opcode::UdSendOnlyImm,     Opcode::Cnp,
 };
 
 // Headers with a distinctive value in every field.
@@ -246,6 +246,36 @@ TEST(WireIb, ImmIethAtomicLiteral) {
   ASSERT_EQ(EncodeHeaders(h, out), 24u);
   EXPECT_EQ(Bytes(out.begin() + 12, out.end()),
             (Bytes{0x80, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xCA, 0xFE, 0xF0, 0x0D}));
+}
+
+// RoCEv2's CNP: the BTH (BECN set, PSN and AckReq zero) and 16 reserved bytes, zero on the way
+// out and not looked at on the way in; no payload.
+TEST(WireIb, CnpLiteral) {
+  Headers h = Distinct(Opcode::Cnp);
+  h.bth = Bth{};
+  h.bth.opcode = Opcode::Cnp;
+  h.bth.resv8a = kBecn;
+  h.bth.dest_qp = 0x000011;
+  Bytes out(HeaderLength(Opcode::Cnp), 0x5A);
+  ASSERT_EQ(out.size(), 28u);
+  ASSERT_EQ(EncodeHeaders(h, out), 28u);
+  Bytes want = {0x81, 0x00, 0xFF, 0xFF, 0x40, 0x00, 0x00, 0x11, 0x00, 0x00, 0x00, 0x00};
+  want.resize(28, 0x00);
+  EXPECT_EQ(out, want);
+
+  Bytes datagram = Build(h, {}, kAddrs);
+  datagram[20] = 0x77;  // a reserved byte set by someone else: ignored
+  StoreIcrc(kAddrs, datagram);
+  Packet p;
+  ASSERT_EQ(DecodePacket(datagram, &kAddrs, p), PacketError::Ok);
+  EXPECT_EQ(p.headers.bth.opcode, Opcode::Cnp);
+  EXPECT_EQ(p.headers.bth.resv8a, kBecn);
+  EXPECT_EQ(p.headers.bth.dest_qp, 0x11u);
+  EXPECT_TRUE(p.payload.empty());
+  EXPECT_EQ(InfoFor(Opcode::Cnp).op_class, OpcodeClass::CongestionNotification);
+
+  Bytes longer = Build(h, {1, 2, 3, 4}, kAddrs);  // more than the reserved bytes
+  EXPECT_EQ(DecodePacket(longer, &kAddrs, p), PacketError::PayloadNotAllowed);
 }
 
 // ---- ICRC --------------------------------------------------------------------------------------
@@ -456,6 +486,7 @@ TEST(WireIb, OpcodeTable) {
       {Opcode::SendOnlyInv, 16, true, true, true},
       {Opcode::UdSendOnly, 20, true, true, true},
       {Opcode::UdSendOnlyImm, 24, true, true, true},
+      {Opcode::Cnp, 28, true, true, false},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE(ToString(r.op));
@@ -519,7 +550,7 @@ TEST(WireIb, DecodeErrors) {
     EXPECT_EQ(DecodePacket(c, &kAddrs, p), PacketError::BadVersion);
   }
   // Unknown opcodes.
-  for (uint8_t op : {0x15, 0x18, 0x1F, 0x20, 0x24, 0x40, 0x60, 0x81, 0xFF}) {
+  for (uint8_t op : {0x15, 0x18, 0x1F, 0x20, 0x24, 0x40, 0x60, 0x80, 0x82, 0xFF}) {
     Bytes c = ok;
     c[0] = op;
     EXPECT_EQ(DecodePacket(c, nullptr, p), PacketError::BadOpcode) << int(op);
