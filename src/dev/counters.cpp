@@ -134,6 +134,8 @@ constexpr CounterInfo kInfo[kCounters] = {
     {"listen_backlog_waits", kIwarp},
     {"cm_reqs_backlog_waits", kRoce},
     {"peer_probes", kRoce},
+    {"cnps_sent", kRoce | kConnection},
+    {"cnps_received", kRoce | kConnection},
 };
 
 const char* TransportName(Transport t) { return t == Transport::Roce ? "RoCEv2" : "iWARP"; }

@@ -83,6 +83,9 @@ enum class Counter : uint16_t {
   // RoCE, per adapter: keepalive probes sent early because another connection to the same peer
   // port found it closed (Port::ProbeConnectionsTo).
   PeerProbes,
+  // RoCE RC transport, per connection: congestion notifications (CNPs) sent because our receive
+  // socket was congested, and received, each of which may have narrowed our window.
+  CnpsSent, CnpsReceived,
   Count
 };
 inline constexpr size_t kCounters = size_t(Counter::Count);
@@ -116,15 +119,21 @@ class CounterBlock {
 CounterBlock& AdapterCounters(Transport transport);
 
 // The counters a connection has (CounterPerConnection): the data path's, RoCE's and the iWARP
-// stream's (TxPackets .. DropsBadDdp), and ReadsBeyondIrd, added later. A connection keeps a slot
-// for each of these only: 42 of the 100 (a block of them all was 800 bytes a connection).
-inline constexpr size_t kConnectionSlots = size_t(Counter::DropsBadDdp) + 2;
+// stream's (TxPackets .. DropsBadDdp), and those added later (kLaterPerConnection). A connection
+// keeps a slot for each of these only: 44 of the 102 (a block of them all was 800 bytes a
+// connection).
+inline constexpr Counter kLaterPerConnection[] = {Counter::ReadsBeyondIrd, Counter::CnpsSent,
+                                                  Counter::CnpsReceived};
+inline constexpr size_t kFirstLaterSlot = size_t(Counter::DropsBadDdp) + 1;
+inline constexpr size_t kConnectionSlots = kFirstLaterSlot + std::size(kLaterPerConnection);
 constexpr int ConnectionSlot(Counter c) {
   if (c <= Counter::DropsBadDdp) return int(c);
-  return c == Counter::ReadsBeyondIrd ? int(kConnectionSlots) - 1 : -1;
+  for (size_t i = 0; i < std::size(kLaterPerConnection); ++i)
+    if (c == kLaterPerConnection[i]) return int(kFirstLaterSlot + i);
+  return -1;
 }
 constexpr Counter CounterOfSlot(size_t slot) {
-  return slot + 1 == kConnectionSlots ? Counter::ReadsBeyondIrd : Counter(slot);
+  return slot < kFirstLaterSlot ? Counter(slot) : kLaterPerConnection[slot - kFirstLaterSlot];
 }
 
 // The counters of one connection (one QP's link), with the connection's identity: listed in its

@@ -158,6 +158,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CHECK(qp->PostSend(w.Request(3, WrOpcode::Read, 2048)) == 0);  // PSNs 2, 3
 
   size_t run = size ? 1 + data[0] % 8 : 1;
+  const bool congested = size && (data[0] & 0x80);  // read from a congested socket (CNPs out)
   std::vector<wire::ib::Packet> packets;
   for (size_t at = 1; at + 2 <= size;) {
     size_t length = std::min<size_t>(wire::LoadBe16(data + at), size - at - 2);
@@ -168,11 +169,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     packet.headers.bth.dest_qp = qp->qpn();  // what the port routed here
     packets.push_back(packet);
     if (packets.size() == run) {
-      link->OnPackets(packets);
+      link->OnPackets(packets, congested);
       packets.clear();
     }
   }
-  if (!packets.empty()) link->OnPackets(packets);
+  if (!packets.empty()) link->OnPackets(packets, congested);
 
   // Nothing is placed once the QP is in Error: the memory is checked after it.
   qp->Modify(QpState::Error);

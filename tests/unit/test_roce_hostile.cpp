@@ -2587,5 +2587,111 @@ TEST_F(RoceHostile, Icmpv6ErrorsEndOnlyTheConnectWhoseRequestTheyQuote) {
   EXPECT_EQ(ignored(), 3u);
 }
 
+// ==== 18. congestion: CNPs ======================================================================
+
+// The requester's window halves on the peer's CNP, at most once a round trip, and grows back by
+// one packet per round trip: the raw peer acknowledges what arrived and counts what comes next.
+TEST_F(RoceHostile, ACnpHalvesTheWindowOnceARoundTripAndItGrowsBackByOne) {
+  Conn& c = NewConn();
+  roce::RcParams params;
+  params.ack_timeout_ms = 10000;  // nothing is sent again within the test
+  std::shared_ptr<roce::RcLink> link;
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, params, link));
+  const uint32_t window = roce::RcLink::WindowFor(roce::Port::ReceiveBuffer(), params.mtu);
+  const uint32_t packets = 4 * window;
+  Buffer big{size_t(packets) * params.mtu, 9};
+  uint32_t key = 0, rkey = 0;
+  ASSERT_EQ(c.pd->Register(big.region(), big.length, kLocalWrite, &key, &rkey), WV_SUCCESS);
+  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {big.addr(), uint32_t(big.length), key})), WV_SUCCESS);
+
+  uint32_t next = 100;  // the PSN the next packet must carry
+  // Takes the packets the window lets out: exactly `n`, in order, and nothing after them.
+  auto expect_window = [&](uint32_t n) {
+    for (uint32_t k = 0; k < n; ++k) {
+      Inbound in;
+      ASSERT_TRUE(c.peer.Next(in)) << "packet " << k << " of a window of " << n;
+      ASSERT_EQ(in.h.bth.psn, next) << Describe(in);
+      next = ib::PsnAdd(next, 1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<Inbound> more = c.peer.DrainNow();
+    EXPECT_TRUE(more.empty()) << more.size() << " packets beyond a window of " << n << ", first "
+                              << Describe(more.front());
+  };
+  auto ack_all = [&] {
+    ib::Headers ack = c.peer.To(Opcode::Acknowledge, ib::PsnAdd(next, ib::kPsnMask), false);
+    ack.aeth.syndrome = ib::MakeSyndrome(AethKind::Ack, ib::kCreditInvalid);
+    c.peer.Send(c.peer.Build(ack, {}));
+  };
+  // Waits until the link has taken `n` CNPs.
+  auto cnp = [&](uint64_t n) {
+    ib::Headers h = c.peer.To(Opcode::Cnp, 0, false);
+    h.bth.resv8a = ib::kBecn;
+    c.peer.Send(c.peer.Build(h, {}));
+    ASSERT_TRUE(WaitUntil([&] { return link->counters().Get(Counter::CnpsReceived) == n; }, kBound))
+        << "the CNP was not taken";
+  };
+
+  ASSERT_NO_FATAL_FAILURE(expect_window(window));
+  ack_all();
+  ASSERT_NO_FATAL_FAILURE(expect_window(window));  // the full window again
+  ASSERT_NO_FATAL_FAILURE(cnp(1));
+  ack_all();
+  ASSERT_NO_FATAL_FAILURE(expect_window(window / 2));  // halved
+  ASSERT_NO_FATAL_FAILURE(cnp(2));  // about packets sent before the halving, as far as it can tell
+  ack_all();
+  ASSERT_NO_FATAL_FAILURE(expect_window(window / 2 + 1));  // not halved again: one more
+  ack_all();
+  ASSERT_NO_FATAL_FAILURE(expect_window(window / 2 + 2));
+  EXPECT_EQ(link->counters().Get(Counter::Retransmits), 0u);
+  EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
+}
+
+// A socket found congested (the engine held while the peer's Writes pile up in it) tells the
+// peer: CNPs to its QP, BECN set, at most one per window of packets, while every Write is still
+// placed and acknowledged.
+TEST_F(RoceHostile, PacketsReadFromACongestedSocketDrawCnpsToTheirSender) {
+  Conn& c = NewConn();
+  std::shared_ptr<roce::RcLink> link;
+  std::shared_ptr<roce::Port> link_port;
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, {}, link, &link_port));
+  const uint32_t window = roce::RcLink::WindowFor(roce::Port::ReceiveBuffer(), kMtu);
+  // Half the buffer in 1 KiB Writes (each takes at least 2 KiB of it): a congested socket,
+  // not yet an overflowing one.
+  const uint32_t writes = roce::Port::ReceiveBuffer() / 2 / (2 * kMtu);
+  const std::vector<uint8_t> data = Bytes(kMtu, 5);
+  auto hold = std::make_shared<EngineHold>();
+  ASSERT_TRUE(hold->Engage()) << "the engine never ran the handler";
+  for (uint32_t k = 0; k < writes; ++k)
+    c.peer.Send(c.WriteOnly(c.Take(), c.writable.addr(), c.writable.rkey, data));
+  hold->Release();
+
+  uint64_t cnps = 0;
+  bool acknowledged = false;
+  const uint32_t last = ib::PsnAdd(c.next_psn, ib::kPsnMask);
+  const auto deadline = std::chrono::steady_clock::now() + kBound;
+  while (!acknowledged && std::chrono::steady_clock::now() < deadline) {
+    Inbound in;
+    ASSERT_TRUE(c.peer.Next(in));
+    if (in.op() == Opcode::Cnp) {
+      EXPECT_EQ(in.h.bth.dest_qp, kPeerQpn);
+      EXPECT_EQ(in.h.bth.resv8a, ib::kBecn);
+      EXPECT_EQ(in.h.bth.psn, 0u);
+      cnps++;
+    } else {
+      ASSERT_EQ(in.op(), Opcode::Acknowledge) << Describe(in);
+      ASSERT_EQ(in.h.aeth.kind(), AethKind::Ack) << Describe(in) << " (a gap: the socket overflowed)";
+      acknowledged = in.h.bth.psn == last;
+    }
+  }
+  ASSERT_TRUE(acknowledged) << "the last Write was not acknowledged";
+  EXPECT_EQ(memcmp(c.writable.region(), data.data(), data.size()), 0);
+  EXPECT_GE(cnps, 1u) << "no CNP for " << writes << " Writes read from a congested socket";
+  EXPECT_LE(cnps, writes / window + 1) << "more than one CNP per window";
+  EXPECT_EQ(link->counters().Get(Counter::CnpsSent), cnps);
+  EXPECT_EQ(link_port->counters().overflowed.load(), 0u);
+  EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
+}
+
 }  // namespace
 }  // namespace ndwv::dev

@@ -748,6 +748,7 @@ struct Port::Run {
   PackedAddress peer;
   wire::ib::Packet packets[kMax];
   size_t count = 0;
+  bool congested = false;  // read from a congested socket: the sinks tell their senders (CNP)
 };
 
 // The receive buffers, per thread (only the port's receiver uses them, for the length of a call):
@@ -794,6 +795,11 @@ void Port::DriveReceive(bool once) {
   base::MutexLock lock(rx_mutex_, std::adopt_lock);
   if (!t_rx_) t_rx_ = std::make_unique<RxBuffer>();  // one per receiving thread
   RxBuffer& rx = *t_rx_;
+  // The engine looks at the socket's depth (CheckOverflow) when a turn has read an eighth of its
+  // buffer or kEngineReads buffers: what is read after a look that found it congested, up to a
+  // turn that empties it, is read from a congested socket.
+  size_t bytes = 0, look_at = once ? SIZE_MAX : ReceiveBuffer() / 8;
+  rx.run.congested = congested_;
   for (int errors = 0, reads = 0;;) {
     rx.Reset();
     // A poller asks for one message: recvmsg costs less than recvmmsg on the (most frequent)
@@ -812,13 +818,25 @@ void Port::DriveReceive(bool once) {
         ReadErrors();  // an ICMP error is pending; data may follow it
         continue;
       }
+      if (!once) congested_ = false;  // emptied
       break;
     }
-    for (int i = 0; i < got; ++i) Handle(rx.messages[i], rx.slot[i].data, rx.slot[i].from, rx.run);
-    if (once || got < int(RxBuffer::kSlots)) break;
-    if (++reads == kEngineReads) {
-      CheckOverflow();  // the socket is behind: it may have been full
+    for (int i = 0; i < got; ++i) {
+      Handle(rx.messages[i], rx.slot[i].data, rx.slot[i].from, rx.run);
+      bytes += rx.messages[i].msg_len;
+    }
+    if (once) break;
+    if (got < int(RxBuffer::kSlots)) {
+      congested_ = false;  // emptied
       break;
+    }
+    if (++reads == kEngineReads) {
+      congested_ = CheckOverflow();  // the socket is behind: it may have been full
+      break;
+    }
+    if (bytes >= look_at) {
+      look_at = SIZE_MAX;
+      rx.run.congested = congested_ = CheckOverflow();
     }
   }
   rx.run.sink.reset();  // a link is not kept alive by the port between calls
@@ -1046,7 +1064,7 @@ void Port::Dispatch(const sockaddr_storage& from, const sockaddr_storage& to, st
 
 void Port::Deliver(Run& run) {
   if (run.count == 0) return;
-  run.sink->OnPackets({run.packets, run.count});
+  run.sink->OnPackets({run.packets, run.count}, run.congested);
   run.count = 0;
 }
 
@@ -1157,19 +1175,20 @@ constexpr uint64_t kAdmitEveryMs = 10;
 std::atomic<uint64_t> g_admitted_at_ms{0};
 }  // namespace
 
-void Port::CheckOverflow() {
-  // Asked only of a socket the engine could not empty in one turn (a full socket is one), so
-  // that an idle or ping-pong connection's reads pay nothing for it (SO_RXQ_OVFL would add a
-  // control message to every datagram).
+bool Port::CheckOverflow() {
+  // Asked only in an engine turn that read much (an eighth of the buffer, or kEngineReads
+  // buffers: a full socket is read so), so that an idle or ping-pong connection's reads pay
+  // nothing for it (SO_RXQ_OVFL would add a control message to every datagram).
   uint32_t info[SK_MEMINFO_VARS] = {};
   socklen_t length = sizeof info;
   if (getsockopt(fd_, SOL_SOCKET, SO_MEMINFO, info, &length) != 0 || length <= SK_MEMINFO_DROPS * sizeof info[0])
-    return;
+    return false;
   const uint32_t dropped = info[SK_MEMINFO_DROPS] - overflowed_seen_;
   overflowed_seen_ = info[SK_MEMINFO_DROPS];
   if (dropped) Owner().counters_.overflowed.fetch_add(dropped, std::memory_order_relaxed);
   const bool deep = info[SK_MEMINFO_RMEM_ALLOC] > kDeepQueueBytes;
   if (dropped || deep) g_shed_until_ms.store(NowMs() + kShedMs, std::memory_order_relaxed);
+  return dropped || info[SK_MEMINFO_RMEM_ALLOC] > ReceiveBuffer() / 4;
 }
 
 uint32_t Port::ReceiveBuffer() {

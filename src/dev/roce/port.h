@@ -55,8 +55,9 @@ namespace ndwv::dev::roce {
 class PacketSink {
  public:
   // A run of packets, in the order they are to be processed (those of one receive buffer: a
-  // request and the ACK it travels with take the link's lock once).
-  virtual void OnPackets(std::span<const wire::ib::Packet> packets) = 0;
+  // request and the ACK it travels with take the link's lock once). `congested`: they were read
+  // from a socket found congested (Port::CheckOverflow), which their sender is to be told.
+  virtual void OnPackets(std::span<const wire::ib::Packet> packets, bool congested) = 0;
   virtual void OnWritable() = 0;  // the socket has room again after a Send returned false
  protected:
   ~PacketSink() = default;
@@ -269,8 +270,9 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   std::shared_ptr<PacketSink> FindSink(uint32_t qpn, PackedAddress* peer) NDWV_REQUIRES(rx_mutex_);
   // Counts what the kernel dropped on this socket since the last look (a full receive buffer), and
   // if anything, or if the socket is still deep in datagrams, sheds new connections a while
-  // (ShedUntilMs).
-  void CheckOverflow() NDWV_REQUIRES(rx_mutex_);
+  // (ShedUntilMs). True if the socket is congested: it dropped, or still holds more than a
+  // quarter of its buffer (docs/roce.md, "Congestion").
+  bool CheckOverflow() NDWV_REQUIRES(rx_mutex_);
   // ICMP errors queued by IP_RECVERR, each to the one connection whose datagram it quotes.
   void ReadErrors();
   void OnUnreachable(const sockaddr_storage& to, int error, std::span<const uint8_t> quoted);
@@ -349,6 +351,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
     PackedAddress peer;
   } sink_cache_ NDWV_GUARDED_BY(rx_mutex_);
   uint32_t overflowed_seen_ NDWV_GUARDED_BY(rx_mutex_) = 0;  // the socket's drop count, last seen
+  bool congested_ NDWV_GUARDED_BY(rx_mutex_) = false;       // found so, and not emptied since
   // The engine's watch: who reads (PollerHandoff, dev/poller_handoff.h) and whether it waits
   // for room to send, under the hand-off's lock.
   PollerHandoff<Port> handoff_{this};

@@ -128,6 +128,11 @@ RcParams Checked(RcParams params) {
 // takes 8,448 bytes), plus its bookkeeping. A run sent together (GSO) costs about half as much.
 uint32_t ReceiveCost(uint32_t mtu) { return std::bit_ceil(mtu + 512) + 512; }
 
+// How often a long message asks for an ACK with `window` packets allowed unacknowledged: at least
+// twice a window, so that it never closes on packets none of which asks, and a power of two (a
+// mask per packet sent, not a division).
+uint32_t AckEvery(uint32_t window) { return std::bit_floor(std::min(RcLink::kAckEvery, window / 2)); }
+
 WcStatus StatusForNak(uint8_t code) {
   switch (NakCode(code)) {
     case NakCode::RemoteAccessError: return WcStatus::RemoteAccess;
@@ -153,8 +158,10 @@ RcLink::RcLink(std::shared_ptr<Port> port, std::shared_ptr<QueuePair> qp, const 
       params_(Checked(params)),
       observer_(std::move(observer)),
       qpn_(qp_->qpn()),
-      window_(WindowFor(Port::ReceiveBuffer(), params_.mtu)),
-      ack_every_(std::bit_floor(std::min(kAckEvery, window_ / 2))),
+      window_limit_(WindowFor(Port::ReceiveBuffer(), params_.mtu)),
+      window_(window_limit_),
+      ack_every_(AckEvery(window_)),
+      window_changed_at_(params.sq_psn & kPsnMask),
       next_psn_(params.sq_psn & kPsnMask),
       acked_psn_(PsnAdd(params.sq_psn, kPsnMask)),  // sq_psn - 1
       retries_left_(params.retry_count),
@@ -394,6 +401,32 @@ bool RcLink::FlushTx() {
   return false;
 }
 
+void RcLink::SendCnp() {
+  mutex_.AssertHeld();
+  if (cnp_sent_ && uint32_t(PsnDiff(epsn_, cnp_sent_at_)) < window_limit_) return;
+  Headers h;
+  h.bth.opcode = Opcode::Cnp;
+  h.bth.resv8a = kBecn;
+  h.bth.dest_qp = params_.dest_qpn;
+  if (!Transmit(h, nullptr, nullptr, 0, 0, 0, false)) return;
+  counters_.Add(Counter::CnpsSent);
+  cnp_sent_ = true;
+  cnp_sent_at_ = epsn_;
+}
+
+void RcLink::Narrow() {
+  mutex_.AssertHeld();
+  if (window_settled_) SetWindow(std::max(window_ / 2, 2u));
+}
+
+void RcLink::SetWindow(uint32_t packets) {
+  mutex_.AssertHeld();
+  window_ = packets;
+  ack_every_ = AckEvery(window_);
+  window_changed_at_ = sent_end_psn_;
+  window_settled_ = false;
+}
+
 bool RcLink::SendAck(uint8_t syndrome, uint32_t psn) {
   mutex_.AssertHeld();
   Headers h;
@@ -576,7 +609,7 @@ void RcLink::CountRequestPacket(uint32_t psn, uint32_t end_psn) {
 
 // ------------------------------------------------------------------------------- receive
 
-void RcLink::OnPackets(std::span<const Packet> packets) {
+void RcLink::OnPackets(std::span<const Packet> packets, bool congested) {
   bool first_packet = false;
   {
     base::MutexLock lock(mutex_);
@@ -591,10 +624,20 @@ void RcLink::OnPackets(std::span<const Packet> packets) {
       NDWV_LOG(Trace, "%s: recv %s psn %u len %zu (epsn %u)", counters_.Identity().c_str(), ToString(op),
                packet.headers.bth.psn, packet.payload.size(), epsn_);
       counters_.Add(Counter::RxPackets);
+      if (op == Opcode::Cnp) {  // about our packets, not a message of the peer's
+        counters_.Add(Counter::CnpsReceived);
+        Narrow();
+        continue;
+      }
       if (op == Opcode::Acknowledge) OnAck(packet);
       else if (IsReadResponse(op)) OnReadResponse(packet);
       else OnRequest(packet);
       if (!shut_ && HeldUntilEstablished() && !first_packet_seen_) first_packet = first_packet_seen_ = true;
+      if (congested && IsReadResponse(op)) Narrow();  // we asked for them: we slow down ourselves
+      else if (congested && op != Opcode::Acknowledge && !failed_) {
+        SendCnp();
+        congested = false;  // one per run
+      }
     }
     Pump(!t_polling);  // also sends what the receive path queued (NAKs)
     // An ACK left due (a poller's, or a full socket's) goes by ack_by_ at the latest. One sent
@@ -612,6 +655,8 @@ void RcLink::OnPackets(std::span<const Packet> packets) {
 
 void RcLink::Progress() {
   mutex_.AssertHeld();
+  if (!window_settled_) window_settled_ = PsnDiff(acked_psn_, window_changed_at_) >= 0;
+  if (window_settled_ && window_ < window_limit_) SetWindow(window_ + 1);
   retries_left_ = params_.retry_count;
   rnr_left_ = params_.rnr_retry;
   waiting_since_ = CoarseNow();

@@ -8,7 +8,12 @@
 // responder's RNR time. Retry budgets: NDWV_ROCE_RETRY_COUNT (timeouts and sequence NAKs without
 // progress), NDWV_ROCE_RNR_RETRY (7 = forever); exhausted, the request ends TimeoutRetry or
 // RnrRetry and the QP fails. At most ORD Reads are outstanding (more wait), and at most a window of
-// packets (up to 64, fewer where socket buffers are small: WindowFor) is unacknowledged.
+// packets (up to 64, fewer where socket buffers are small: WindowFor) is unacknowledged. The
+// window halves when the peer reports congestion (a CNP; our own socket, for Read responses) and
+// grows back by one packet per round trip.
+//
+// Congestion: packets read from a socket the port found congested (Port::CheckOverflow) get their
+// sender a CNP, one per run of them, before the socket overflows and go-back-N resends windows.
 //
 // Responder: executes packets in PSN order exactly once: a duplicate is re-acknowledged (a Read is
 // answered again), a gap is NAKed once. Send payload is copied into the receive; Write payload into
@@ -110,7 +115,7 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   void OnNotifyArmed() override;
   void Shutdown() override;
   // PacketSink
-  void OnPackets(std::span<const wire::ib::Packet> packets) override;
+  void OnPackets(std::span<const wire::ib::Packet> packets, bool congested) override;
   void OnWritable() override;
 
   static constexpr uint32_t kWindow = 64;  // unacknowledged packets, at most
@@ -149,6 +154,11 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   bool SendRequestPacket(Flight& flight) NDWV_REQUIRES(mutex_);
   bool SendResponsePacket(Response& response) NDWV_REQUIRES(mutex_);
   bool SendAck(uint8_t syndrome, uint32_t psn) NDWV_REQUIRES(mutex_);
+  void SendCnp() NDWV_REQUIRES(mutex_);
+  // Congestion on the way to the peer (its CNP) or from it (our socket, behind on Read
+  // responses): the window halves, unless it changed after the packets the report may be about.
+  void Narrow() NDWV_REQUIRES(mutex_);
+  void SetWindow(uint32_t packets) NDWV_REQUIRES(mutex_);
   // Counts a request packet [psn, end_psn) that went out: a retransmission if below the PSNs
   // already sent.
   void CountRequestPacket(uint32_t psn, uint32_t end_psn) NDWV_REQUIRES(mutex_);
@@ -190,13 +200,23 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   const RcParams params_;
   std::weak_ptr<RcObserver> observer_;
   const uint32_t qpn_;
-  // Unacknowledged packets allowed (WindowFor, by our ports' receive buffer: the peer's is assumed
-  // the same), and how often a long message asks for an ACK, so that the window never closes on
-  // packets none of which asks (a power of two: a mask per packet sent, not a division).
-  const uint32_t window_;
-  const uint32_t ack_every_;
+  // Unacknowledged packets allowed at most (WindowFor, by our ports' receive buffer: the peer's is
+  // assumed the same).
+  const uint32_t window_limit_;
 
   base::Mutex mutex_{"roce::RcLink::mutex_"};
+  // The window now, in [2, window_limit_], and how often a long message asks for an ACK in it
+  // (AckEvery). The first PSN sent after the window last changed, and whether it has been
+  // acknowledged: then a round trip has passed, the window may grow by one, and a congestion
+  // report is taken to be about packets sent with the new window.
+  uint32_t window_ NDWV_GUARDED_BY(mutex_);
+  uint32_t ack_every_ NDWV_GUARDED_BY(mutex_);
+  uint32_t window_changed_at_ NDWV_GUARDED_BY(mutex_);
+  bool window_settled_ NDWV_GUARDED_BY(mutex_) = false;
+  // Responder: the PSN expected when we last sent a CNP. The next waits until a window of the
+  // peer's packets has arrived since: the peer halves its window at most once a round trip.
+  uint32_t cnp_sent_at_ NDWV_GUARDED_BY(mutex_);
+  bool cnp_sent_ NDWV_GUARDED_BY(mutex_) = false;
   bool shut_ NDWV_GUARDED_BY(mutex_) = false;
   bool stalled_ NDWV_GUARDED_BY(mutex_) = false;         // the socket was full
   bool failed_ NDWV_GUARDED_BY(mutex_) = false;          // the QP failed: nothing more goes out
