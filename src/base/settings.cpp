@@ -91,6 +91,11 @@ const std::vector<SettingInfo>& SettingTable() {
      "416 KiB on Debian's defaults). A connection keeps at most as many packets unacknowledged "
      "as the granted receive buffer surely holds (64 at most; 48 of 4 KiB in 416 KiB), so that "
      "one stream cannot overflow its peer's socket, assumed to be granted the same."},
+    {"NDWV_ROCE_ECN", SettingType::Boolean, "1", 0, 1, nullptr,
+     "RoCE: datagrams go ECN-capable (ECT(0)), as a RoCEv2 NIC's do, so that a router with ECN "
+     "marks them Congestion Experienced where it would drop them; a marked datagram makes its "
+     "receiver send the sender a congestion notification (CNP), which halves the sender's "
+     "window. 0: Not-ECT, and marks are not read (a network that mishandles ECN)."},
     {"NDWV_WORK_THREADS", SettingType::Integer, "2", 1, 16, nullptr,
      "Threads in the process's shared work pool (QP state changes and flushes asked for off the engine; "
      "the engine runs its own once its turn is done)."},
@@ -192,6 +197,7 @@ bool Fill(Settings& settings, bool environment) {
       else if (n == "NDWV_ROCE_RNR_RETRY") settings.roce_rnr_retry = uint8_t(number);
       else if (n == "NDWV_ROCE_KEEPALIVE_MS") settings.roce_keepalive_ms = uint32_t(number);
       else if (n == "NDWV_ROCE_SOCKET_BUFFER") settings.roce_socket_buffer = uint32_t(number);
+      else if (n == "NDWV_ROCE_ECN") settings.roce_ecn = number;
       else if (n == "NDWV_WORK_THREADS") settings.work_threads = uint32_t(number);
       else if (n == "NDWV_POLL_PROGRESS") settings.poll_progress = number;
       else if (n == "NDWV_CAPTURE") settings.capture = choice;

@@ -38,6 +38,7 @@ struct Settings {
   uint32_t roce_ack_timeout_ms, roce_keepalive_ms;
   uint8_t roce_retry_count, roce_rnr_timer, roce_rnr_retry;
   uint32_t roce_socket_buffer;   // receive and send buffer a port asks for, bytes
+  bool roce_ecn;                 // datagrams ECN-capable; a CE mark draws a CNP
   std::string capture;           // pcap file of every packet sent and received; empty: off
   enum class Counters { Off, Exit, Signal } counters;  // when the counters report is written
   std::string counters_file;     // where; empty: stderr

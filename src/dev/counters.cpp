@@ -136,6 +136,7 @@ constexpr CounterInfo kInfo[kCounters] = {
     {"peer_probes", kRoce},
     {"cnps_sent", kRoce | kConnection},
     {"cnps_received", kRoce | kConnection},
+    {"port_datagrams_congestion_marked", kRoce},
 };
 
 const char* TransportName(Transport t) { return t == Transport::Roce ? "RoCEv2" : "iWARP"; }

@@ -86,6 +86,8 @@ enum class Counter : uint16_t {
   // RoCE RC transport, per connection: congestion notifications (CNPs) sent because our receive
   // socket was congested, and received, each of which may have narrowed our window.
   CnpsSent, CnpsReceived,
+  // RoCE ports, per adapter: messages that arrived marked Congestion Experienced (ECN).
+  PortDatagramsCongestionMarked,
   Count
 };
 inline constexpr size_t kCounters = size_t(Counter::Count);
@@ -120,7 +122,7 @@ CounterBlock& AdapterCounters(Transport transport);
 
 // The counters a connection has (CounterPerConnection): the data path's, RoCE's and the iWARP
 // stream's (TxPackets .. DropsBadDdp), and those added later (kLaterPerConnection). A connection
-// keeps a slot for each of these only: 44 of the 102 (a block of them all was 800 bytes a
+// keeps a slot for each of these only: 44 of the 103 (a block of them all was 800 bytes a
 // connection).
 inline constexpr Counter kLaterPerConnection[] = {Counter::ReadsBeyondIrd, Counter::CnpsSent,
                                                   Counter::CnpsReceived};

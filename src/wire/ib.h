@@ -106,6 +106,11 @@ struct Bth {
 
 inline constexpr uint8_t kBecn = 0x40;  // in Bth::resv8a: congestion met on the way back
 
+// ECN, in the IP header's TOS or traffic class (RFC 3168): the two low bits. A RoCEv2 sender
+// marks its datagrams ECT(0); a router on the way may mark them CE instead of dropping them.
+inline constexpr uint8_t kEct0 = 0x02, kEcnCe = 0x03;
+constexpr bool CongestionExperienced(uint8_t tos) { return (tos & 0x03) == kEcnCe; }
+
 struct Reth {
   uint64_t va = 0;
   uint32_t rkey = 0;

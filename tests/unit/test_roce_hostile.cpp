@@ -174,6 +174,9 @@ class RawPeer {
     if (fd_ >= 0) ::close(fd_);
   }
 
+  // The TOS byte of what we send (its low bits: ECN).
+  void SetTos(int tos) { EXPECT_EQ(setsockopt(fd_, IPPROTO_IP, IP_TOS, &tos, sizeof tos), 0) << strerror(errno); }
+
   // Where the device's listener (and so every packet of the connection) is.
   void Target(uint16_t port) { device_ = LoopbackOf(self_.ss_family, port); }
   const sockaddr_storage& self() const { return self_; }
@@ -2690,6 +2693,55 @@ TEST_F(RoceHostile, PacketsReadFromACongestedSocketDrawCnpsToTheirSender) {
   EXPECT_LE(cnps, writes / window + 1) << "more than one CNP per window";
   EXPECT_EQ(link->counters().Get(Counter::CnpsSent), cnps);
   EXPECT_EQ(link_port->counters().overflowed.load(), 0u);
+  EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
+}
+
+// A datagram a router marked Congestion Experienced (ECN) draws a CNP to its sender's QP, as one
+// read from a congested socket does, and no more than one per window of packets.
+TEST_F(RoceHostile, ADatagramMarkedCongestionExperiencedDrawsACnp) {
+  if (!base::Config().roce_ecn) GTEST_SKIP() << "NDWV_ROCE_ECN=0";
+  Conn& c = NewConn();
+  std::shared_ptr<roce::RcLink> link;
+  std::shared_ptr<roce::Port> link_port;
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, {}, link, &link_port));
+  const std::vector<uint8_t> data = Bytes(64, 6);
+  // Sends a Write and returns what came back until its ACK.
+  auto write = [&](std::vector<Inbound>& got) {
+    const uint32_t psn = c.Take();
+    c.peer.Send(c.WriteOnly(psn, c.writable.addr(), c.writable.rkey, data));
+    for (;;) {
+      Inbound in;
+      ASSERT_TRUE(c.peer.Next(in));
+      got.push_back(in);
+      if (in.op() == Opcode::Acknowledge) {
+        ASSERT_TRUE(IsPlainAck(in, psn));
+        return;
+      }
+    }
+  };
+  auto cnps = [](const std::vector<Inbound>& got) {
+    return std::count_if(got.begin(), got.end(), [](const Inbound& in) { return in.op() == Opcode::Cnp; });
+  };
+
+  c.peer.SetTos(ib::kEcnCe);
+  std::vector<Inbound> got;
+  ASSERT_NO_FATAL_FAILURE(write(got));
+  ASSERT_EQ(cnps(got), 1) << "no CNP for a marked Write";
+  const Inbound& cnp = *std::find_if(got.begin(), got.end(), [](const Inbound& in) { return in.op() == Opcode::Cnp; });
+  EXPECT_EQ(cnp.h.bth.dest_qp, kPeerQpn);
+  EXPECT_EQ(cnp.h.bth.resv8a, ib::kBecn);
+  EXPECT_EQ(link_port->counters().congestion_marked.load(), 1u);
+
+  got.clear();
+  ASSERT_NO_FATAL_FAILURE(write(got));  // marked again, within the same window
+  EXPECT_EQ(cnps(got), 0) << "a second CNP within a window";
+  c.peer.SetTos(0);
+  got.clear();
+  ASSERT_NO_FATAL_FAILURE(write(got));
+  EXPECT_EQ(cnps(got), 0) << "a CNP for an unmarked Write";
+  EXPECT_EQ(link_port->counters().congestion_marked.load(), 2u);
+  EXPECT_EQ(link->counters().Get(Counter::CnpsSent), 1u);
+  EXPECT_EQ(memcmp(c.writable.region(), data.data(), data.size()), 0);
   EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
 }
 

@@ -156,6 +156,18 @@ int Port::OpenSocket(int family, bool wildcard) {
     setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu);
     setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &one, sizeof one);
   }
+  // ECN (NDWV_ROCE_ECN): our datagrams ECN-capable, and the marks on the peer's read, so that a
+  // datagram a router marked Congestion Experienced draws a CNP, as on a RoCEv2 NIC. A socket
+  // of IPv6 takes both, for its IPv4 peers.
+  if (base::Config().roce_ecn) {
+    int ect0 = wire::ib::kEct0;
+    setsockopt(fd, IPPROTO_IP, IP_TOS, &ect0, sizeof ect0);
+    setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof one);
+    if (family == AF_INET6) {
+      setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &ect0, sizeof ect0);
+      setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof one);
+    }
+  }
   if (wildcard) {  // the address each datagram came to (the ICRC covers it)
     if (family == AF_INET) setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one);
     else setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof one);
@@ -761,7 +773,8 @@ struct Port::RxBuffer {
   static constexpr unsigned kSlots = 2;
   struct Slot {
     alignas(64) uint8_t data[kSize];
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(in6_pktinfo))];  // GRO, PKTINFO
+    // GRO, PKTINFO, the TOS or traffic class (ECN)
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(int))];
     iovec iov;
     sockaddr_storage from{};
   };
@@ -855,6 +868,7 @@ void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_st
   size_t segment = length;
   const sockaddr_storage* to = &local_;
   sockaddr_storage reached;  // a wildcard port's: local_ with the address from IP_PKTINFO
+  bool marked = false;       // Congestion Experienced (ECN)
   for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
     if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
       int size;
@@ -872,10 +886,23 @@ void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_st
       reached = local_;
       reinterpret_cast<sockaddr_in6&>(reached).sin6_addr = info.ipi6_addr;
       to = &reached;
+    } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1)) {
+      marked = wire::ib::CongestionExperienced(*CMSG_DATA(c));
+    } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+      int tclass;
+      memcpy(&tclass, CMSG_DATA(c), sizeof tclass);
+      marked = wire::ib::CongestionExperienced(uint8_t(tclass));
     }
+  }
+  // A message a router marked: its packets' senders are told, as a congested socket's are.
+  const bool congested = run.congested;
+  if (marked) {
+    Owner().counters_.congestion_marked.fetch_add(1, std::memory_order_relaxed);
+    run.congested = true;
   }
   if (length == 0) {  // an empty datagram: a runt, counted as malformed
     Dispatch(from, *to, {data, 0}, run);
+    run.congested = congested;
     return;
   }
   // Answers first (ACK, NAK, Read Response): a peer sends its ACK after the request it travels
@@ -889,6 +916,7 @@ void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_st
       if (answer == bool(answers)) Dispatch(from, *to, datagram, run);
     }
   Deliver(run);  // the buffer is read again by the next call
+  run.congested = congested;
 }
 
 void Port::ReadErrors() {
@@ -988,6 +1016,7 @@ void Port::AddCountersLocked(CounterValues& sum) const {
   add(Counter::PortDatagramsReceived, counters_.received.load(std::memory_order_relaxed));
   add(Counter::PortSendFailed, counters_.send_failed.load(std::memory_order_relaxed));
   add(Counter::PortDatagramsOverflowed, counters_.overflowed.load(std::memory_order_relaxed));
+  add(Counter::PortDatagramsCongestionMarked, counters_.congestion_marked.load(std::memory_order_relaxed));
   add(Counter::DropsBadPacket, counters_.bad_packet.load(std::memory_order_relaxed));
   add(Counter::DropsBadIcrc, counters_.bad_icrc.load(std::memory_order_relaxed));
   add(Counter::DropsUnknownQp, counters_.unknown_qp.load(std::memory_order_relaxed));

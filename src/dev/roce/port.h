@@ -87,6 +87,7 @@ class CmUser {
 struct PortCounters {
   std::atomic<uint64_t> received{0}, sent{0}, send_failed{0};
   std::atomic<uint64_t> overflowed{0};  // dropped by the kernel: a receive buffer was full
+  std::atomic<uint64_t> congestion_marked{0};  // arrived marked Congestion Experienced (ECN)
   std::atomic<uint64_t> bad_packet{0}, bad_icrc{0}, unknown_qp{0}, wrong_source{0}, bad_mad{0};
 };
 
