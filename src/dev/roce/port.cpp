@@ -774,7 +774,7 @@ struct Port::RxBuffer {
   struct Slot {
     alignas(64) uint8_t data[kSize];
     // GRO, PKTINFO, the TOS or traffic class (ECN)
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(int))];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(int))];
     iovec iov;
     sockaddr_storage from{};
   };
