@@ -1,10 +1,11 @@
 // libFuzzer target: RoCEv2 packet decoding (wire/ib.h), with the ICRC checked (IPv4 and IPv6
 // addresses) and without. Besides ASan's checks: the payload lies inside the input, after the
 // opcode's headers and before pad and ICRC; whatever decodes re-encodes to the same header bytes
-// (but for the fields the decoder ignores); and a packet whose ICRC we store decodes with it.
+// (but for the fields the decoder ignores: reserved bits and bytes); and a packet whose ICRC we store decodes with it.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -58,12 +59,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CHECK(p.payload.data() == data + hl);
     CHECK(hl + p.payload.size() + p.headers.bth.pad_count + kIcrcLen == size);
     CHECK(InfoFor(op).has_payload || p.payload.empty());
-    // Re-encode: equal bytes except the BTH's reserved 7 bits and DETH's reserved byte.
+    // Re-encode: equal bytes except the BTH's reserved 7 bits, DETH's reserved byte and a CNP's
+    // reserved bytes (written as zero, never read).
     std::vector<uint8_t> out(hl);
     CHECK(EncodeHeaders(p.headers, out) == hl);
     std::vector<uint8_t> want(data, data + hl);
     want[8] &= 0x80;
     if (InfoFor(op).headers & kDeth) want[kBthLen + 4] = 0;
+    if (InfoFor(op).headers & kCnpReserved) std::fill(want.begin() + kBthLen, want.end(), uint8_t(0));
     CHECK(out == want);
 
     // The same packet with its ICRC stored decodes with the check, to the same payload.
