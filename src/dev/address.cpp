@@ -52,6 +52,14 @@ bool IsWildcard(const sockaddr_storage& a) {
   return a.ss_family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr);
 }
 
+bool IsLoopback(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr) >> 24) == IN_LOOPBACKNET;
+  if (a.ss_family != AF_INET6) return false;
+  const in6_addr& in6 = reinterpret_cast<const sockaddr_in6&>(a).sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(&in6) || (IN6_IS_ADDR_V4MAPPED(&in6) && in6.s6_addr[12] == IN_LOOPBACKNET);
+}
+
 bool RouteSource(const sockaddr_storage& peer, sockaddr_storage* local) {
   int fd = base::OpenSocket(peer.ss_family, SOCK_DGRAM | SOCK_CLOEXEC);
   if (fd < 0) return false;

@@ -13,6 +13,7 @@ sockaddr_storage HostOf(const sockaddr_storage& a);  // `a` with port 0: a key f
 socklen_t AddressLength(const sockaddr_storage& a);  // of its family; 0 if neither IPv4 nor IPv6
 bool SameAddress(const sockaddr_storage& a, const sockaddr_storage& b);  // address and port
 bool IsWildcard(const sockaddr_storage& a);  // INADDR_ANY or in6addr_any
+bool IsLoopback(const sockaddr_storage& a);  // 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104
 // The local address the host would send to `peer` from (port 0); false if it has no route.
 bool RouteSource(const sockaddr_storage& peer, sockaddr_storage* local);
 size_t AddressHash(const sockaddr_storage& a);  // equal for SameAddress addresses

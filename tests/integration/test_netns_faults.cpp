@@ -614,6 +614,54 @@ INSTANTIATE_TEST_SUITE_P(Percent, IntegrationNetnsLoss, ::testing::Values(1, 10,
                            return "Loss" + std::to_string(info.param) + "Percent";
                          });
 
+// A router with ECN on the link, both ways (nft in this side's namespace): it marks 10 % of the
+// ECN-capable datagrams Congestion Experienced, and drops 10 % of the others. ndwv's datagrams are
+// ECN-capable (NDWV_ROCE_ECN), so none of them is lost: the peer never sees a gap (no sequence
+// NAK comes back), and the marks draw its congestion notifications (CNPs). RoCE only: iWARP's
+// TCP has ECN of its own. (On a loopback address marks are not read: no router is there.)
+class IntegrationNetnsEcn : public IntegrationNetns {
+ protected:
+  void SetUp() override {
+    if (!TransportIsRoce()) GTEST_SKIP() << "RoCE only: iWARP's TCP has ECN of its own";
+    const char* ecn = std::getenv("NDWV_ROCE_ECN");
+    const std::string off = ecn ? ecn : "1";
+    if (off == "0" || off == "false" || off == "no") GTEST_SKIP() << "NDWV_ROCE_ECN=" << off;
+    if (!Shell("nft list tables")) GTEST_SKIP() << "needs nft";
+    IntegrationNetns::SetUp();
+  }
+};
+
+TEST_F(IntegrationNetnsEcn, BehindARouterWithEcnNothingIsLostAndMarksDrawCnps) {
+  const std::string ns = "ip netns exec " + hosts().a() + " nft ";
+  ASSERT_TRUE(Shell(ns + "add table inet router") &&
+              Shell(ns + "'add chain inet router in { type filter hook input priority 0; }'") &&
+              Shell(ns + "'add chain inet router out { type filter hook output priority 0; }'") &&
+              Shell(ns + "'add rule inet router in iifname va ip ecn ect0 numgen random mod 100 < 10 ip ecn set ce'") &&
+              Shell(ns + "'add rule inet router in iifname va ip ecn not-ect numgen random mod 100 < 10 drop'") &&
+              Shell(ns + "'add rule inet router out oifname va ip ecn ect0 numgen random mod 100 < 10 ip ecn set ce'") &&
+              Shell(ns + "'add rule inet router out oifname va ip ecn not-ect numgen random mod 100 < 10 drop'"))
+      << "could not install the nft rules";
+  constexpr int kCount = 40;
+  RunWithPeer("netns_sink", {{"netns", hosts().b()}, {"count", std::to_string(kCount)}}, [&](Channel& peer) {
+    InNamespace inside(hosts().a());
+    Client c;
+    c.Connect(peer);
+    for (int i = 0; i < kCount; ++i) {
+      c.PostSend();
+      ND2_RESULT r = NextCompletion(c.e.cq.get(), "a send behind the router", 30000);
+      IT_CHECK(r.RequestType == Nd2RequestTypeSend && r.RequestContext == Ctx(0x200 + i));
+      IT_CHECK_MSG(r.Status == ND_SUCCESS, "a send behind the router ended " + StatusName(r.Status));
+    }
+    IT_OK(Disconnect(c.e.connector.get()));
+    peer.Send("client disconnected");
+    c.ExpectReceiveFlushed("the client's receive after Disconnect");
+    IT_CHECK_EQ(uint64_t(kCount), peer.ReceiveValue("received", 60000));
+    IT_CHECK_MSG(AdapterCounter("naks_received_sequence", "RoCEv2") == 0,
+                 "the peer saw a gap: a datagram of ours was dropped, not marked");
+    IT_CHECK_MSG(AdapterCounter("cnps_received", "RoCEv2") > 0, "the marks on our datagrams drew no CNP");
+  });
+}
+
 // The peer process is killed: this side learns it (RoCE: ICMP port unreachable from the peer's
 // host, or the retry budget; iWARP: the peer's kernel resets the TCP connection), its receive is
 // flushed, NotifyDisconnect completes, later requests complete (none hangs), Disconnect succeeds.

@@ -487,11 +487,15 @@ class RoceHostile : public ::testing::Test {
 
   // An RC link of c's QP made directly, without the CM, on a port of its own that c's raw peer
   // targets (our packets start at PSN 100); the QP in RTS. `params` brings what the test sets.
+  // The port is bound to the loopback address, or with `wildcard` to any (the raw peer still
+  // reaches it on loopback).
   void DirectLink(Conn& c, roce::RcParams params, std::shared_ptr<roce::RcLink>& link,
                   std::shared_ptr<roce::Port>* port_out = nullptr,
-                  std::weak_ptr<roce::RcObserver> observer = {}) {
+                  std::weak_ptr<roce::RcObserver> observer = {}, bool wildcard = false) {
     int32_t status = 0;
-    auto port_of_link = roce::Port::Open(LoopbackOf(AF_INET, 0), false, &status);
+    sockaddr_storage bind_to = LoopbackOf(AF_INET, 0);
+    if (wildcard) reinterpret_cast<sockaddr_in&>(bind_to).sin_addr.s_addr = htonl(INADDR_ANY);
+    auto port_of_link = roce::Port::Open(bind_to, false, &status);
     if (port_out) *port_out = port_of_link;
     ASSERT_TRUE(port_of_link) << status;
     c.peer.Target(PortOf(port_of_link->local()));
@@ -499,6 +503,7 @@ class RoceHostile : public ::testing::Test {
     ASSERT_EQ(c.qp->Modify(QpState::Init), WV_SUCCESS);
     ASSERT_EQ(c.qp->Modify(QpState::Rtr), WV_SUCCESS);
     params.peer = c.peer.self();
+    params.local = LoopbackOf(AF_INET, PortOf(port_of_link->local()));
     params.dest_qpn = kPeerQpn;
     params.sq_psn = 100;
     link = std::make_shared<roce::RcLink>(port_of_link, c.qp, params, std::move(observer));
@@ -2697,13 +2702,14 @@ TEST_F(RoceHostile, PacketsReadFromACongestedSocketDrawCnpsToTheirSender) {
 }
 
 // A datagram a router marked Congestion Experienced (ECN) draws a CNP to its sender's QP, as one
-// read from a congested socket does, and no more than one per window of packets.
+// read from a congested socket does, and no more than one per window of packets. The port is
+// bound to the wildcard address: on a loopback address marks are not read (no router is there).
 TEST_F(RoceHostile, ADatagramMarkedCongestionExperiencedDrawsACnp) {
   if (!base::Config().roce_ecn) GTEST_SKIP() << "NDWV_ROCE_ECN=0";
   Conn& c = NewConn();
   std::shared_ptr<roce::RcLink> link;
   std::shared_ptr<roce::Port> link_port;
-  ASSERT_NO_FATAL_FAILURE(DirectLink(c, {}, link, &link_port));
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, {}, link, &link_port, {}, true));
   const std::vector<uint8_t> data = Bytes(64, 6);
   // Sends a Write and returns what came back until its ACK.
   auto write = [&](std::vector<Inbound>& got) {

@@ -185,6 +185,35 @@ TEST(RocePort, AConnectorsFlowIsParkedForTheTimeWaitAndServesTheNextConnection) 
   EXPECT_TRUE(watched.expired());
 }
 
+// Which addresses are loopback: a port bound to one does not read ECN marks (no router is there).
+TEST(RocePort, LoopbackAddressesAreKnown) {
+  auto v4 = [](const char* ip) {
+    sockaddr_storage a{};
+    auto& in = reinterpret_cast<sockaddr_in&>(a);
+    in.sin_family = AF_INET;
+    inet_pton(AF_INET, ip, &in.sin_addr);
+    return a;
+  };
+  auto v6 = [](const char* ip) {
+    sockaddr_storage a{};
+    auto& in6 = reinterpret_cast<sockaddr_in6&>(a);
+    in6.sin6_family = AF_INET6;
+    inet_pton(AF_INET6, ip, &in6.sin6_addr);
+    return a;
+  };
+  EXPECT_TRUE(IsLoopback(v4("127.0.0.1")));
+  EXPECT_TRUE(IsLoopback(v4("127.255.0.9")));
+  EXPECT_TRUE(IsLoopback(v6("::1")));
+  EXPECT_TRUE(IsLoopback(v6("::ffff:127.0.0.1")));
+  EXPECT_FALSE(IsLoopback(v4("0.0.0.0")));
+  EXPECT_FALSE(IsLoopback(v4("10.0.0.1")));
+  EXPECT_FALSE(IsLoopback(v4("128.0.0.1")));
+  EXPECT_FALSE(IsLoopback(v6("::")));
+  EXPECT_FALSE(IsLoopback(v6("fd00::1")));
+  EXPECT_FALSE(IsLoopback(v6("::ffff:10.0.0.1")));
+  EXPECT_FALSE(IsLoopback(sockaddr_storage{}));
+}
+
 // Datagrams the kernel drops because a port's socket is full are counted, and the process then
 // sheds new connections for a while (the CM drops new REQs: test_roce_cm.cpp).
 TEST(RocePort, DatagramsTheKernelDropsAreCountedAndNewConnectionsShedAWhile) {

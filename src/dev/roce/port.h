@@ -241,7 +241,7 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
  private:
   Port(int fd, const sockaddr_storage& local, std::string name, std::shared_ptr<Port> owner);
   // A UDP socket with the options every port needs; `wildcard`: each datagram's destination too.
-  static int OpenSocket(int family, bool wildcard);
+  static int OpenSocket(const sockaddr_storage& local);
   // The port that has the CM and the counters: this one, or a flow's owner.
   Port& Owner() { return owner_ ? *owner_ : *this; }
   // A second socket on this port's UDP port (SO_REUSEPORT), bound; -1 (errno) if refused.
