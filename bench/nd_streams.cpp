@@ -20,26 +20,22 @@
 // behind them for a call that never returns. A failed ND call prints its step and status and
 // exits nonzero; so does a run with any Write completed in error.
 #include <ndwv/ndwv.h>
-#include <getopt.h>
 
 #include <memory>
 #include <vector>
 
 #include "nd_objects.h"
 #include "scale_common.h"
+#include "streams_common.h"
 
 namespace {
 
+using streams::Options;
 using ndtool::NdRef;
 using scale::NowUs;
 
 constexpr unsigned kBoundS = 60;                        // each wait of this program
 constexpr std::uint64_t kBoundUs = kBoundS * 1000000ull;
-
-struct Options {
-  unsigned connections = 128, size = 65536, inFlight = 4, seconds = 5, port = 0;
-  int serveFd = -1;  // --serve FD: this process is the server; FD is its control socket
-};
 
 const char kUsage[] =
     "usage: nd_streams [-n N] [-s SIZE] [-k K] [-t SECONDS] [--port P]\n"
@@ -49,30 +45,6 @@ const char kUsage[] =
     "  -t SECONDS  how long the Writes are posted (default 5)\n"
     "  --port P    the server's port on 127.0.0.1 (default 0: a free one)\n"
     "Environment: NDWV_TRANSPORTS=iwarp|roce chooses the transport. The client starts the server.\n";
-
-Options Parse(int argc, char** argv) {
-  enum { kPort = 256, kServe };
-  static const option longOptions[] = {{"port", required_argument, nullptr, kPort},
-                                       {"serve", required_argument, nullptr, kServe},
-                                       {"help", no_argument, nullptr, 'h'},
-                                       {nullptr, 0, nullptr, 0}};
-  Options o;
-  int c;
-  while ((c = getopt_long(argc, argv, "n:s:k:t:h", longOptions, nullptr)) != -1) {
-    switch (c) {
-      case 'n': o.connections = scale::ParseNumber("-n", optarg, 1, 100000); break;
-      case 's': o.size = scale::ParseNumber("-s", optarg, 1, 16u << 20); break;
-      case 'k': o.inFlight = scale::ParseNumber("-k", optarg, 1, 1024); break;
-      case 't': o.seconds = scale::ParseNumber("-t", optarg, 1, 3600); break;
-      case kPort: o.port = scale::ParseNumber("--port", optarg, 0, 65535); break;
-      case kServe: o.serveFd = int(scale::ParseNumber("--serve", optarg, 0, 1 << 20)); break;
-      case 'h': std::fputs(kUsage, stdout); std::exit(0);
-      default: std::fputs(kUsage, stderr); std::exit(scale::kExitUsage);
-    }
-  }
-  if (optind != argc) scale::Die(std::string("unexpected argument '") + argv[optind] + "'");
-  return o;
-}
 
 // One connection's slice of the server's target buffer, as the server Sends it (host byte
 // order: both processes are on this machine).
@@ -281,7 +253,7 @@ int Run(const Options& o, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = Parse(argc, argv);
+  const Options o = streams::Parse(argc, argv, kUsage, true);
   scale::g_program = o.serveFd >= 0 ? "nd_streams server" : "nd_streams";
   // iWARP takes a socket per connection in each process.
   scale::EnsureDescriptors(scale::g_program, o.connections + 64, true);

@@ -15,24 +15,20 @@
 // counting every byte until every connection's EOF, then reports the total. The rate is bytes
 // delivered over the time from the first write to that report. Every wait has a bound (kBoundS,
 // and a watchdog behind it); a failed call prints its step and errno and exits nonzero.
-#include <getopt.h>
 #include <sys/epoll.h>
 
 #include <vector>
 
 #include "bench_common.h"
 #include "scale_common.h"
+#include "streams_common.h"
 
 namespace {
 
+using streams::Options;
 using scale::NowUs;
 
 constexpr unsigned kBoundS = 60;  // each wait of this program
-
-struct Options {
-  unsigned connections = 128, size = 65536, seconds = 5, port = 0;
-  int serveFd = -1;  // --serve FD: this process is the server; FD is its control socket
-};
 
 const char kUsage[] =
     "usage: tcp_streams [-n N] [-s SIZE] [-t SECONDS] [--port P]\n"
@@ -41,29 +37,6 @@ const char kUsage[] =
     "  -t SECONDS  how long the messages are written (default 5)\n"
     "  --port P    the server's port on 127.0.0.1 (default 0: a free one)\n"
     "The client starts the server itself.\n";
-
-Options Parse(int argc, char** argv) {
-  enum { kPort = 256, kServe };
-  static const option longOptions[] = {{"port", required_argument, nullptr, kPort},
-                                       {"serve", required_argument, nullptr, kServe},
-                                       {"help", no_argument, nullptr, 'h'},
-                                       {nullptr, 0, nullptr, 0}};
-  Options o;
-  int c;
-  while ((c = getopt_long(argc, argv, "n:s:t:h", longOptions, nullptr)) != -1) {
-    switch (c) {
-      case 'n': o.connections = scale::ParseNumber("-n", optarg, 1, 100000); break;
-      case 's': o.size = scale::ParseNumber("-s", optarg, 1, 16u << 20); break;
-      case 't': o.seconds = scale::ParseNumber("-t", optarg, 1, 3600); break;
-      case kPort: o.port = scale::ParseNumber("--port", optarg, 0, 65535); break;
-      case kServe: o.serveFd = int(scale::ParseNumber("--serve", optarg, 0, 1 << 20)); break;
-      case 'h': std::fputs(kUsage, stdout); std::exit(0);
-      default: std::fputs(kUsage, stderr); std::exit(scale::kExitUsage);
-    }
-  }
-  if (optind != argc) scale::Die(std::string("unexpected argument '") + argv[optind] + "'");
-  return o;
-}
 
 [[noreturn]] void DieErrno(const std::string& step) {
   scale::Die(step + ": " + std::strerror(errno), scale::kExitFailed);
@@ -241,7 +214,7 @@ int Run(const Options& o, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = Parse(argc, argv);
+  const Options o = streams::Parse(argc, argv, kUsage, false);
   scale::g_program = o.serveFd >= 0 ? "tcp_streams server" : "tcp_streams";
   scale::EnsureDescriptors(scale::g_program, o.connections + 64, true);
   return o.serveFd >= 0 ? Serve(o) : Run(o, argc, argv);
