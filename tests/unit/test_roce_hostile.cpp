@@ -174,8 +174,12 @@ class RawPeer {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  // The TOS byte of what we send (its low bits: ECN).
-  void SetTos(int tos) { EXPECT_EQ(setsockopt(fd_, IPPROTO_IP, IP_TOS, &tos, sizeof tos), 0) << strerror(errno); }
+  // The TOS byte (IPv6: traffic class) of what we send; its low bits are ECN's.
+  void SetTos(int tos) {
+    const bool v6 = self_.ss_family == AF_INET6;
+    EXPECT_EQ(setsockopt(fd_, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_TCLASS : IP_TOS, &tos, sizeof tos), 0)
+        << strerror(errno);
+  }
 
   // Where the device's listener (and so every packet of the connection) is.
   void Target(uint16_t port) { device_ = LoopbackOf(self_.ss_family, port); }
@@ -380,7 +384,8 @@ constexpr uint64_t kFirstRecvId = 100;
 constexpr uint32_t kIrd = 4;  // what Accept grants (the REP's responder resources)
 
 struct Conn : QpWatch {
-  explicit Conn(uintptr_t tag, uint32_t comm_id) : QpWatch(reinterpret_cast<void*>(tag)), comm_id(comm_id) {}
+  Conn(uintptr_t tag, uint32_t comm_id, int family = AF_INET)
+      : QpWatch(reinterpret_cast<void*>(tag)), comm_id(comm_id), peer(family) {}
   ~Conn() {
     // The endpoint first: it completes what it holds of ours (canceled); then the flush.
     if (ep) ep->Close();
@@ -476,8 +481,8 @@ class RoceHostile : public ::testing::Test {
     device_port.reset();
   }
 
-  Conn& NewConn() {
-    conns.push_back(std::make_unique<Conn>(0xC0 + conns.size(), 0x5EED0A01u + uint32_t(conns.size())));
+  Conn& NewConn(int family = AF_INET) {
+    conns.push_back(std::make_unique<Conn>(0xC0 + conns.size(), 0x5EED0A01u + uint32_t(conns.size()), family));
     Conn& c = *conns.back();
     c.ca_guid = kPeerGuid + conns.size() - 1;
     c.Setup();
@@ -487,14 +492,16 @@ class RoceHostile : public ::testing::Test {
 
   // An RC link of c's QP made directly, without the CM, on a port of its own that c's raw peer
   // targets (our packets start at PSN 100); the QP in RTS. `params` brings what the test sets.
-  // The port is bound to the loopback address, or with `wildcard` to any (the raw peer still
-  // reaches it on loopback).
+  // The port is bound to the loopback address of the raw peer's family, or with `wildcard` to
+  // any (the raw peer still reaches it on loopback).
   void DirectLink(Conn& c, roce::RcParams params, std::shared_ptr<roce::RcLink>& link,
                   std::shared_ptr<roce::Port>* port_out = nullptr,
                   std::weak_ptr<roce::RcObserver> observer = {}, bool wildcard = false) {
     int32_t status = 0;
-    sockaddr_storage bind_to = LoopbackOf(AF_INET, 0);
-    if (wildcard) reinterpret_cast<sockaddr_in&>(bind_to).sin_addr.s_addr = htonl(INADDR_ANY);
+    const int family = c.peer.self().ss_family;
+    sockaddr_storage bind_to = LoopbackOf(family, 0);
+    if (wildcard && family == AF_INET) reinterpret_cast<sockaddr_in&>(bind_to).sin_addr.s_addr = htonl(INADDR_ANY);
+    if (wildcard && family == AF_INET6) reinterpret_cast<sockaddr_in6&>(bind_to).sin6_addr = in6addr_any;
     auto port_of_link = roce::Port::Open(bind_to, false, &status);
     if (port_out) *port_out = port_of_link;
     ASSERT_TRUE(port_of_link) << status;
@@ -503,7 +510,7 @@ class RoceHostile : public ::testing::Test {
     ASSERT_EQ(c.qp->Modify(QpState::Init), WV_SUCCESS);
     ASSERT_EQ(c.qp->Modify(QpState::Rtr), WV_SUCCESS);
     params.peer = c.peer.self();
-    params.local = LoopbackOf(AF_INET, PortOf(port_of_link->local()));
+    params.local = LoopbackOf(family, PortOf(port_of_link->local()));
     params.dest_qpn = kPeerQpn;
     params.sq_psn = 100;
     link = std::make_shared<roce::RcLink>(port_of_link, c.qp, params, std::move(observer));
@@ -2322,8 +2329,11 @@ TEST_F(RoceHostile, ReqFloodHoldsBoundedStateAndLegitimateConnectsGetThrough) {
 
   const roce::CmCounters after = Counters();
   EXPECT_GE(after.Received(ib::CmAttr::Req) - before.Received(ib::CmAttr::Req), uint64_t(kFlood) - 500);
-  EXPECT_GT(after.Limited(roce::CmLimit::BacklogFull) - before.Limited(roce::CmLimit::BacklogFull), 0u)
-      << "the flood never filled the backlog: the test proves nothing";
+  // The flood met a bound: the backlog full, or, where the engine fell behind on a loaded machine,
+  // the shedding of new REQs (which can take a whole flood: seen under a concurrent CI build).
+  const uint64_t bounded = after.Limited(roce::CmLimit::BacklogFull) - before.Limited(roce::CmLimit::BacklogFull) +
+                           after.Limited(roce::CmLimit::Overloaded) - before.Limited(roce::CmLimit::Overloaded);
+  EXPECT_GT(bounded, 0u) << "the flood met no bound (backlog full, shed): the test proves nothing";
   EXPECT_LE(max_ceps, kMaxCeps) << "CEPs held grew with the flood";
   EXPECT_EQ(accepted.load(), 2);
   // Idle afterwards: what the process spends in a second once the flood is over (reported, not
@@ -2702,11 +2712,14 @@ TEST_F(RoceHostile, PacketsReadFromACongestedSocketDrawCnpsToTheirSender) {
 }
 
 // A datagram a router marked Congestion Experienced (ECN) draws a CNP to its sender's QP, as one
-// read from a congested socket does, and no more than one per window of packets. The port is
-// bound to the wildcard address: on a loopback address marks are not read (no router is there).
-TEST_F(RoceHostile, ADatagramMarkedCongestionExperiencedDrawsACnp) {
+// read from a congested socket does, and no more than one per window of packets; over IPv4 (the
+// TOS byte) and IPv6 (the traffic class). The port is bound to the wildcard address: on a
+// loopback address marks are not read (no router is there).
+class RoceHostileEcn : public RoceHostile, public ::testing::WithParamInterface<int> {};
+
+TEST_P(RoceHostileEcn, ADatagramMarkedCongestionExperiencedDrawsACnp) {
   if (!base::Config().roce_ecn) GTEST_SKIP() << "NDWV_ROCE_ECN=0";
-  Conn& c = NewConn();
+  Conn& c = NewConn(GetParam());
   std::shared_ptr<roce::RcLink> link;
   std::shared_ptr<roce::Port> link_port;
   ASSERT_NO_FATAL_FAILURE(DirectLink(c, {}, link, &link_port, {}, true));
@@ -2750,6 +2763,9 @@ TEST_F(RoceHostile, ADatagramMarkedCongestionExperiencedDrawsACnp) {
   EXPECT_EQ(memcmp(c.writable.region(), data.data(), data.size()), 0);
   EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, RoceHostileEcn, ::testing::Values(AF_INET, AF_INET6),
+                         [](const auto& info) { return info.param == AF_INET ? "IPv4" : "IPv6"; });
 
 }  // namespace
 }  // namespace ndwv::dev
