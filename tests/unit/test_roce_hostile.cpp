@@ -2712,8 +2712,8 @@ TEST_F(RoceHostile, PacketsReadFromACongestedSocketDrawCnpsToTheirSender) {
 }
 
 // A datagram a router marked Congestion Experienced (ECN) draws a CNP to its sender's QP, as one
-// read from a congested socket does, and no more than one per window of packets; over IPv4 (the
-// TOS byte) and IPv6 (the traffic class). The port is bound to the wildcard address: on a
+// read from a congested socket does, once a quarter of a window of packets has come and no more
+// than one per window after it; over IPv4 (the TOS byte) and IPv6 (the traffic class). The port is bound to the wildcard address: on a
 // loopback address marks are not read (no router is there).
 class RoceHostileEcn : public RoceHostile, public ::testing::WithParamInterface<int> {};
 
@@ -2742,23 +2742,28 @@ TEST_P(RoceHostileEcn, ADatagramMarkedCongestionExperiencedDrawsACnp) {
     return std::count_if(got.begin(), got.end(), [](const Inbound& in) { return in.op() == Opcode::Cnp; });
   };
 
-  c.peer.SetTos(ib::kEcnCe);
+  // The first CNP waits for a quarter of a window of the peer's packets (one in flight gains
+  // nothing from a narrower window), each next one for a window.
+  const uint32_t quarter = roce::RcLink::WindowFor(roce::Port::ReceiveBuffer(), kMtu) / 4;
+  ASSERT_GE(quarter, 2u);
   std::vector<Inbound> got;
+  c.peer.SetTos(ib::kEcnCe);
   ASSERT_NO_FATAL_FAILURE(write(got));
+  EXPECT_EQ(cnps(got), 0) << "a CNP for the first packet of a connection";
+  c.peer.SetTos(0);
+  for (uint32_t k = 2; k < quarter; ++k) ASSERT_NO_FATAL_FAILURE(write(got));
+  EXPECT_EQ(cnps(got), 0) << "a CNP for an unmarked Write";
+  got.clear();
+  c.peer.SetTos(ib::kEcnCe);
+  ASSERT_NO_FATAL_FAILURE(write(got));  // the quarter's last packet, marked
   ASSERT_EQ(cnps(got), 1) << "no CNP for a marked Write";
   const Inbound& cnp = *std::find_if(got.begin(), got.end(), [](const Inbound& in) { return in.op() == Opcode::Cnp; });
   EXPECT_EQ(cnp.h.bth.dest_qp, kPeerQpn);
   EXPECT_EQ(cnp.h.bth.resv8a, ib::kBecn);
-  EXPECT_EQ(link_port->counters().congestion_marked.load(), 1u);
-
   got.clear();
   ASSERT_NO_FATAL_FAILURE(write(got));  // marked again, within the same window
   EXPECT_EQ(cnps(got), 0) << "a second CNP within a window";
-  c.peer.SetTos(0);
-  got.clear();
-  ASSERT_NO_FATAL_FAILURE(write(got));
-  EXPECT_EQ(cnps(got), 0) << "a CNP for an unmarked Write";
-  EXPECT_EQ(link_port->counters().congestion_marked.load(), 2u);
+  EXPECT_EQ(link_port->counters().congestion_marked.load(), 3u);
   EXPECT_EQ(link->counters().Get(Counter::CnpsSent), 1u);
   EXPECT_EQ(memcmp(c.writable.region(), data.data(), data.size()), 0);
   EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);

@@ -13,8 +13,9 @@
 // grows back by one packet per round trip.
 //
 // Congestion: request packets read from a socket the port found congested (Port::CheckOverflow),
-// or marked Congestion Experienced by a router, get their sender a CNP, at most one per window of
-// them, before the socket overflows and go-back-N resends windows.
+// or marked Congestion Experienced by a router, get their sender a CNP (the first once a quarter
+// of a window of them has come, then at most one per window), before the socket overflows and
+// go-back-N resends windows.
 //
 // Responder: executes packets in PSN order exactly once: a duplicate is re-acknowledged (a Read is
 // answered again), a gap is NAKed once. Send payload is copied into the receive; Write payload into
@@ -214,9 +215,10 @@ class RcLink final : public Link, public PacketSink, public std::enable_shared_f
   uint32_t ack_every_ NDWV_GUARDED_BY(mutex_);
   uint32_t window_changed_at_ NDWV_GUARDED_BY(mutex_);
   bool window_settled_ NDWV_GUARDED_BY(mutex_) = false;
-  // Responder: the PSN expected when we last sent a CNP. The next waits until a window of the
-  // peer's packets has arrived since: the peer halves its window at most once a round trip.
-  uint32_t cnp_sent_at_ NDWV_GUARDED_BY(mutex_) = 0;
+  // Responder: the PSN expected when we last sent a CNP (or first expected). The next waits until
+  // a window of the peer's packets has arrived since (the peer halves its window at most once a
+  // round trip), the first a quarter of one.
+  uint32_t cnp_sent_at_ NDWV_GUARDED_BY(mutex_);
   bool cnp_sent_ NDWV_GUARDED_BY(mutex_) = false;
   bool shut_ NDWV_GUARDED_BY(mutex_) = false;
   bool stalled_ NDWV_GUARDED_BY(mutex_) = false;         // the socket was full
