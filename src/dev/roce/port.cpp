@@ -847,12 +847,12 @@ void Port::DriveReceive(bool once) {
       break;
     }
     if (++reads == kEngineReads) {
-      congested_ = CheckOverflow();  // the socket is behind: it may have been full
+      congested_ = CheckOverflow(true);  // the socket is behind: it may have been full
       break;
     }
     if (bytes >= look_at) {
       look_at = SIZE_MAX;
-      rx.run.congested = congested_ = CheckOverflow();
+      rx.run.congested = congested_ = CheckOverflow(false);
     }
   }
   rx.run.sink.reset();  // a link is not kept alive by the port between calls
@@ -1207,7 +1207,7 @@ constexpr uint64_t kAdmitEveryMs = 10;
 std::atomic<uint64_t> g_admitted_at_ms{0};
 }  // namespace
 
-bool Port::CheckOverflow() {
+bool Port::CheckOverflow(bool turn_ended) {
   // Asked only in an engine turn that read much (an eighth of the buffer, or kEngineReads
   // buffers: a full socket is read so), so that an idle or ping-pong connection's reads pay
   // nothing for it (SO_RXQ_OVFL would add a control message to every datagram).
@@ -1218,7 +1218,9 @@ bool Port::CheckOverflow() {
   const uint32_t dropped = info[SK_MEMINFO_DROPS] - overflowed_seen_;
   overflowed_seen_ = info[SK_MEMINFO_DROPS];
   if (dropped) Owner().counters_.overflowed.fetch_add(dropped, std::memory_order_relaxed);
-  const bool deep = info[SK_MEMINFO_RMEM_ALLOC] > kDeepQueueBytes;
+  // Deep only once the turn ended with the socket not emptied: a look in the middle of a turn
+  // finds a stream's windows not yet read, which is no overload.
+  const bool deep = turn_ended && info[SK_MEMINFO_RMEM_ALLOC] > kDeepQueueBytes;
   if (dropped || deep) g_shed_until_ms.store(NowMs() + kShedMs, std::memory_order_relaxed);
   return dropped || info[SK_MEMINFO_RMEM_ALLOC] > ReceiveBuffer() / 4;
 }

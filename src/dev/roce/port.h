@@ -270,10 +270,10 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
   // The sink of `qpn` (and the peer it takes packets from), or null.
   std::shared_ptr<PacketSink> FindSink(uint32_t qpn, PackedAddress* peer) NDWV_REQUIRES(rx_mutex_);
   // Counts what the kernel dropped on this socket since the last look (a full receive buffer), and
-  // if anything, or if the socket is still deep in datagrams, sheds new connections a while
-  // (ShedUntilMs). True if the socket is congested: it dropped, or still holds more than a
-  // quarter of its buffer (docs/roce.md, "Congestion").
-  bool CheckOverflow() NDWV_REQUIRES(rx_mutex_);
+  // if anything, or if the socket is still deep in datagrams when the engine's turn ended
+  // (`turn_ended`), sheds new connections a while (ShedUntilMs). True if the socket is congested:
+  // it dropped, or still holds more than a quarter of its buffer (docs/roce.md, "Data path").
+  bool CheckOverflow(bool turn_ended) NDWV_REQUIRES(rx_mutex_);
   // ICMP errors queued by IP_RECVERR, each to the one connection whose datagram it quotes.
   void ReadErrors();
   void OnUnreachable(const sockaddr_storage& to, int error, std::span<const uint8_t> quoted);
