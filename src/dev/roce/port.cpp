@@ -891,7 +891,7 @@ void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_st
       to = &reached;
     } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1)) {
       marked = wire::ib::CongestionExperienced(*CMSG_DATA(c));
-    } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+    } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
       int tclass;
       memcpy(&tclass, CMSG_DATA(c), sizeof tclass);
       marked = wire::ib::CongestionExperienced(uint8_t(tclass));
@@ -903,11 +903,7 @@ void Port::Handle(const mmsghdr& message, const uint8_t* data, const sockaddr_st
     Owner().counters_.congestion_marked.fetch_add(1, std::memory_order_relaxed);
     run.congested = true;
   }
-  if (length == 0) {  // an empty datagram: a runt, counted as malformed
-    Dispatch(from, *to, {data, 0}, run);
-    run.congested = congested;
-    return;
-  }
+  if (length == 0) Dispatch(from, *to, {data, 0}, run);  // an empty datagram: a runt, counted as malformed
   // Answers first (ACK, NAK, Read Response): a peer sends its ACK after the request it travels
   // with (sharing one GSO buffer), yet it was due first; seen first, our request completes
   // before the peer's next message does, as when each crosses the wire alone. The two
