@@ -72,34 +72,32 @@ bool Engine::EngineAffinity(cpu_set_t* cpus) const {
   return pthread_getaffinity_np(engine_thread_handle_, sizeof(cpu_set_t), cpus) == 0;
 }
 
+// Watch and Modify read a watch's tag and give it to epoll under handlers_mutex_, in one step:
+// a Modify that read the CM's tag and set it after the stream's Watch (a poller hands the socket
+// over while the stream starts) would leave events that Dispatch drops, for good.
 void Engine::Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
-  uint32_t tag;
-  bool handed_over;
-  {
-    base::MutexLock lock(handlers_mutex_);
-    if (++last_tag_ == 0) ++last_tag_;
-    tag = last_tag_;
-    handed_over = !handlers_.insert_or_assign(fd, Watched{tag, std::move(handler)}).second;
-  }
-  epoll_event ev = EventOf(fd, tag, events);
+  base::MutexLock lock(handlers_mutex_);
+  if (++last_tag_ == 0) ++last_tag_;
+  const bool handed_over = !handlers_.insert_or_assign(fd, Watched{last_tag_, std::move(handler)}).second;
+  epoll_event ev = EventOf(fd, last_tag_, events);
   // A hand-over finds the descriptor in the set, unless its watch was taken out (Modify 0).
-  if (handed_over && epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) == 0) return;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  if (epoll_ctl(epoll_fd_, handed_over ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0)
+    epoll_ctl(epoll_fd_, handed_over ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
 }
 
 void Engine::Modify(int fd, uint32_t events) {
+  base::MutexLock lock(handlers_mutex_);
+  auto it = handlers_.find(fd);
+  // Not watched (yet, or any more): the next Watch sets the interest. An entry made here would
+  // carry no watch's tag, its events would reach nobody, and that Watch's ADD would fail.
+  if (it == handlers_.end()) return;
   if (events == 0) {
     // Out of the epoll set entirely (the handler stays): a socket in it calls into epoll on
     // every packet, even with no event of interest, and a spinning poller pays for that.
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
     return;
   }
-  uint32_t tag = 0;
-  {
-    base::MutexLock lock(handlers_mutex_);
-    if (auto it = handlers_.find(fd); it != handlers_.end()) tag = it->second.tag;
-  }
-  epoll_event ev = EventOf(fd, tag, events);
+  epoll_event ev = EventOf(fd, it->second.tag, events);
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);  // back from events == 0
 }
@@ -115,8 +113,8 @@ void Engine::CallAgain(std::weak_ptr<IoHandler> handler, uint32_t events) {
 }
 
 void Engine::Unwatch(int fd) {
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   base::MutexLock lock(handlers_mutex_);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   handlers_.erase(fd);
 }
 

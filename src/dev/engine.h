@@ -59,7 +59,9 @@ class Engine {
   // DEL and an ADD): from then on only the new handler sees its events, and epoll reports again
   // what is pending for `events`.
   void Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler);
-  void Modify(int fd, uint32_t events);  // 0: out of the epoll set until events are given again
+  // The interest of a watched descriptor; 0: out of the epoll set until events are given again.
+  // A descriptor not watched is left alone (its next Watch gives the interest).
+  void Modify(int fd, uint32_t events);
   void Unwatch(int fd);
   // Closes a watched descriptor (base::CloseDescriptor): its handler is forgotten and the close
   // takes the epoll registration with it, as the kernel drops a closed file's. One system call
@@ -113,8 +115,9 @@ class Engine {
   std::thread engine_thread_;
   std::thread::id engine_thread_id_;
   pthread_t engine_thread_handle_{};  // kept: a detached std::thread no longer has it
-  // Leaves of the lock order: nothing is called while one is held. Timers' own fields (armed,
-  // deadline, slot) are under timer_mutex_ too.
+  // Leaves of the lock order: nothing is called while one is held (but epoll_ctl under
+  // handlers_mutex_: a watch's tag and its epoll entry change together). Timers' own fields
+  // (armed, deadline, slot) are under timer_mutex_ too.
   base::Mutex handlers_mutex_{"Engine::handlers_mutex_"};
   // A watch's tag rides in its events, beside the descriptor (EventOf): an event reported for a
   // socket that was closed meanwhile, and whose number a new socket took before the loop got to

@@ -293,5 +293,29 @@ TEST(EngineWatch, ASecondWatchHandsTheSocketToTheNewHandlerWithWhatIsPending) {
   Engine::Get().Unwatch(fd);
 }
 
+// A stream's pollers may set its socket's interest (Modify) while the stream starts, after the
+// CM let the socket go (Unwatch) and before the stream's Watch: that Modify must not put the
+// socket in the set under no watch, or the Watch would not take it and its events would reach
+// nobody (a connection whose peer's data and close were never read: seen as a hang, 1 run in
+// ~20 under AddressSanitizer with two CPU hogs, of ndconn's shape of test).
+TEST(EngineWatch, AModifyBeforeTheWatchIsLeftToTheWatchWhichThenSeesEvents) {
+  Pair pair;
+  const int fd = pair.fds[0];
+  auto cm = std::make_shared<Handler>(), stream = std::make_shared<Handler>();
+  stream->on_io = [fd] {
+    char byte;
+    (void)!read(fd, &byte, 1);
+  };
+  Engine::Get().Watch(fd, EPOLLIN, cm);
+  Engine::Get().Unwatch(fd);
+  Engine::Get().Modify(fd, 0);
+  Engine::Get().Modify(fd, EPOLLIN | EPOLLET);
+  Engine::Get().Watch(fd, EPOLLIN | EPOLLET, stream);
+  pair.MakeReadable();
+  ASSERT_TRUE(WaitUntil([&] { return stream->calls.load() == 1; })) << "the watch's handler was not told";
+  EXPECT_EQ(cm->calls.load(), 0);
+  Engine::Get().Unwatch(fd);
+}
+
 }  // namespace
 }  // namespace ndwv::dev
