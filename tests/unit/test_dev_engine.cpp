@@ -296,8 +296,8 @@ TEST(EngineWatch, ASecondWatchHandsTheSocketToTheNewHandlerWithWhatIsPending) {
 // A stream's pollers may set its socket's interest (Modify) while the stream starts, after the
 // CM let the socket go (Unwatch) and before the stream's Watch: that Modify must not put the
 // socket in the set under no watch, or the Watch would not take it and its events would reach
-// nobody (a connection whose peer's data and close were never read: seen as a hang, 1 run in
-// ~20 under AddressSanitizer with two CPU hogs, of ndconn's shape of test).
+// nobody (a connection whose peer's data and close were never read: a hang in 3 runs of 25
+// of IntegrationCompletionPortThreads under AddressSanitizer beside a build).
 TEST(EngineWatch, AModifyBeforeTheWatchIsLeftToTheWatchWhichThenSeesEvents) {
   Pair pair;
   const int fd = pair.fds[0];
