@@ -80,7 +80,8 @@ void Engine::Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
   if (++last_tag_ == 0) ++last_tag_;
   const bool handed_over = !handlers_.insert_or_assign(fd, Watched{last_tag_, std::move(handler)}).second;
   epoll_event ev = EventOf(fd, last_tag_, events);
-  // A hand-over finds the descriptor in the set, unless its watch was taken out (Modify 0).
+  // A hand-over finds the descriptor in the set, unless its watch was taken out (Modify 0). Either
+  // way, what the set holds for it afterwards carries this watch's tag.
   if (epoll_ctl(epoll_fd_, handed_over ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0)
     epoll_ctl(epoll_fd_, handed_over ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
 }
