@@ -79,11 +79,8 @@ void Engine::Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
   base::MutexLock lock(handlers_mutex_);
   if (++last_tag_ == 0) ++last_tag_;
   const bool handed_over = !handlers_.insert_or_assign(fd, Watched{last_tag_, std::move(handler)}).second;
-  epoll_event ev = EventOf(fd, last_tag_, events);
-  // A hand-over finds the descriptor in the set, unless its watch was taken out (Modify 0). Either
-  // way, what the set holds for it afterwards carries this watch's tag.
-  if (epoll_ctl(epoll_fd_, handed_over ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0)
-    epoll_ctl(epoll_fd_, handed_over ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
+  // A hand-over finds the descriptor in the set, unless its watch was taken out (Modify 0).
+  PutInSetLocked(fd, EventOf(fd, last_tag_, events), handed_over);
 }
 
 void Engine::Modify(int fd, uint32_t events) {
@@ -98,9 +95,14 @@ void Engine::Modify(int fd, uint32_t events) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
     return;
   }
-  epoll_event ev = EventOf(fd, it->second.tag, events);
-  if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);  // back from events == 0
+  PutInSetLocked(fd, EventOf(fd, it->second.tag, events), true);  // not if back from events == 0
+}
+
+void Engine::PutInSetLocked(int fd, epoll_event ev, bool likely_in_set) {
+  handlers_mutex_.AssertHeld();
+  // Whichever it was, what the set holds for fd afterwards is `ev`, with its watch's tag.
+  if (epoll_ctl(epoll_fd_, likely_in_set ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0)
+    epoll_ctl(epoll_fd_, likely_in_set ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
 }
 
 void Engine::CallAgain(std::weak_ptr<IoHandler> handler, uint32_t events) {

@@ -98,6 +98,8 @@ class Engine {
   ~Engine();
   void Loop();
   void Dispatch(const epoll_event& event);  // one ready descriptor to its handler
+  // Adds fd to the epoll set or changes its entry to `ev`, trying MOD first if `likely_in_set`.
+  void PutInSetLocked(int fd, epoll_event ev, bool likely_in_set) NDWV_REQUIRES(handlers_mutex_);
   void WorkerLoop();
   int NextTimeoutMs();
   void FireDueTimers();
