@@ -78,9 +78,11 @@ bool Engine::EngineAffinity(cpu_set_t* cpus) const {
 void Engine::Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
   base::MutexLock lock(handlers_mutex_);
   if (++last_tag_ == 0) ++last_tag_;
-  const bool handed_over = !handlers_.insert_or_assign(fd, Watched{last_tag_, std::move(handler)}).second;
+  auto [it, added] = handlers_.try_emplace(fd);
   // A hand-over finds the descriptor in the set, unless its watch was taken out (Modify 0).
-  PutInSetLocked(fd, EventOf(fd, last_tag_, events), handed_over);
+  const bool in_set = !added && it->second.in_set;
+  it->second = Watched{last_tag_, std::move(handler), true};
+  PutInSetLocked(fd, EventOf(fd, last_tag_, events), in_set);
 }
 
 void Engine::Modify(int fd, uint32_t events) {
@@ -89,18 +91,22 @@ void Engine::Modify(int fd, uint32_t events) {
   // Not watched (yet, or any more): the next Watch sets the interest. An entry made here would
   // carry no watch's tag, its events would reach nobody, and that Watch's ADD would fail.
   if (it == handlers_.end()) return;
+  Watched& watched = it->second;
   if (events == 0) {
     // Out of the epoll set entirely (the handler stays): a socket in it calls into epoll on
     // every packet, even with no event of interest, and a spinning poller pays for that.
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    if (watched.in_set) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    watched.in_set = false;
     return;
   }
-  PutInSetLocked(fd, EventOf(fd, it->second.tag, events), true);  // not if back from events == 0
+  PutInSetLocked(fd, EventOf(fd, watched.tag, events), watched.in_set);
+  watched.in_set = true;
 }
 
 void Engine::PutInSetLocked(int fd, epoll_event ev, bool likely_in_set) {
   handlers_mutex_.AssertHeld();
-  // Whichever it was, what the set holds for fd afterwards is `ev`, with its watch's tag.
+  // Whichever it was, what the set holds for fd afterwards is `ev`, with its watch's tag (the
+  // guess is wrong only for a descriptor closed and reopened under the same number unwatched).
   if (epoll_ctl(epoll_fd_, likely_in_set ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0)
     epoll_ctl(epoll_fd_, likely_in_set ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
 }
@@ -117,8 +123,10 @@ void Engine::CallAgain(std::weak_ptr<IoHandler> handler, uint32_t events) {
 
 void Engine::Unwatch(int fd) {
   base::MutexLock lock(handlers_mutex_);
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  handlers_.erase(fd);
+  auto it = handlers_.find(fd);
+  if (it == handlers_.end()) return;
+  if (it->second.in_set) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  handlers_.erase(it);
 }
 
 void Engine::CloseWatched(int fd) {

@@ -125,8 +125,11 @@ class Engine {
   // socket that was closed meanwhile, and whose number a new socket took before the loop got to
   // the event, carries the old watch's tag and is dropped, not handed to the new socket's handler.
   struct Watched {
-    uint32_t tag;
+    uint32_t tag = 0;
     std::weak_ptr<IoHandler> handler;
+    // In the epoll set (Modify 0 takes it out): a hand-back puts it in with one system call,
+    // not a MOD that fails and an ADD.
+    bool in_set = false;
   };
   std::unordered_map<int, Watched> handlers_ NDWV_GUARDED_BY(handlers_mutex_);
   uint32_t last_tag_ NDWV_GUARDED_BY(handlers_mutex_) = 0;  // one per Watch; 0 is no watch's

@@ -293,6 +293,28 @@ TEST(EngineWatch, ASecondWatchHandsTheSocketToTheNewHandlerWithWhatIsPending) {
   Engine::Get().Unwatch(fd);
 }
 
+// A poller takes a socket from the engine (Modify 0) and hands it back (Modify with events): what
+// came meanwhile is reported to the handler the socket had.
+TEST(EngineWatch, ASocketHandedBackReportsWhatCameWhileItWasOut) {
+  Pair pair;
+  const int fd = pair.fds[0];
+  auto handler = std::make_shared<Handler>();
+  handler->on_io = [fd] {
+    char byte;
+    (void)!read(fd, &byte, 1);
+  };
+  Engine::Get().Watch(fd, EPOLLIN | EPOLLET, handler);
+  for (int round = 1; round <= 3; ++round) {
+    Engine::Get().Modify(fd, 0);
+    pair.MakeReadable();
+    std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(handler->calls.load(), round - 1) << "told while out of the set";
+    Engine::Get().Modify(fd, EPOLLIN | EPOLLET);
+    ASSERT_TRUE(WaitUntil([&] { return handler->calls.load() == round; })) << "round " << round;
+  }
+  Engine::Get().Unwatch(fd);
+}
+
 // A stream's pollers may set its socket's interest (Modify) while the stream starts, after the
 // CM let the socket go (Unwatch) and before the stream's Watch: that Modify must not put the
 // socket in the set under no watch, or the Watch would not take it and its events would reach
