@@ -99,6 +99,18 @@ sockaddr_storage LoopbackOf(int family, uint16_t port) {
   return a;
 }
 
+// An IPv4 address as a socket of IPv6 sees it (::ffff:a.b.c.d).
+sockaddr_storage MappedOf(const sockaddr_storage& v4) {
+  sockaddr_storage a{};
+  auto& in6 = reinterpret_cast<sockaddr_in6&>(a);
+  const auto& in = reinterpret_cast<const sockaddr_in&>(v4);
+  in6.sin6_family = AF_INET6;
+  in6.sin6_port = in.sin_port;
+  in6.sin6_addr.s6_addr[10] = in6.sin6_addr.s6_addr[11] = 0xff;
+  memcpy(&in6.sin6_addr.s6_addr[12], &in.sin_addr, sizeof in.sin_addr);
+  return a;
+}
+
 std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = uint8_t(0xA0 ^ (seed * 29 + i * 13));
@@ -493,15 +505,16 @@ class RoceHostile : public ::testing::Test {
   // An RC link of c's QP made directly, without the CM, on a port of its own that c's raw peer
   // targets (our packets start at PSN 100); the QP in RTS. `params` brings what the test sets.
   // The port is bound to the loopback address of the raw peer's family, or with `wildcard` to
-  // any (the raw peer still reaches it on loopback).
+  // any (the raw peer still reaches it on loopback); `dual_stack`: to IPv6's any, which an IPv4
+  // raw peer reaches as ::ffff:127.0.0.1.
   void DirectLink(Conn& c, roce::RcParams params, std::shared_ptr<roce::RcLink>& link,
                   std::shared_ptr<roce::Port>* port_out = nullptr,
-                  std::weak_ptr<roce::RcObserver> observer = {}, bool wildcard = false) {
+                  std::weak_ptr<roce::RcObserver> observer = {}, bool wildcard = false, bool dual_stack = false) {
     int32_t status = 0;
     const int family = c.peer.self().ss_family;
-    sockaddr_storage bind_to = LoopbackOf(family, 0);
+    sockaddr_storage bind_to = LoopbackOf(dual_stack ? AF_INET6 : family, 0);
     if (wildcard && family == AF_INET) reinterpret_cast<sockaddr_in&>(bind_to).sin_addr.s_addr = htonl(INADDR_ANY);
-    if (wildcard && family == AF_INET6) reinterpret_cast<sockaddr_in6&>(bind_to).sin6_addr = in6addr_any;
+    if ((wildcard && family == AF_INET6) || dual_stack) reinterpret_cast<sockaddr_in6&>(bind_to).sin6_addr = in6addr_any;
     auto port_of_link = roce::Port::Open(bind_to, false, &status);
     if (port_out) *port_out = port_of_link;
     ASSERT_TRUE(port_of_link) << status;
@@ -509,8 +522,9 @@ class RoceHostile : public ::testing::Test {
     c.peer.device_qpn = c.qp->qpn();
     ASSERT_EQ(c.qp->Modify(QpState::Init), WV_SUCCESS);
     ASSERT_EQ(c.qp->Modify(QpState::Rtr), WV_SUCCESS);
-    params.peer = c.peer.self();
+    params.peer = dual_stack ? MappedOf(c.peer.self()) : c.peer.self();
     params.local = LoopbackOf(family, PortOf(port_of_link->local()));
+    if (dual_stack) params.local = MappedOf(params.local);
     params.dest_qpn = kPeerQpn;
     params.sq_psn = 100;
     link = std::make_shared<roce::RcLink>(port_of_link, c.qp, params, std::move(observer));
@@ -2713,16 +2727,18 @@ TEST_F(RoceHostile, PacketsReadFromACongestedSocketDrawCnpsToTheirSender) {
 
 // A datagram a router marked Congestion Experienced (ECN) draws a CNP to its sender's QP, as one
 // read from a congested socket does, once a quarter of a window of packets has come and no more
-// than one per window after it; over IPv4 (the TOS byte) and IPv6 (the traffic class). The port is bound to the wildcard address: on a
-// loopback address marks are not read (no router is there).
-class RoceHostileEcn : public RoceHostile, public ::testing::WithParamInterface<int> {};
+// than one per window after it; over IPv4 (the TOS byte), IPv6 (the traffic class), and IPv4 to
+// a port of IPv6 (the TOS byte again, on a socket of the other family). The port is bound to the
+// wildcard address: on a loopback address marks are not read (no router is there).
+enum class EcnPath { IPv4, IPv6, IPv4ToDualStack };
+class RoceHostileEcn : public RoceHostile, public ::testing::WithParamInterface<EcnPath> {};
 
 TEST_P(RoceHostileEcn, ADatagramMarkedCongestionExperiencedDrawsACnp) {
   if (!base::Config().roce_ecn) GTEST_SKIP() << "NDWV_ROCE_ECN=0";
-  Conn& c = NewConn(GetParam());
+  Conn& c = NewConn(GetParam() == EcnPath::IPv6 ? AF_INET6 : AF_INET);
   std::shared_ptr<roce::RcLink> link;
   std::shared_ptr<roce::Port> link_port;
-  ASSERT_NO_FATAL_FAILURE(DirectLink(c, {}, link, &link_port, {}, true));
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, {}, link, &link_port, {}, true, GetParam() == EcnPath::IPv4ToDualStack));
   const std::vector<uint8_t> data = Bytes(64, 6);
   // Sends a Write and returns what came back until its ACK.
   auto write = [&](std::vector<Inbound>& got) {
@@ -2769,8 +2785,11 @@ TEST_P(RoceHostileEcn, ADatagramMarkedCongestionExperiencedDrawsACnp) {
   EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, RoceHostileEcn, ::testing::Values(AF_INET, AF_INET6),
-                         [](const auto& info) { return info.param == AF_INET ? "IPv4" : "IPv6"; });
+INSTANTIATE_TEST_SUITE_P(Families, RoceHostileEcn,
+                         ::testing::Values(EcnPath::IPv4, EcnPath::IPv6, EcnPath::IPv4ToDualStack),
+                         [](const auto& info) {
+                           return info.param == EcnPath::IPv4 ? "IPv4" : info.param == EcnPath::IPv6 ? "IPv6" : "IPv4ToDualStack";
+                         });
 
 }  // namespace
 }  // namespace ndwv::dev
