@@ -512,9 +512,12 @@ class RoceHostile : public ::testing::Test {
                   std::weak_ptr<roce::RcObserver> observer = {}, bool wildcard = false, bool dual_stack = false) {
     int32_t status = 0;
     const int family = c.peer.self().ss_family;
-    sockaddr_storage bind_to = LoopbackOf(dual_stack ? AF_INET6 : family, 0);
-    if (wildcard && family == AF_INET) reinterpret_cast<sockaddr_in&>(bind_to).sin_addr.s_addr = htonl(INADDR_ANY);
-    if ((wildcard && family == AF_INET6) || dual_stack) reinterpret_cast<sockaddr_in6&>(bind_to).sin6_addr = in6addr_any;
+    const int port_family = dual_stack ? AF_INET6 : family;
+    sockaddr_storage bind_to = LoopbackOf(port_family, 0);
+    if (wildcard || dual_stack) {
+      if (port_family == AF_INET) reinterpret_cast<sockaddr_in&>(bind_to).sin_addr.s_addr = htonl(INADDR_ANY);
+      else reinterpret_cast<sockaddr_in6&>(bind_to).sin6_addr = in6addr_any;
+    }
     auto port_of_link = roce::Port::Open(bind_to, false, &status);
     if (port_out) *port_out = port_of_link;
     ASSERT_TRUE(port_of_link) << status;
