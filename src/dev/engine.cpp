@@ -81,7 +81,7 @@ void Engine::Watch(int fd, uint32_t events, std::weak_ptr<IoHandler> handler) {
   auto [it, added] = handlers_.try_emplace(fd);
   // A hand-over finds the descriptor in the set, unless its watch was taken out (Modify 0).
   const bool in_set = !added && it->second.in_set;
-  it->second = Watched{last_tag_, std::move(handler), true};
+  it->second = Watched{last_tag_, true, std::move(handler)};
   PutInSetLocked(fd, EventOf(fd, last_tag_, events), in_set);
 }
 

@@ -126,10 +126,10 @@ class Engine {
   // the event, carries the old watch's tag and is dropped, not handed to the new socket's handler.
   struct Watched {
     uint32_t tag = 0;
-    std::weak_ptr<IoHandler> handler;
     // In the epoll set (Modify 0 takes it out): a hand-back puts it in with one system call,
-    // not a MOD that fails and an ADD.
+    // not a MOD that fails and an ADD. Beside the tag, in its padding: 24 bytes a watch.
     bool in_set = false;
+    std::weak_ptr<IoHandler> handler;
   };
   std::unordered_map<int, Watched> handlers_ NDWV_GUARDED_BY(handlers_mutex_);
   uint32_t last_tag_ NDWV_GUARDED_BY(handlers_mutex_) = 0;  // one per Watch; 0 is no watch's
