@@ -129,6 +129,13 @@ void Engine::Unwatch(int fd) {
   handlers_.erase(it);
 }
 
+Engine::WatchState Engine::StateOf(int fd) {
+  base::MutexLock lock(handlers_mutex_);
+  auto it = handlers_.find(fd);
+  if (it == handlers_.end()) return {};
+  return {true, it->second.in_set};
+}
+
 void Engine::CloseWatched(int fd) {
   {
     base::MutexLock lock(handlers_mutex_);

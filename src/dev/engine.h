@@ -69,6 +69,13 @@ class Engine {
   // elsewhere for a moment (a poller inside recv(), a fork's child before its handler closes its
   // copies) may have events reported until it goes: under the old watch's tag, so dropped.
   void CloseWatched(int fd);
+  // Whether a descriptor has a watch, and whether it is in the epoll set (Modify 0 takes it out):
+  // for a diagnosis of a connection that heard nothing (Describe).
+  struct WatchState {
+    bool watched = false;
+    bool in_set = false;
+  };
+  WatchState StateOf(int fd);
   // From a handler, on the engine thread, that ended its turn with work left (a socket it did not
   // read to its end, bytes it read ahead): its OnIo(events) runs again in the next turn of the
   // loop, after the timers due, beside the sockets ready by then, without waiting for epoll

@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -313,6 +316,50 @@ TEST(EngineWatch, ASocketHandedBackReportsWhatCameWhileItWasOut) {
     ASSERT_TRUE(WaitUntil([&] { return handler->calls.load() == round; })) << "round " << round;
   }
   Engine::Get().Unwatch(fd);
+}
+
+// Whether the kernel has `fd` in an epoll set of this process (/proc/self/fdinfo of each epoll
+// descriptor lists its targets as "tfd: N").
+bool InAnEpollSet(int fd) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    if (std::filesystem::read_symlink(entry.path(), error).string() != "anon_inode:[eventpoll]") continue;
+    std::ifstream info("/proc/self/fdinfo/" + entry.path().filename().string());
+    for (std::string line; std::getline(info, line);)
+      if (line.rfind("tfd:", 0) == 0 && std::stoi(line.substr(4)) == fd) return true;
+  }
+  return false;
+}
+
+// What StateOf says (a connection's diagnosis when it timed out) is the kernel's epoll set,
+// through the pollers' take and hand-back, a hand-over and the end of the watch.
+TEST(EngineWatch, StateOfAWatchIsWhatTheKernelHas) {
+  Pair pair;
+  const int fd = pair.fds[0];
+  auto first = std::make_shared<Handler>(), second = std::make_shared<Handler>();
+  auto expect = [fd](bool watched, bool in_set, const char* after) {
+    const Engine::WatchState state = Engine::Get().StateOf(fd);
+    EXPECT_EQ(state.watched, watched) << after;
+    EXPECT_EQ(state.in_set, in_set) << after;
+    EXPECT_EQ(InAnEpollSet(fd), in_set) << after << ": the kernel's set";
+  };
+  expect(false, false, "before the watch");
+  Engine::Get().Watch(fd, EPOLLIN | EPOLLET, first);
+  expect(true, true, "Watch");
+  Engine::Get().Modify(fd, 0);
+  expect(true, false, "Modify 0");
+  Engine::Get().Modify(fd, 0);
+  expect(true, false, "Modify 0 again");
+  Engine::Get().Watch(fd, EPOLLIN | EPOLLET, second);
+  expect(true, true, "a hand-over of a socket taken out");
+  Engine::Get().Modify(fd, EPOLLIN);
+  expect(true, true, "Modify");
+  Engine::Get().Modify(fd, 0);
+  Engine::Get().Unwatch(fd);
+  expect(false, false, "Unwatch of a socket taken out");
+  Engine::Get().Watch(fd, EPOLLIN, first);
+  Engine::Get().Unwatch(fd);
+  expect(false, false, "Unwatch");
 }
 
 // A stream's pollers may set its socket's interest (Modify) while the stream starts, after the

@@ -97,6 +97,8 @@ std::shared_ptr<Stream> Endpoint::HandleTimeoutLocked(Finisher& finish) {
       qp_.reset();
       break;
     case State::PassiveAccepting:
+      NDWV_LOG(Info, "%s: accept timed out: no RTR from the peer (%s)", Identity().c_str(),
+               stream_->ReceiveState().c_str());
       SetState(State::Disconnected);
       finish.Add(std::exchange(accept_op_, nullptr), WV_IO_TIMEOUT);
       return stream_;
@@ -829,6 +831,10 @@ void Endpoint::StreamEnded(State connected_becomes, int32_t disconnect_status, i
       FinishDisconnect(disconnect_status);
       break;
     case State::PassiveAccepting:
+      NDWV_LOG(Info, "%s: accept ended before the RTR: %s", Identity().c_str(),
+               accept_status == WV_IO_TIMEOUT            ? "the peer stopped answering"
+               : accept_status == WV_CONNECTION_REFUSED ? "the peer closed or reset the connection"
+                                                        : "closed here");
       DisarmTimer();
       SetState(State::Disconnected);
       finish.Add(std::exchange(accept_op_, nullptr), accept_status);

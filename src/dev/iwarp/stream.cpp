@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "base/fork.h"
 #include "base/log.h"
@@ -101,6 +102,18 @@ void Stream::Start() {
   // socket is added); a ByteSource raises none.
   Engine::Get().Watch(fd_, WatchedEvents(), weak_from_this());
   if (source_) DriveReceive();
+}
+
+std::string Stream::ReceiveState() {
+  int unread = -1;  // a stream shut down closed its socket (or reads a ByteSource)
+  if (!shut_.load(std::memory_order_relaxed) && !source_ && ioctl(fd_, SIOCINQ, &unread) != 0) unread = -1;
+  const Engine::WatchState watch = Engine::Get().StateOf(fd_);
+  char text[192];
+  snprintf(text, sizeof text, "%llu FPDUs received, %d bytes unread in the socket, read by %s, %s",
+           static_cast<unsigned long long>(counters_.Get(Counter::RxPackets)), unread,
+           handoff_.engine_reads() ? "the engine" : "the CQ's pollers",
+           !watch.watched ? "not watched" : watch.in_set ? "in the epoll set" : "out of the epoll set");
+  return text;
 }
 
 void Stream::OnIo(uint32_t events) {

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "base/capture.h"
@@ -95,6 +96,10 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   void Shutdown() override;
   // Ends the connection abortively (the QP goes to Error and is flushed).
   void Abort();
+  // What the receive side got and who reads the socket, for the log line of a connection that
+  // timed out waiting for the peer: bytes left unread tell a socket nobody read from a peer
+  // that sent nothing. Takes no lock of the stream's (callers hold their endpoint's).
+  std::string ReceiveState();
   // Before Start: the receive path reads from `source` instead of the socket (tests, fuzzing);
   // the socket still carries what the stream sends.
   void ReadFrom(ByteSource* source) { source_ = source; }

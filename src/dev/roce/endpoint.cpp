@@ -513,10 +513,14 @@ void Endpoint::OnCmEvent(const CmEvent& event) {
       return;
     case CmEventKind::ReqTimeout:
       // A listener that asked us to wait had no room: try again (ND_TIMEOUT); silence: ND_IO_TIMEOUT.
-      if (state_ == State::Connecting) FailConnect(finish, event.peer_busy ? WV_TIMEOUT : WV_IO_TIMEOUT);
+      if (state_ != State::Connecting) return;
+      NDWV_LOG(Info, "%s: connect timed out: %s", Identity().c_str(),
+               event.peer_busy ? "the listener asked us to wait, and had no room" : "no answer to the REQ");
+      FailConnect(finish, event.peer_busy ? WV_TIMEOUT : WV_IO_TIMEOUT);
       return;
     case CmEventKind::RepTimeout:
       if (state_ != State::Accepting) return;
+      NDWV_LOG(Info, "%s: accept timed out: no RTU, nor a packet, from the peer", Identity().c_str());
       SetState(State::Disconnected);
       link_->Fail();
       finish.Add(std::exchange(accept_op_, nullptr), WV_IO_TIMEOUT);
