@@ -14,9 +14,6 @@ namespace ndwv::dev {
 
 // Inbound and outbound RDMA Reads a QP may have outstanding at most (IRD, ORD).
 inline constexpr uint32_t kMaxReadLimit = 128;
-// The most one work request moves (MaxTransferLength); a peer's Read Request asking for more is
-// refused.
-inline constexpr uint64_t kMaxTransferLength = uint64_t(1) << 30;
 
 struct DeviceAttributes {
   uint64_t max_mr_size;

@@ -208,6 +208,7 @@ int32_t QueuePair::PostSend(const SendWqe& request) {
   if (is_inline ? request.length > caps_.max_inline : request.num_sge > caps_.send_sge)
     return is_inline ? WV_BUFFER_OVERFLOW : WV_DATA_OVERRUN;
   if (request.num_sge > kMaxSge) return WV_DATA_OVERRUN;
+  if (request.length > kMaxTransferLength) return WV_BUFFER_OVERFLOW;
   // A reference, not a pointer: what the link sends may complete, and the application release
   // the QP (and with it the link) on another thread, before Posted returns (a completion-port
   // worker releasing a connection as soon as its last Send completed). Nothing below touches
@@ -286,16 +287,15 @@ void QueuePair::SetKickTarget(const std::shared_ptr<Link>& link) {
 int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge) {
   if (srq_) return WV_INVALID_DEVICE_REQUEST;
   if (num_sge > caps_.recv_sge || num_sge > kMaxSge) return WV_DATA_OVERRUN;
+  const uint64_t length = TotalLength(sge, num_sge);
+  if (length > kMaxTransferLength) return WV_BUFFER_OVERFLOW;
   base::MutexLock lock(rq_mutex_);
   if (rq_tail_ - rq_head_ == rq_.capacity()) return WV_NO_MORE_ENTRIES;
   RecvWqe& wqe = rq_[rq_tail_];
   wqe.wr_id = wr_id;
   wqe.num_sge = num_sge;
-  wqe.length = 0;
-  for (uint32_t i = 0; i < num_sge; ++i) {
-    wqe.sge[i] = sge[i];
-    wqe.length += sge[i].length;
-  }
+  wqe.length = length;
+  for (uint32_t i = 0; i < num_sge; ++i) wqe.sge[i] = sge[i];
   rq_tail_++;
   rq_.Prefetch(rq_tail_, true);
   if (state() == QpState::Error) {

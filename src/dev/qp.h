@@ -38,11 +38,21 @@ enum SendFlag : uint32_t {
   kFence = 0x2, kSignaled = 0x4, kSolicited = 0x8, kInline = 0x10, kInvalidate = 0x20
 };
 
+// The most one work request moves (MaxTransferLength): a post referring to more is refused
+// (WV_BUFFER_OVERFLOW), and so is a peer's request for more (a Read Request, an RDMA Write).
+inline constexpr uint64_t kMaxTransferLength = uint64_t(1) << 30;
+
 struct Sge {
   uint64_t addr;
   uint32_t length;
   uint32_t lkey;
 };
+
+inline uint64_t TotalLength(const Sge* sge, uint32_t num_sge) {
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < num_sge; ++i) total += sge[i].length;
+  return total;
+}
 
 // The piece of an SGE list at byte `offset`: its address and contiguous length (0 past the end).
 inline std::pair<uint8_t*, uint64_t> PieceAt(const Sge* sge, uint32_t num_sge, uint64_t offset) {

@@ -806,8 +806,8 @@ TEST(ConformanceQp, FlushIsPerQueuePairAndAFullQueueLeavesItUsable) {
   });
 }
 
-// §12 SGE rules: more SGEs than the QP holds (or than the adapter allows) → ND_DATA_OVERRUN (the
-// QP stays usable); [tests] (ndmw) a 2-SGE Send on a QP created with maxInitiatorRequestSge = 1
+// §12 SGE rules: more SGEs than the QP holds (or than the adapter allows) → ND_DATA_OVERRUN, more
+// bytes than MaxTransferLength → ND_BUFFER_OVERFLOW (the QP stays usable); [tests] (ndmw) a 2-SGE Send on a QP created with maxInitiatorRequestSge = 1
 // succeeds; unknown
 // flags → ND_INVALID_PARAMETER_4 (Send) / _6 (Read, Write).
 TEST(ConformanceQp, SgeRulesAndFlags) {
@@ -841,6 +841,13 @@ TEST(ConformanceQp, SgeRulesAndFlags) {
                                                       ND_OP_FLAG_SEND_AND_SOLICIT_EVENT));
     IT_CHECK_HR(ND_INVALID_PARAMETER_6, p.a.qp->Read(Ctx(0x24), two, 1, Va(in.data()), 0,
                                                      ND_OP_FLAG_INLINE));
+    // More bytes than one request may move (the adapter's MaxTransferLength): ND_BUFFER_OVERFLOW.
+    IT_CHECK(p.adapterA.info().MaxTransferLength < 0xFFFFFFFFu);
+    ND2_SGE huge = {out.data(), 0xFFFFFFFFu, outMr.token()};
+    IT_CHECK_HR(ND_BUFFER_OVERFLOW, p.a.qp->Send(Ctx(0x27), &huge, 1, 0));
+    IT_CHECK_HR(ND_BUFFER_OVERFLOW, p.a.qp->Write(Ctx(0x28), &huge, 1, Va(in.data()), 0, 0));
+    IT_CHECK_HR(ND_BUFFER_OVERFLOW, p.a.qp->Read(Ctx(0x29), &huge, 1, Va(in.data()), 0, 0));
+    IT_CHECK_HR(ND_BUFFER_OVERFLOW, p.b.qp->Receive(Ctx(0x2A), &huge, 1));
     ExpectNoCompletion(p.a.cq.get(), "refused posts", 20);
     IT_OK(p.a.qp->Send(Ctx(0x25), two, 1, 0));  // still usable
     ExpectCompletion(p.a.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x25), kA}, "send after refusals");

@@ -65,6 +65,32 @@ struct QpTest : ::testing::Test {
   }
 };
 
+// A post referring to more than one work request may move (MaxTransferLength) is refused before
+// it is queued, on every queue; exactly that much is taken.
+TEST_F(QpTest, APostOfMoreThanAWorkRequestMayMoveIsRefused) {
+  const uint32_t half = uint32_t(kMaxTransferLength / 2);
+  Sge over[2] = {{reinterpret_cast<uint64_t>(buffer), half, lkey}, {reinterpret_cast<uint64_t>(buffer), half + 1, lkey}};
+  Sge exactly[2] = {over[0], over[0]};
+  EXPECT_EQ(qp->PostReceive(1, over, 2), WV_BUFFER_OVERFLOW);
+  EXPECT_EQ(qp->PostReceive(2, exactly, 2), WV_SUCCESS);
+  SharedReceiveQueue srq(pd, 4, 2, 0);
+  EXPECT_EQ(srq.PostReceive(3, over, 2), WV_BUFFER_OVERFLOW);
+  EXPECT_EQ(srq.PostReceive(4, exactly, 2), WV_SUCCESS);
+  ASSERT_EQ(qp->Modify(QpState::Init), WV_SUCCESS);
+  ASSERT_EQ(qp->Modify(QpState::Rtr), WV_SUCCESS);
+  ASSERT_EQ(qp->Modify(QpState::Rts), WV_SUCCESS);
+  for (WrOpcode opcode : {WrOpcode::Send, WrOpcode::Write, WrOpcode::Read}) {
+    SendWqe w = Send(5);
+    w.opcode = opcode;
+    w.num_sge = 2;
+    w.sge[0] = over[0];
+    w.sge[1] = over[1];
+    w.length = kMaxTransferLength + 1;
+    EXPECT_EQ(qp->PostSend(w), WV_BUFFER_OVERFLOW) << "opcode " << int(opcode);
+  }
+  EXPECT_TRUE(Drain().empty()) << "a refused post completed";
+}
+
 TEST_F(QpTest, PostingFollowsTheState) {
   Sge sge{reinterpret_cast<uint64_t>(buffer), 8, lkey};
   EXPECT_EQ(qp->PostReceive(1, &sge, 1), WV_SUCCESS);  // receives may be posted before connecting

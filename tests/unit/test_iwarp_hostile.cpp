@@ -489,9 +489,9 @@ class IwarpHostile : public ::testing::Test {
   }
 
   // Accept with c's QP; the raw peer reads the MPA Reply.
-  void AcceptAndReadReply(Conn& c) {
+  void AcceptAndReadReply(Conn& c, uint32_t ird = kIrd) {
     ConnectParams params;
-    params.ird = kIrd;
+    params.ird = ird;
     params.ord = 4;
     ASSERT_EQ(c.ep->Accept(c.qp, params, &c.accept), WV_PENDING);
     std::vector<uint8_t> bytes;
@@ -553,10 +553,10 @@ class IwarpHostile : public ::testing::Test {
 
   // The whole exchange: Request, Accept, Reply, RTR; Accept completes and the QP is in RTS. A
   // NotifyDisconnect is left armed.
-  void Establish(Conn& c, uint32_t receives = kRecvs, int receive_buffer = 0) {
+  void Establish(Conn& c, uint32_t receives = kRecvs, int receive_buffer = 0, uint32_t ird = kIrd) {
     ASSERT_NO_FATAL_FAILURE(c.PostReceives(receives));
     ASSERT_NO_FATAL_FAILURE(Request(c, GoodRequest(), receive_buffer));
-    ASSERT_NO_FATAL_FAILURE(AcceptAndReadReply(c));
+    ASSERT_NO_FATAL_FAILURE(AcceptAndReadReply(c, ird));
     ASSERT_NO_FATAL_FAILURE(SendRtr(c));
     std::optional<int32_t> status = c.accept.Wait();
     ASSERT_TRUE(status.has_value()) << "Accept did not complete after the RTR";
@@ -1451,6 +1451,31 @@ TEST_F(IwarpHostile, ReadRequestLongerThanTheAdvertisedTransferLengthIsTerminate
       c, w::MakeTerm(w::RdmapErrorType::RemoteOperation, w::RdmapErrorCode::Unspecified), c.AllReceivesFlushed(),
       term));
   ExpectNamesSegment(term, h, h.length() + w::kReadRequestLen);
+  c.ExpectMemoryUntouched();
+}
+
+// An Accept that granted no inbound Reads (IRD 0): a Read Request for data is refused as beyond
+// it, before its key is looked at (the stream still answers a zero-length Read, the probe by
+// which an ndwv peer confirms its Sends and Writes).
+TEST_F(IwarpHostile, ReadRequestForDataWhereTheAcceptGrantedNoReadsIsTerminated) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c, kRecvs, 0, /*ird=*/0));
+  auto stream = std::dynamic_pointer_cast<iwarp::Stream>(c.qp->link());
+  ASSERT_TRUE(stream);
+  w::ReadRequest probe{0x77, 0, 0, 0, 0};
+  DdpHeader first = DdpHeader::Untagged(RdmapOpcode::ReadRequest, 1, 0, true);
+  c.peer.Send(Fpdu(first, {}, c.peer.crc, &probe));
+  Segment answer;
+  ASSERT_NO_FATAL_FAILURE(ReadFpdu(c.peer, answer));
+  EXPECT_EQ(answer.hdr.opcode, RdmapOpcode::ReadResponse) << "the zero-length Read was not answered";
+  w::ReadRequest read{0x78, 0, 64, c.readable.rkey, c.readable.addr()};
+  DdpHeader second = DdpHeader::Untagged(RdmapOpcode::ReadRequest, 2, 0, true);
+  c.peer.Send(Fpdu(second, {}, c.peer.crc, &read));
+  Segment term;
+  ASSERT_NO_FATAL_FAILURE(ExpectTerminatedAndFlushed(c, w::MakeTerm(w::DdpUntaggedCode::InvalidMsnNoBuffer),
+                                                     c.AllReceivesFlushed(), term));
+  ExpectNamesSegment(term, second, second.length() + w::kReadRequestLen);
+  EXPECT_EQ(stream->counters().Get(Counter::ReadsBeyondIrd), 1u);
   c.ExpectMemoryUntouched();
 }
 

@@ -1245,6 +1245,57 @@ TEST_F(RoceHostile, ReadRequestBeyondTheGrantedIrdIsNakedInvalidRequest) {
   c.ExpectMemoryUntouched();
 }
 
+// The same grant, and a Read Request that claims to repeat an earlier one (its PSNs just behind
+// the expected PSN, the duplicate path, where a responder answers a lost Read again): no Read was
+// ever granted, so none is repeated either.
+TEST_F(RoceHostile, ReadRequestClaimingToRepeatAnEarlierOneIsNakedWhereNoneWasGranted) {
+  Conn& c = NewConn();
+  ASSERT_NO_FATAL_FAILURE(Establish(c, kRecvs, /*ird=*/0));
+  const uint32_t behind = ib::PsnAdd(c.Take(), ib::kPsnMask);  // one before the expected PSN
+  ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.ReadRequest(behind, c.readable.addr(), c.readable.rkey, 64)));
+  Inbound answer;
+  ASSERT_TRUE(c.peer.Next(answer));
+  EXPECT_TRUE(IsNak(answer, NakCode::InvalidRequest, behind))
+      << "a Read where none was granted was answered: " << Describe(answer);
+  if (answer.op() == Opcode::Acknowledge) {
+    ASSERT_NO_FATAL_FAILURE(ExpectFailedAndFlushed(c, c.AllReceivesFlushed()));
+  }
+  c.ExpectMemoryUntouched();
+}
+
+// A Read Request or an RDMA Write longer than one work request may move (MaxTransferLength, 1
+// GiB) is refused as such, before any key is looked at: a Read's length counts its PSNs (4 GiB
+// in 256-byte packets would bring the expected PSN back where it was).
+TEST_F(RoceHostile, ReadsAndWritesLongerThanAWorkRequestMayMoveAreNakedInvalidRequest) {
+  const uint32_t too_long = uint32_t(kMaxTransferLength) + 1;
+  {
+    SCOPED_TRACE("Read");
+    Conn& c = NewConn();
+    ASSERT_NO_FATAL_FAILURE(Establish(c));
+    const uint32_t psn = c.Take();
+    ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.ReadRequest(psn, c.readable.addr(), c.readable.rkey, too_long)));
+    Inbound answer;
+    ASSERT_TRUE(c.peer.Next(answer));
+    EXPECT_TRUE(IsNak(answer, NakCode::InvalidRequest, psn)) << Describe(answer);
+    ASSERT_NO_FATAL_FAILURE(ExpectFailedAndFlushed(c, c.AllReceivesFlushed()));
+    c.ExpectMemoryUntouched();
+  }
+  {
+    SCOPED_TRACE("Write");
+    Conn& c = NewConn();
+    ASSERT_NO_FATAL_FAILURE(Establish(c));
+    const uint32_t psn = c.Take();
+    ib::Headers h = c.peer.To(Opcode::WriteFirst, psn);
+    h.reth = {c.writable.addr(), c.writable.rkey, too_long};
+    ASSERT_NO_FATAL_FAILURE(c.peer.Send(c.peer.Build(h, Bytes(kMtu, 5))));
+    Inbound answer;
+    ASSERT_TRUE(c.peer.Next(answer));
+    EXPECT_TRUE(IsNak(answer, NakCode::InvalidRequest, psn)) << Describe(answer);
+    ASSERT_NO_FATAL_FAILURE(ExpectFailedAndFlushed(c, c.AllReceivesFlushed()));
+    c.ExpectMemoryUntouched();
+  }
+}
+
 // ==== 12. the CM: garbage MADs, stray and wrong DREQs, a proper DREQ ===========================
 
 TEST_F(RoceHostile, GarbageMadsAreDroppedAndTheConnectionIsUnaffected) {
@@ -2679,6 +2730,48 @@ TEST_F(RoceHostile, ACnpHalvesTheWindowOnceARoundTripAndItGrowsBackByOne) {
   ack_all();
   ASSERT_NO_FATAL_FAILURE(expect_window(window / 2 + 2));
   EXPECT_EQ(link->counters().Get(Counter::Retransmits), 0u);
+  EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
+}
+
+// A message's PSNs are all assigned when its first packet goes out, but only those sent can be
+// acknowledged: an ACK naming a later one (the message's last, a window before it was sent) is
+// bogus and ignored. Taken, it completed the Send with a window of it sent.
+TEST_F(RoceHostile, AnAckNamingAPsnNotYetSentIsIgnored) {
+  Conn& c = NewConn();
+  roce::RcParams params;
+  params.ack_timeout_ms = 10000;  // nothing is sent again within the test
+  std::shared_ptr<roce::RcLink> link;
+  ASSERT_NO_FATAL_FAILURE(DirectLink(c, params, link));
+  const uint32_t window = roce::RcLink::WindowFor(roce::Port::ReceiveBuffer(), params.mtu);
+  const uint32_t packets = 2 * window;
+  Buffer big{size_t(packets) * params.mtu, 9};
+  uint32_t key = 0, rkey = 0;
+  ASSERT_EQ(c.pd->Register(big.region(), big.length, kLocalWrite, &key, &rkey), WV_SUCCESS);
+  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {big.addr(), uint32_t(big.length), key})), WV_SUCCESS);
+  const uint32_t first = 100;  // DirectLink's first PSN
+  auto ack = [&](uint32_t psn) {
+    ib::Headers h = c.peer.To(Opcode::Acknowledge, psn, false);
+    h.aeth.syndrome = ib::MakeSyndrome(AethKind::Ack, ib::kCreditInvalid);
+    c.peer.Send(c.peer.Build(h, {}));
+  };
+  auto take = [&](uint32_t from, uint32_t n) {
+    for (uint32_t k = 0; k < n; ++k) {
+      Inbound in;
+      ASSERT_TRUE(c.peer.Next(in)) << "packet " << k;
+      ASSERT_EQ(in.h.bth.psn, ib::PsnAdd(from, k)) << Describe(in);
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(take(first, window));
+  ack(ib::PsnAdd(first, packets - 1));  // the message's last PSN: not sent yet
+  ack(ib::PsnAdd(first, window - 1));   // the last sent: the link goes on from here
+  ASSERT_NO_FATAL_FAILURE(take(ib::PsnAdd(first, window), window));
+  c.Drain();
+  EXPECT_TRUE(c.completions.empty()) << "the Send completed before its second window was acknowledged";
+  ack(ib::PsnAdd(first, packets - 1));
+  ASSERT_TRUE(c.PollUntil([&] { return !c.completions.empty(); })) << "the Send did not complete";
+  ASSERT_EQ(c.completions.size(), 1u);
+  EXPECT_EQ(c.completions[0].wr_id, 7u);
+  EXPECT_EQ(c.completions[0].status, WcStatus::Success);
   EXPECT_EQ(c.qp->Modify(QpState::Error), WV_SUCCESS);
 }
 

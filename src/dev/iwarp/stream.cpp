@@ -23,7 +23,8 @@ using namespace ndwv::wire;
 Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params,
                std::weak_ptr<StreamObserver> observer, std::unique_ptr<base::TcpCapture> capture,
                const sockaddr_storage* local, const sockaddr_storage* peer)
-    : Link(params.expect_rtr), fd_(fd), capture_(std::move(capture)), qp_(std::move(qp)), params_(params), observer_(std::move(observer)), qpn_(qp_->qpn()),
+    : Link(params.expect_rtr), fd_(fd), capture_(std::move(capture)), qp_(std::move(qp)), params_(params),
+      reads_granted_(params.ird != 0), observer_(std::move(observer)), qpn_(qp_->qpn()),
       port_released_(params.port_released) {
   params_.max_ulpdu = std::min<uint32_t>(params_.max_ulpdu, kFpduMaxUlpdu);
   params_.ird = std::max<uint32_t>(params_.ird, 1);

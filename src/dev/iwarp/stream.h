@@ -262,7 +262,10 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // Every byte sent and received, when capturing (else null: one branch per system call).
   const std::unique_ptr<base::TcpCapture> capture_;
   std::shared_ptr<QueuePair> qp_;  // held while attached; dropped by Shutdown
-  StreamParams params_;
+  StreamParams params_;  // ird and ord at least 1: an ndwv peer's probes are zero-length Reads
+  // The application granted the peer Reads (its inbound read limit was not 0): without, a Read
+  // Request for data is a protocol error (a probe still takes the one slot).
+  const bool reads_granted_;
   std::weak_ptr<StreamObserver> observer_;
   uint32_t qpn_;
 

@@ -586,6 +586,11 @@ bool Stream::FinishReadRequest() {
     Fail(MakeTerm(RdmapErrorType::RemoteProtection, RdmapErrorCode::ToWrap), WcStatus::Flushed);
     return false;
   }
+  if (rx_.read_req.size && !reads_granted_) {  // where the Accept or Connect granted none
+    counters_.Add(Counter::ReadsBeyondIrd);
+    Fail(MakeTerm(DdpUntaggedCode::InvalidMsnNoBuffer), WcStatus::Flushed);
+    return false;
+  }
   if (rx_.read_req.size) {
     KeyCheck check = qp_->pd().CheckRemote(rx_.read_req.src_stag, qpn_, rx_.read_req.src_to,
                                            rx_.read_req.size, kRemoteRead);

@@ -757,7 +757,9 @@ void RcLink::OnAck(const Packet& packet) {
   const Aeth& aeth = packet.headers.aeth;
   uint32_t psn = packet.headers.bth.psn;
   if (flights_.empty()) return;
-  uint32_t newest = PsnAdd(next_psn_, kPsnMask);
+  // The last PSN sent: a message's PSNs are all assigned when its first packet goes, and an
+  // answer naming one not yet sent would complete the message unsent.
+  uint32_t newest = PsnAdd(sent_end_psn_, kPsnMask);
   switch (aeth.kind()) {
     case AethKind::Ack:
       if (PsnDiff(psn, acked_psn_) <= 0 || PsnDiff(psn, newest) > 0) return;  // old or bogus
@@ -796,7 +798,7 @@ void RcLink::OnAck(const Packet& packet) {
       // A fatal NAK names the request at fault.
       while (!flights_.empty() &&
              PsnDiff(psn, PsnAdd(flights_.front().first_psn, flights_.front().packets - 1)) > 0)
-        flights_.pop_front();  // cannot happen after Retire; kept for safety
+        flights_.pop_front();  // past an incomplete Read (Retire stops there): it fails with the rest
       return FailFront(StatusForNak(aeth.value()));
     }
     default:
@@ -957,7 +959,8 @@ bool RcLink::ExecuteWrite(const Packet& packet) {
   OpcodeInfo info = InfoFor(h.bth.opcode);
   // A First while one is open, a Middle/Last without one, any Write inside a Send.
   if (info.first == in_write_ || have_recv_ ||
-      (h.bth.opcode == Opcode::WriteOnlyImm || h.bth.opcode == Opcode::WriteLastImm)) {
+      (h.bth.opcode == Opcode::WriteOnlyImm || h.bth.opcode == Opcode::WriteLastImm) ||
+      (info.first && h.reth.length > kMaxTransferLength)) {
     Nak(NakCode::InvalidRequest, h.bth.psn, true);
     return false;
   }
@@ -1008,7 +1011,10 @@ bool RcLink::ExecuteWrite(const Packet& packet) {
 bool RcLink::ExecuteRead(const Packet& packet, bool duplicate) {
   mutex_.AssertHeld();
   const Headers& h = packet.headers;
-  if (!duplicate && (have_recv_ || in_write_)) {
+  // A Read inside a message, one larger than a work request may move (its length counts its
+  // PSNs: 4 GiB in 256-byte packets would wrap them), and any Read, even one that claims to
+  // repeat an earlier one, where the Accept granted none (IRD 0), are protocol errors.
+  if ((!duplicate && (have_recv_ || in_write_)) || h.reth.length > kMaxTransferLength || params_.ird == 0) {
     Nak(NakCode::InvalidRequest, h.bth.psn, true);
     return false;
   }
@@ -1023,7 +1029,7 @@ bool RcLink::ExecuteRead(const Packet& packet, bool duplicate) {
     // peer repeating old PSNs while it does not read its socket holds no more of our memory.
     while (!responses_.empty() && PsnDiff(responses_.back().psn, h.bth.psn) >= 0) responses_.pop_back();
     if (PsnDiff(PsnAdd(h.bth.psn, packets), epsn_) > 0) return false;  // claims PSNs never used
-    if (responses_.size() >= std::max<uint32_t>(params_.ird, 1)) return false;  // asked again later
+    if (responses_.size() >= params_.ird) return false;  // asked again later
   } else if (responses_.size() >= params_.ird) {
     Nak(NakCode::InvalidRequest, h.bth.psn, true);  // beyond the Reads we granted: a protocol error
     return false;
