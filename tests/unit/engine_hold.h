@@ -61,6 +61,59 @@ class EngineHold final : public IoHandler, public std::enable_shared_from_this<E
   bool released_ = false;
 };
 
+// Holds every thread of the shared work pool inside a work item until released (or 5 s): work
+// deferred meanwhile from outside the engine (a poller's CM events, say) waits, as in a process
+// whose pool is slow to come round.
+class WorkPoolHold {
+ public:
+  // Waits until every item has run and left (the pool must not keep one of ours).
+  ~WorkPoolHold() {
+    Release();
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, std::chrono::seconds(10), [&] { return left_ == items_.size(); });
+  }
+  // Every worker is inside a held item when this returns true. One item at a time: the pool
+  // wakes one sleeper per Defer while none is on its way, so an item queued behind a held one
+  // would wait for it.
+  bool Engage(uint32_t workers) {
+    items_.resize(workers);
+    for (uint32_t i = 0; i < workers; ++i) {
+      items_[i].hold = this;
+      items_[i].run = [](WorkItem* w) { static_cast<Item*>(w)->hold->Hold(); };
+      Engine::Get().Defer(&items_[i]);
+      std::unique_lock lock(mutex_);
+      if (!changed_.wait_for(lock, std::chrono::seconds(5), [&] { return inside_ == i + 1; })) return false;
+    }
+    return true;
+  }
+  void Release() {
+    {
+      std::lock_guard lock(mutex_);
+      released_ = true;
+    }
+    changed_.notify_all();
+  }
+
+ private:
+  struct Item : WorkItem {
+    WorkPoolHold* hold = nullptr;
+  };
+  void Hold() {
+    std::unique_lock lock(mutex_);
+    ++inside_;
+    changed_.notify_all();
+    changed_.wait_for(lock, std::chrono::seconds(5), [&] { return released_; });
+    ++left_;
+    changed_.notify_all();
+  }
+  std::vector<Item> items_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  uint32_t inside_ = 0;
+  size_t left_ = 0;
+  bool released_ = false;
+};
+
 // A timer due at once that arms itself again from its fire, `firings` times, and records
 // `look()` at each: the engine fires the timers due once per turn of its loop, after the
 // sockets that turn read, so the values are what each turn did. Start it while the engine is

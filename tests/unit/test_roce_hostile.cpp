@@ -2424,6 +2424,39 @@ TEST_F(RoceHostile, ReqFloodHoldsBoundedStateAndLegitimateConnectsGetThrough) {
 }
 
 
+// REQs read by a CQ's poller (not the engine) wait, each with its CEP, for the work pool to
+// deliver them to the listener, whose backlog then refuses the excess. While the pool does not
+// come round, a flood read that way is held to Port::kMaxUndeliveredEvents CEPs, the rest shed;
+// once it does, the backlog's bound holds again. (Here the test thread plays the poller: the
+// agent's OnMad under the port's lock, then CollectEvents, as Port::OnMad does off the engine.)
+TEST_F(RoceHostile, ReqsReadOffTheEngineHoldBoundedStateWhileTheWorkPoolIsBusy) {
+  const size_t cap = roce::Port::kMaxUndeliveredEvents;
+  const int flood = int(3 * cap);
+  RawPeer flooder;
+  std::mt19937 random(7);
+  const roce::CmCounters before = Counters();
+  size_t held = 0;
+  {
+    WorkPoolHold pool;
+    ASSERT_TRUE(pool.Engage(base::Config().work_threads)) << "the work pool was not held";
+    for (int i = 0; i < flood; ++i) {
+      const std::vector<uint8_t> mad =
+          RawPeer::Mad(PeerReq(port, uint32_t(random()), flooder.self(), random() & ib::kQpnMask));
+      device_port->Cm([&](roce::CmAgent& agent) { agent.OnMad(flooder.self(), mad); });
+    }
+    held = device_port->Cm([](roce::CmAgent& agent) { return agent.size(); });
+  }
+  const roce::CmCounters after = Counters();
+  EXPECT_EQ(after.Received(ib::CmAttr::Req) - before.Received(ib::CmAttr::Req), uint64_t(flood));
+  EXPECT_LE(held, cap) << "CEPs held grew with the flood while nobody delivered it";
+  EXPECT_GE(after.Limited(roce::CmLimit::Overloaded) - before.Limited(roce::CmLimit::Overloaded),
+            uint64_t(flood) - cap);
+  // Delivered once the pool runs: the listener's backlog keeps what it takes, the rest refused.
+  EXPECT_TRUE(WaitUntil([&] { return device_port->Cm([](roce::CmAgent& agent) { return agent.size(); }) <= kBacklog; },
+                        kBound))
+      << device_port->Cm([](roce::CmAgent& agent) { return agent.size(); }) << " CEPs after delivery";
+}
+
 // ==== 17. ICMP errors about the device's datagrams ===============================================
 
 // ICMP "unreachable" errors as the peer's host (or a router) would send them about a datagram the

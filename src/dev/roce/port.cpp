@@ -1229,6 +1229,11 @@ uint32_t Port::ReceiveBuffer() {
 uint64_t Port::ShedUntilMs() { return g_shed_until_ms.load(std::memory_order_relaxed); }
 
 bool Port::Overloaded() {
+  cm_mutex_.AssertHeld();  // the agent asks under it
+  // A REQ read by a CQ's poller waits, with its CEP, for the work pool to deliver it to the
+  // listener (CollectEvents), whose backlog then refuses the excess. A flood read so faster than
+  // the pool delivers would hold a CEP per REQ until then: past this many the port is behind.
+  if (events_.size() >= kMaxUndeliveredEvents) return true;
   const uint64_t now = NowMs();
   if (now >= ShedUntilMs()) return false;
   uint64_t admitted = g_admitted_at_ms.load(std::memory_order_relaxed);

@@ -223,12 +223,14 @@ class Port final : public IoHandler, public CmEnv, public std::enable_shared_fro
 
   // CmEnv (called by the agent, under cm_mutex_)
   uint64_t NowMs() override;
-  bool Overloaded() override;  // until ShedUntilMs()
+  bool Overloaded() override;  // until ShedUntilMs(), or while kMaxUndeliveredEvents wait
   // Until when (NowMs) the process sheds new connections: a while after one of its sockets was
   // found behind (dropping datagrams, or holding more than kDeepQueueBytes after the engine's
   // turn: CheckOverflow).
   static uint64_t ShedUntilMs();
   static constexpr uint32_t kDeepQueueBytes = 512 << 10;
+  // CM events the agent raised that no thread has delivered yet: past this, new REQs are shed.
+  static constexpr size_t kMaxUndeliveredEvents = 1024;
   // The receive buffer the kernel grants the process's ports (twice NDWV_ROCE_SOCKET_BUFFER, or
   // less without CAP_NET_ADMIN), in bytes: what a connection's window is sized by (RcLink).
   static uint32_t ReceiveBuffer();
