@@ -596,6 +596,26 @@ class RoceHostile : public ::testing::Test {
     ASSERT_EQ(ib::DecodeCm(in.payload, out), ib::CmError::Ok);
   }
 
+  // c's QP on a direct link (nothing sent again within a test) posts one signaled Send (wr_id 7)
+  // of `windows` windows of packets from `buffer`; `window`: the packets of one.
+  void DirectLinkSending(Conn& c, uint32_t windows, std::shared_ptr<roce::RcLink>& link, uint32_t& window,
+                         std::unique_ptr<Buffer>& buffer) {
+    roce::RcParams params;
+    params.ack_timeout_ms = 10000;
+    ASSERT_NO_FATAL_FAILURE(DirectLink(c, params, link));
+    window = roce::RcLink::WindowFor(roce::Port::ReceiveBuffer(), params.mtu);
+    buffer = std::make_unique<Buffer>(size_t(windows) * window * params.mtu, 9);
+    uint32_t key = 0, rkey = 0;
+    ASSERT_EQ(c.pd->Register(buffer->region(), buffer->length, kLocalWrite, &key, &rkey), WV_SUCCESS);
+    ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {buffer->addr(), uint32_t(buffer->length), key})), WV_SUCCESS);
+  }
+  // The raw peer acknowledges every PSN up to `psn`.
+  static void AckUpTo(Conn& c, uint32_t psn) {
+    ib::Headers ack = c.peer.To(Opcode::Acknowledge, psn, false);
+    ack.aeth.syndrome = ib::MakeSyndrome(AethKind::Ack, ib::kCreditInvalid);
+    c.peer.Send(c.peer.Build(ack, {}));
+  }
+
   // REQ -> GetRequest -> Accept -> REP -> RTU -> Accept completes, QP in RTS. `ird` is what
   // Accept grants. A NotifyDisconnect is left armed.
   void Establish(Conn& c, uint32_t receives = kRecvs, uint32_t ird = kIrd) {
@@ -2712,16 +2732,10 @@ TEST_F(RoceHostile, Icmpv6ErrorsEndOnlyTheConnectWhoseRequestTheyQuote) {
 // one packet per round trip: the raw peer acknowledges what arrived and counts what comes next.
 TEST_F(RoceHostile, ACnpHalvesTheWindowOnceARoundTripAndItGrowsBackByOne) {
   Conn& c = NewConn();
-  roce::RcParams params;
-  params.ack_timeout_ms = 10000;  // nothing is sent again within the test
   std::shared_ptr<roce::RcLink> link;
-  ASSERT_NO_FATAL_FAILURE(DirectLink(c, params, link));
-  const uint32_t window = roce::RcLink::WindowFor(roce::Port::ReceiveBuffer(), params.mtu);
-  const uint32_t packets = 4 * window;
-  Buffer big{size_t(packets) * params.mtu, 9};
-  uint32_t key = 0, rkey = 0;
-  ASSERT_EQ(c.pd->Register(big.region(), big.length, kLocalWrite, &key, &rkey), WV_SUCCESS);
-  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {big.addr(), uint32_t(big.length), key})), WV_SUCCESS);
+  uint32_t window = 0;
+  std::unique_ptr<Buffer> big;
+  ASSERT_NO_FATAL_FAILURE(DirectLinkSending(c, 4, link, window, big));
 
   uint32_t next = 100;  // the PSN the next packet must carry
   // Takes the packets the window lets out: exactly `n`, in order, and nothing after them.
@@ -2737,11 +2751,7 @@ TEST_F(RoceHostile, ACnpHalvesTheWindowOnceARoundTripAndItGrowsBackByOne) {
     EXPECT_TRUE(more.empty()) << more.size() << " packets beyond a window of " << n << ", first "
                               << Describe(more.front());
   };
-  auto ack_all = [&] {
-    ib::Headers ack = c.peer.To(Opcode::Acknowledge, ib::PsnAdd(next, ib::kPsnMask), false);
-    ack.aeth.syndrome = ib::MakeSyndrome(AethKind::Ack, ib::kCreditInvalid);
-    c.peer.Send(c.peer.Build(ack, {}));
-  };
+  auto ack_all = [&] { AckUpTo(c, ib::PsnAdd(next, ib::kPsnMask)); };
   // Waits until the link has taken `n` CNPs.
   auto cnp = [&](uint64_t n) {
     ib::Headers h = c.peer.To(Opcode::Cnp, 0, false);
@@ -2771,22 +2781,13 @@ TEST_F(RoceHostile, ACnpHalvesTheWindowOnceARoundTripAndItGrowsBackByOne) {
 // bogus and ignored. Taken, it completed the Send with a window of it sent.
 TEST_F(RoceHostile, AnAckNamingAPsnNotYetSentIsIgnored) {
   Conn& c = NewConn();
-  roce::RcParams params;
-  params.ack_timeout_ms = 10000;  // nothing is sent again within the test
   std::shared_ptr<roce::RcLink> link;
-  ASSERT_NO_FATAL_FAILURE(DirectLink(c, params, link));
-  const uint32_t window = roce::RcLink::WindowFor(roce::Port::ReceiveBuffer(), params.mtu);
+  uint32_t window = 0;
+  std::unique_ptr<Buffer> big;
+  ASSERT_NO_FATAL_FAILURE(DirectLinkSending(c, 2, link, window, big));
   const uint32_t packets = 2 * window;
-  Buffer big{size_t(packets) * params.mtu, 9};
-  uint32_t key = 0, rkey = 0;
-  ASSERT_EQ(c.pd->Register(big.region(), big.length, kLocalWrite, &key, &rkey), WV_SUCCESS);
-  ASSERT_EQ(c.qp->PostSend(SignaledSend(7, {big.addr(), uint32_t(big.length), key})), WV_SUCCESS);
   const uint32_t first = 100;  // DirectLink's first PSN
-  auto ack = [&](uint32_t psn) {
-    ib::Headers h = c.peer.To(Opcode::Acknowledge, psn, false);
-    h.aeth.syndrome = ib::MakeSyndrome(AethKind::Ack, ib::kCreditInvalid);
-    c.peer.Send(c.peer.Build(h, {}));
-  };
+  auto ack = [&](uint32_t psn) { AckUpTo(c, psn); };
   auto take = [&](uint32_t from, uint32_t n) {
     for (uint32_t k = 0; k < n; ++k) {
       Inbound in;
