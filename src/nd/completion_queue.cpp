@@ -80,6 +80,7 @@ HRESULT CompletionQueue::Notify(ULONG type, OVERLAPPED* pOverlapped) {
 }
 
 ULONG CompletionQueue::GetResults(ND2_RESULT results[], ULONG nResults) {
+  if (results == nullptr) return 0;  // nowhere to put them: none taken (the SPI names no error)
   return PollCompletions(cq_.get(), results, nResults,
                          [](const WV_COMPLETION& c) { return ToNdResult(c); });
 }

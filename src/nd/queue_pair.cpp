@@ -2,6 +2,8 @@
 
 #include <endian.h>
 
+#include <algorithm>
+
 #include "nd/adapter.h"
 #include "nd/completion_queue.h"
 #include "nd/memory_region.h"
@@ -47,16 +49,23 @@ HRESULT QueuePair::Flush() {
   return NdStatus(qp_->Modify(&attributes, WV_QP_ATTR_STATE, nullptr));
 }
 
+// An inline request's pieces are copied at post, as many as its bytes may be; others go by the
+// QP's SGEs, at most the adapter's.
+ULONG QueuePair::MostInitiatorSges(ULONG flags) const {
+  const ND2_ADAPTER_INFO& info = adapter_->info();
+  return (flags & ND_OP_FLAG_INLINE) ? std::max(info.MaxInitiatorSge, info.MaxInlineDataSize) : info.MaxInitiatorSge;
+}
+
 HRESULT QueuePair::Send(void* requestContext, const ND2_SGE sge[], ULONG nSge, ULONG flags) {
   if (flags & ~kSendFlags) return ND_INVALID_PARAMETER_4;
-  if (HRESULT hr = CheckSges(sge, nSge); FAILED(hr)) return hr;
+  if (HRESULT hr = CheckSges(sge, nSge, MostInitiatorSges(flags)); FAILED(hr)) return hr;
   WvSges sgl(sge, nSge);
   if (!sgl.ok()) return ND_NO_MEMORY;
   return NdStatus(qp_->Send(WrId(requestContext), sgl.data(), sgl.size(), WvSendFlags(flags), 0));
 }
 
 HRESULT QueuePair::Receive(void* requestContext, const ND2_SGE sge[], ULONG nSge) {
-  if (HRESULT hr = CheckSges(sge, nSge); FAILED(hr)) return hr;
+  if (HRESULT hr = CheckSges(sge, nSge, adapter_->info().MaxReceiveSge); FAILED(hr)) return hr;
   WvSges sgl(sge, nSge);
   if (!sgl.ok()) return ND_NO_MEMORY;
   return NdStatus(qp_->PostReceive(WrId(requestContext), sgl.data(), sgl.size()));
@@ -65,7 +74,7 @@ HRESULT QueuePair::Receive(void* requestContext, const ND2_SGE sge[], ULONG nSge
 HRESULT QueuePair::Read(void* requestContext, const ND2_SGE sge[], ULONG nSge, UINT64 remoteAddress,
                         UINT32 remoteToken, ULONG flags) {
   if (flags & ~kReadFlags) return ND_INVALID_PARAMETER_6;
-  if (HRESULT hr = CheckSges(sge, nSge); FAILED(hr)) return hr;
+  if (HRESULT hr = CheckSges(sge, nSge, MostInitiatorSges(flags)); FAILED(hr)) return hr;
   WvSges sgl(sge, nSge);
   if (!sgl.ok()) return ND_NO_MEMORY;
   // WV takes the remote address in network order; ND tokens are network order already.
@@ -76,7 +85,7 @@ HRESULT QueuePair::Read(void* requestContext, const ND2_SGE sge[], ULONG nSge, U
 HRESULT QueuePair::Write(void* requestContext, const ND2_SGE sge[], ULONG nSge,
                          UINT64 remoteAddress, UINT32 remoteToken, ULONG flags) {
   if (flags & ~kWriteFlags) return ND_INVALID_PARAMETER_6;
-  if (HRESULT hr = CheckSges(sge, nSge); FAILED(hr)) return hr;
+  if (HRESULT hr = CheckSges(sge, nSge, MostInitiatorSges(flags)); FAILED(hr)) return hr;
   WvSges sgl(sge, nSge);
   if (!sgl.ok()) return ND_NO_MEMORY;
   return NdStatus(qp_->Write(WrId(requestContext), sgl.data(), sgl.size(), WvSendFlags(flags), 0,

@@ -35,6 +35,8 @@ class QueuePair final : public Object<QueuePair, IND2QueuePair, IID_IND2QueuePai
                                   UINT64 remoteAddress, UINT32 remoteToken, ULONG flags) override;
 
  private:
+  ULONG MostInitiatorSges(ULONG flags) const;  // for a Send, Read or Write with `flags`
+
   const Ref<Adapter> adapter_;
   const Ref<CompletionQueue> receiveCq_;
   const Ref<CompletionQueue> initiatorCq_;

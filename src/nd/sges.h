@@ -36,9 +36,12 @@ class WvSges {
   std::unique_ptr<WV_SGE[]> heap_;
 };
 
-// The checks shared by every post of a scatter/gather list: NULL with entries → argument 2.
-inline HRESULT CheckSges(const ND2_SGE sge[], ULONG nSge) {
-  return sge == nullptr && nSge != 0 ? ND_INVALID_PARAMETER_2 : ND_SUCCESS;
+// The checks shared by every post of a scatter/gather list, before any entry is read: NULL with
+// entries → argument 2; more entries than `most` (the adapter's limit) → ND_DATA_OVERRUN, as the
+// SPI names, not a copy of what the caller's count claims.
+inline HRESULT CheckSges(const ND2_SGE sge[], ULONG nSge, ULONG most) {
+  if (sge == nullptr && nSge != 0) return ND_INVALID_PARAMETER_2;
+  return nSge > most ? ND_DATA_OVERRUN : ND_SUCCESS;
 }
 
 }  // namespace ndwv::nd

@@ -33,7 +33,7 @@ HRESULT SharedReceiveQueue::Notify(OVERLAPPED* pOverlapped) {
 }
 
 HRESULT SharedReceiveQueue::Receive(void* requestContext, const ND2_SGE sge[], ULONG nSge) {
-  if (HRESULT hr = CheckSges(sge, nSge); FAILED(hr)) return hr;
+  if (HRESULT hr = CheckSges(sge, nSge, adapter_->info().MaxReceiveSge); FAILED(hr)) return hr;
   WvSges sgl(sge, nSge);
   if (!sgl.ok()) return ND_NO_MEMORY;
   return NdStatus(

@@ -48,13 +48,28 @@ ConnectEndpoint::~ConnectEndpoint() {
   if (qp_) qp_->Unclaim(this);
 }
 
-bool ConnectEndpoint::UseQueuePair(const std::shared_ptr<dev::QueuePair>& qp) {
+template <class Start>
+HRESULT ConnectEndpoint::StartWithQueuePair(const std::shared_ptr<dev::QueuePair>& qp, Start start) {
   // A QP connects through one endpoint at a time (another's Connect or Accept with it is refused).
-  if (!qp->Claim(this)) return false;
-  base::MutexLock lock(qp_mutex_);
-  if (qp_ && qp_ != qp) qp_->Unclaim(this);  // a retry with another QP frees the first
-  qp_ = qp;
-  return true;
+  if (!qp->Claim(this)) return WV_CONNECTION_ACTIVE;
+  std::shared_ptr<dev::QueuePair> previous;
+  {
+    base::MutexLock lock(qp_mutex_);
+    previous = std::exchange(qp_, qp);
+  }
+  const HRESULT hr = start();
+  if (SUCCEEDED(hr) || hr == WV_IO_PENDING) {
+    if (previous && previous != qp) previous->Unclaim(this);  // a retry with another QP frees the first
+    return hr;
+  }
+  // Refused (this endpoint already connecting, say): it keeps the QP it had, and the one it was
+  // given is left as it was (nd2-spi: on failure the QP is left as it was).
+  {
+    base::MutexLock lock(qp_mutex_);
+    qp_ = previous;
+  }
+  if (previous != qp) qp->Unclaim(this);
+  return hr;
 }
 
 HRESULT ConnectEndpoint::CancelOverlappedRequests() {
@@ -107,23 +122,25 @@ HRESULT ConnectEndpoint::Connect(IWVConnectQueuePair* qp, const sockaddr* addres
   auto* pair = dynamic_cast<ConnectQueuePair*>(qp);
   if (!pair || !address || !overlapped) return WV_INVALID_PARAMETER;
   socklen_t length = address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-  if (!UseQueuePair(pair->qp())) return WV_CONNECTION_ACTIVE;
-  return StartOverlapped(HandshakeOp(overlapped), [&](OverlappedOp* op) {
-    return endpoint_->Connect(pair->qp(), address, length, ToDevice(param), op);
+  return StartWithQueuePair(pair->qp(), [&] {
+    return StartOverlapped(HandshakeOp(overlapped), [&](OverlappedOp* op) {
+      return endpoint_->Connect(pair->qp(), address, length, ToDevice(param), op);
+    });
   });
 }
 
 HRESULT ConnectEndpoint::Accept(IWVConnectQueuePair* qp, WV_CONNECT_PARAM* param, OVERLAPPED* overlapped) {
   if (!overlapped) return WV_INVALID_PARAMETER;
   std::shared_ptr<dev::QueuePair> device_qp;
-  if (qp) {
-    auto* pair = dynamic_cast<ConnectQueuePair*>(qp);
-    if (!pair) return WV_INVALID_PARAMETER;
-    device_qp = pair->qp();
-    if (!UseQueuePair(device_qp)) return WV_CONNECTION_ACTIVE;
-  }
-  return StartOverlapped(HandshakeOp(overlapped),
-                         [&](OverlappedOp* op) { return endpoint_->Accept(device_qp, ToDevice(param), op); });
+  auto start = [&] {
+    return StartOverlapped(HandshakeOp(overlapped),
+                           [&](OverlappedOp* op) { return endpoint_->Accept(device_qp, ToDevice(param), op); });
+  };
+  if (!qp) return start();  // the active side's CompleteConnect
+  auto* pair = dynamic_cast<ConnectQueuePair*>(qp);
+  if (!pair) return WV_INVALID_PARAMETER;
+  device_qp = pair->qp();
+  return StartWithQueuePair(device_qp, start);
 }
 
 HRESULT ConnectEndpoint::Disconnect(OVERLAPPED* overlapped) {

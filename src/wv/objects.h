@@ -193,7 +193,10 @@ class ConnectEndpoint final
   const std::shared_ptr<dev::ConnectEndpoint>& endpoint() const { return endpoint_; }
 
  private:
-  bool UseQueuePair(const std::shared_ptr<dev::QueuePair>& qp);  // false: another endpoint has it
+  // Runs start() (a Connect or Accept) with `qp` claimed for this endpoint: WV_CONNECTION_ACTIVE
+  // if another endpoint has it; `qp` is this endpoint's from then on unless start() was refused.
+  template <class Start>
+  HRESULT StartWithQueuePair(const std::shared_ptr<dev::QueuePair>& qp, Start start);
   // The request of a Connect or Accept, which completes WV_TIMEOUT for a timeout when the
   // endpoint has WV_EP_OPTION_RETRYABLE_TIMEOUT.
   OverlappedOp* HandshakeOp(OVERLAPPED* overlapped);

@@ -843,6 +843,14 @@ TEST(ConformanceQp, SgeRulesAndFlags) {
                                                      ND_OP_FLAG_INLINE));
     // More bytes than one request may move (the adapter's MaxTransferLength): ND_BUFFER_OVERFLOW.
     IT_CHECK(p.adapterA.info().MaxTransferLength < 0xFFFFFFFFu);
+    // A count beyond the adapter's SGEs is refused as such, before any entry is read (here far
+    // more than the array holds).
+    const ULONG absurd = ULONG(1) << 21;
+    IT_CHECK_HR(ND_DATA_OVERRUN, p.a.qp->Send(Ctx(0x2B), two, absurd, 0));
+    IT_CHECK_HR(ND_DATA_OVERRUN, p.a.qp->Send(Ctx(0x2C), two, absurd, ND_OP_FLAG_INLINE));
+    IT_CHECK_HR(ND_DATA_OVERRUN, p.a.qp->Write(Ctx(0x2D), two, absurd, Va(in.data()), 0, 0));
+    IT_CHECK_HR(ND_DATA_OVERRUN, p.a.qp->Read(Ctx(0x2E), two, absurd, Va(in.data()), 0, 0));
+    IT_CHECK_HR(ND_DATA_OVERRUN, p.b.qp->Receive(Ctx(0x2F), &receive, absurd));
     ND2_SGE huge = {out.data(), 0xFFFFFFFFu, outMr.token()};
     IT_CHECK_HR(ND_BUFFER_OVERFLOW, p.a.qp->Send(Ctx(0x27), &huge, 1, 0));
     IT_CHECK_HR(ND_BUFFER_OVERFLOW, p.a.qp->Write(Ctx(0x28), &huge, 1, Va(in.data()), 0, 0));
@@ -1166,6 +1174,16 @@ TEST(ConformanceConnector, ConnectWhileConnectingIsActive) {
     HRESULT hr = StartConnect(connector.get(), other.qp.get(), port, again.Prepare(connector.get()), false);
     IT_CHECK_HR(ND_CONNECTION_ACTIVE, again.Finish(hr, "second Connect of the connector"));
     IT_CHECK_HR(ND_PENDING, connector->GetOverlappedResult(&first, FALSE));
+    // The refused Connect left both QPs as they were: the first still connects through the
+    // connector, the second is free for another.
+    Ref<IND2Connector> third = adapter.CreateConnector();
+    Ov firstQp;
+    hr = StartConnect(third.get(), e.qp.get(), port, firstQp.Prepare(third.get()));
+    IT_CHECK_HR(ND_CONNECTION_ACTIVE, firstQp.Finish(hr, "Connect with the QP the connector still connects"));
+    OVERLAPPED otherQp{};
+    IT_CHECK_HR(ND_PENDING, StartConnect(third.get(), other.qp.get(), port, &otherQp, false));
+    IT_OK(third->CancelOverlappedRequests());
+    IT_CHECK_HR(ND_CANCELED, PollOv(third.get(), &otherQp, "canceled Connect with the second QP"));
     IT_OK(connector->CancelOverlappedRequests());
     IT_CHECK_HR(ND_CANCELED, PollOv(connector.get(), &first, "canceled Connect"));
   });

@@ -91,6 +91,11 @@ TEST_F(NdTest, GetResultsDrainsLongQueuesAndStopsWhenEmpty) {
   EXPECT_EQ(results[4].RequestContext, reinterpret_cast<void*>(39));
   EXPECT_EQ(cq->GetResults(results, 50), 0u);
   EXPECT_EQ(cq->GetResults(results, 0), 0u);
+  // No array to fill: nothing taken (not written through NULL, nor lost).
+  device->lastCq->ready.push_back(Completion(WvSend, WvWcSuccess, 77));
+  EXPECT_EQ(cq->GetResults(nullptr, 4), 0u);
+  ASSERT_EQ(cq->GetResults(results, 50), 1u);
+  EXPECT_EQ(results[0].RequestContext, reinterpret_cast<void*>(77));
   EXPECT_EQ(cq->Release(), 0u);
 }
 
