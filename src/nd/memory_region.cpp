@@ -57,11 +57,12 @@ HRESULT MemoryRegion::Register(const void* pBuffer, SIZE_T cbBuffer, ULONG flags
   if (registration_.registered) return ND_INVALID_DEVICE_STATE;  // one registration at a time
   WV_MEMORY_KEYS keys{};
   HRESULT hr = adapter_->pd()->RegisterMemory(pBuffer, cbBuffer, WvAccess(flags), nullptr, &keys);
-  if (SUCCEEDED(hr)) {
-    keys_ = keys;
-    registration_ = {true, flags, keys.Lkey};
-  }
-  return CompleteAsPending(pOverlapped, NdStatus(hr));
+  // Refused (memory not mapped, no keys left): at once, and nothing is notified (nd2-spi: an
+  // error means the request never started).
+  if (FAILED(hr)) return NdStatus(hr);
+  keys_ = keys;
+  registration_ = {true, flags, keys.Lkey};
+  return CompleteAsPending(pOverlapped, ND_SUCCESS);
 }
 
 HRESULT MemoryRegion::Deregister(OVERLAPPED* pOverlapped) {

@@ -1,5 +1,7 @@
 // Misuse of the API that needs no peer: limits beyond the adapter's, requests on objects that are
 // not connected, degenerate registrations, a second Bind or Listen.
+#include <sys/mman.h>
+
 #include <gtest/gtest.h>
 
 #include "harness.h"
@@ -98,6 +100,13 @@ TEST(IntegrationApiMisuse, DegenerateRegistrations) {
     uint8_t byte = 0;
     hr = mr->Register(&byte, 0, kSinkFlags, ov.Prepare(mr.get()));
     IT_CHECK_HR(ND_INVALID_BUFFER_SIZE, ov.Finish(hr, "Register(p, 0)"));
+    // Memory not mapped: refused at once, no completion follows (nd2-spi: an error means the
+    // request never started).
+    void* page = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    IT_CHECK(page != MAP_FAILED);
+    munmap(page, 4096);
+    OVERLAPPED unmapped{};
+    IT_CHECK_HR(ND_ACCESS_VIOLATION, mr->Register(page, 4096, kSinkFlags, &unmapped));
     // The MR object is still usable.
     hr = mr->Register(&byte, 1, kSinkFlags, ov.Prepare(mr.get()));
     IT_OK(ov.Finish(hr, "Register(p, 1)"));

@@ -198,13 +198,16 @@ TEST_F(NdTest, RegisterPendsAndCompletesThroughTheOverlappedFile) {
   CloseHandle(port);
 }
 
-TEST_F(NdTest, RegisterFailureArrivesThroughTheOverlapped) {
+// nd2-spi: a registration refused is an immediate error; the request never started, and its
+// OVERLAPPED is neither touched nor completed.
+TEST_F(NdTest, RegisterFailureIsReturnedAtOnceAndNotNotified) {
   IND2MemoryRegion* mr = MakeMr();
   char buffer[64];
   pd->registerStatus = WV_INSUFFICIENT_RESOURCES;
   OVERLAPPED ov{};
-  ASSERT_EQ(mr->Register(buffer, sizeof(buffer), 0, &ov), ND_PENDING);
-  EXPECT_EQ(mr->GetOverlappedResult(&ov, TRUE), ND_INSUFFICIENT_RESOURCES);
+  ov.Internal = 0x1234;
+  EXPECT_EQ(mr->Register(buffer, sizeof(buffer), 0, &ov), ND_INSUFFICIENT_RESOURCES);
+  EXPECT_EQ(ov.Internal, 0x1234u) << "the OVERLAPPED of a request that never started was written";
   EXPECT_EQ(mr->Deregister(&ov), ND_INVALID_DEVICE_STATE) << "nothing is registered";
   EXPECT_EQ(mr->Release(), 0u);
 }
