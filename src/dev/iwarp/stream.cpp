@@ -35,8 +35,6 @@ Stream::Stream(int fd, std::shared_ptr<QueuePair> qp, const StreamParams& params
   length = sizeof asked_peer;
   if (!peer) getpeername(fd_, reinterpret_cast<sockaddr*>(&asked_peer), &length);
   counters_.Register(Transport::Iwarp, qpn_, 0, local ? *local : asked_local, peer ? *peer : asked_peer);
-  linger_timer_.fire = &Stream::OnLingerTimer;
-  linger_timer_.owner = this;
 }
 
 Stream::~Stream() { Shutdown(); }
@@ -176,10 +174,10 @@ void Stream::Shutdown() {
       tx_.lingering = true;
       tx_.linger_until = Clock::now() + std::chrono::milliseconds(base::Config().disconnect_timeout_ms);
       tx_.linger_self = self;
-      // Lingering runs on the engine only (its timer and EPOLLOUT), so its steps never overlap;
-      // armed under the lock, before the engine can see tx_.lingering and end it.
+      // Each step of lingering (its timer, EPOLLOUT) takes tx_mutex_; armed under it, before the
+      // engine can see tx_.lingering and end it.
       Engine::Get().Modify(fd_, EPOLLOUT | EPOLLET);
-      Engine::Get().Arm(&linger_timer_, std::chrono::milliseconds(0));
+      linger_timer_.Arm(self, std::chrono::milliseconds(0));
     } else {
       broken_ = true;
       qp_.reset();
@@ -200,7 +198,15 @@ void Stream::ReleasePort() {
   if (!port_released_.exchange(true, std::memory_order_relaxed)) ReleaseTcpPort(fd_);
 }
 
-void Stream::OnLingerTimer(Timer* timer) { static_cast<Stream*>(timer->owner)->Linger(); }
+void Stream::OnLingerTimer(Timer* timer) {
+  Stream* self = OwnedTimer<Stream>::OwnerOf(timer);  // alive: the timer keeps it until taken
+  std::shared_ptr<Stream> keep;
+  {
+    base::MutexLock tx(self->tx_mutex_);
+    keep = self->linger_timer_.TakeFiring();
+  }
+  if (keep) keep->Linger();
+}
 
 void Stream::Linger() {
   constexpr auto kLingerPoll = std::chrono::milliseconds(10);
@@ -228,11 +234,11 @@ void Stream::Linger() {
       }
     }
     if (!done && Clock::now() < tx_.linger_until) {
-      Engine::Get().Arm(&linger_timer_, kLingerPoll);
+      linger_timer_.Arm(tx_.linger_self, kLingerPoll);
       return;
     }
     tx_.lingering = false;
-    Engine::Get().Disarm(&linger_timer_);  // on the engine, as its firing: none can be pending
+    linger_timer_.Disarm();  // one due still fires, finds lingering over, and lets the stream go
     qp_.reset();
     release = std::move(tx_.linger_self);
   }

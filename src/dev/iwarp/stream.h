@@ -413,7 +413,9 @@ class Stream final : public Link, public IoHandler, public std::enable_shared_fr
   // poller after the receive: PollerRule's evidence).
   std::atomic<bool> peer_message_by_poller_{false};
 
-  Timer linger_timer_;  // lingering after a Terminate (CloseSocket)
+  // Lingering after a Terminate (CloseSocket): while armed or due it keeps the stream alive, so
+  // that a firing never finds it gone, whichever thread ended the lingering meanwhile.
+  OwnedTimer<Stream> linger_timer_ NDWV_GUARDED_BY(tx_mutex_){&Stream::OnLingerTimer, this};
 };
 
 }  // namespace ndwv::dev::iwarp
