@@ -70,7 +70,7 @@ class Engine {
   // copies) may have events reported until it goes: under the old watch's tag, so dropped.
   void CloseWatched(int fd);
   // Whether a descriptor has a watch, and whether it is in the epoll set (Modify 0 takes it out):
-  // for a diagnosis of a connection that heard nothing (Describe).
+  // for the diagnosis of a connection that heard nothing (iwarp::Stream::ReceiveState).
   struct WatchState {
     bool watched = false;
     bool in_set = false;

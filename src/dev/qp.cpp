@@ -287,15 +287,19 @@ void QueuePair::SetKickTarget(const std::shared_ptr<Link>& link) {
 int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge) {
   if (srq_) return WV_INVALID_DEVICE_REQUEST;
   if (num_sge > caps_.recv_sge || num_sge > kMaxSge) return WV_DATA_OVERRUN;
-  const uint64_t length = TotalLength(sge, num_sge);
-  if (length > kMaxTransferLength) return WV_BUFFER_OVERFLOW;
   base::MutexLock lock(rq_mutex_);
   if (rq_tail_ - rq_head_ == rq_.capacity()) return WV_NO_MORE_ENTRIES;
   RecvWqe& wqe = rq_[rq_tail_];
+  uint64_t length = 0;
+  for (uint32_t i = 0; i < num_sge; ++i) {
+    wqe.sge[i] = sge[i];
+    length += sge[i].length;
+  }
+  // Summed as the entry is filled; refused, the entry stays free (the tail has not moved).
+  if (length > kMaxTransferLength) return WV_BUFFER_OVERFLOW;
   wqe.wr_id = wr_id;
   wqe.num_sge = num_sge;
   wqe.length = length;
-  for (uint32_t i = 0; i < num_sge; ++i) wqe.sge[i] = sge[i];
   rq_tail_++;
   rq_.Prefetch(rq_tail_, true);
   if (state() == QpState::Error) {

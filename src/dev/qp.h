@@ -48,12 +48,6 @@ struct Sge {
   uint32_t lkey;
 };
 
-inline uint64_t TotalLength(const Sge* sge, uint32_t num_sge) {
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < num_sge; ++i) total += sge[i].length;
-  return total;
-}
-
 // The piece of an SGE list at byte `offset`: its address and contiguous length (0 past the end).
 inline std::pair<uint8_t*, uint64_t> PieceAt(const Sge* sge, uint32_t num_sge, uint64_t offset) {
   for (uint32_t i = 0; i < num_sge; ++i) {
