@@ -240,6 +240,9 @@ struct WV_CONNECT_ATTRIBUTES {
   WV_SOCKADDR PeerAddress;
   WV_DEVICE_ADDRESS Device;
   WV_CONNECT_PARAM Param;  // what the peer sent: its private data and its IRD/ORD, unswapped
+  // ndwv: TRUE once Param holds what the peer sent (its request, reply or rejection came); FALSE
+  // before (a Connect or GetRequest still waiting), Param then zeros.
+  BOOL PeerParamReceived;
 };
 
 // ---- interfaces --------------------------------------------------------------------------------

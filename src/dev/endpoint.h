@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -42,7 +43,10 @@ struct ConnectParams {
 
 struct ConnectionInfo {
   sockaddr_storage local{}, peer{};
-  ConnectParams peer_params;  // what the peer sent, in its own terms (not swapped)
+  // What the peer sent, in its own terms (not swapped), once its request, reply or rejection came
+  // (peer_heard); zeros before.
+  ConnectParams peer_params;
+  bool peer_heard = false;
 };
 
 // An endpoint's legal state changes: one row per state, in the enum's order, listing the states
@@ -122,6 +126,7 @@ class ListenQueue {
       return;
     }
     target->Adopt(*arrived_.front());
+    target->awaiting_request_ = false;
     arrived_.pop_front();
     finish.Add(op, WV_SUCCESS);
   }
@@ -132,6 +137,7 @@ class ListenQueue {
       return std::prev(arrived_.end());
     }
     waiting_.front().target->Adopt(*request);
+    waiting_.front().target->awaiting_request_ = false;  // after: its state says it is taken
     finish.Add(waiting_.front().op, WV_SUCCESS);
     waiting_.pop_front();
     return std::nullopt;
@@ -146,7 +152,10 @@ class ListenQueue {
     std::erase_if(arrived_, [request](const std::shared_ptr<Endpoint>& e) { return e.get() == request; });
   }
   void CancelWaiting(Finisher& finish) {
-    for (const Waiting& w : waiting_) finish.Add(w.op, WV_CANCELLED);
+    for (const Waiting& w : waiting_) {
+      w.target->awaiting_request_ = false;  // free again, for a Connect or another GetRequest
+      finish.Add(w.op, WV_CANCELLED);
+    }
     waiting_.clear();
   }
   std::deque<std::shared_ptr<Endpoint>> TakeQueued() {
@@ -249,11 +258,11 @@ class EndpointBase : public ConnectEndpoint {
     if (static_cast<Endpoint&>(*this).state_ != Endpoint::State::Listening) return WV_INVALID_DEVICE_STATE;
     {
       // A fresh endpoint, or one only bound (it gives its own address up for the request's): one
-      // that connects, listens or was closed cannot take a request. The listener's lock, then
-      // the target's, as in Adopt.
+      // that connects, listens, awaits or took a request, or was closed cannot take one. The
+      // listener's lock, then the target's, as in Adopt.
       base::MutexLock target_lock(endpoint->mutex_);
-      auto state = endpoint->state_;
-      if (state != Endpoint::State::Idle && state != Endpoint::State::Bound) return WV_INVALID_DEVICE_STATE;
+      if (!endpoint->FreeLocked()) return WV_CONNECTION_ACTIVE;
+      endpoint->awaiting_request_ = true;
     }
     requests_.Take(std::move(endpoint), op, finish);
     static_cast<Endpoint&>(*this).BacklogSlotFreedLocked();
@@ -264,7 +273,8 @@ class EndpointBase : public ConnectEndpoint {
     base::MutexLock lock(mutex_);
     info->local = local_;
     info->peer = peer_;
-    info->peer_params = peer_params_;
+    info->peer_heard = peer_params_.has_value();
+    info->peer_params = peer_params_.value_or(ConnectParams{});
     return WV_SUCCESS;
   }
 
@@ -342,6 +352,13 @@ class EndpointBase : public ConnectEndpoint {
   }
 
  protected:
+  // Neither connecting, listening nor closed, and not the target of a GetRequest: a Connect or a
+  // GetRequest may make something of it.
+  bool FreeLocked() const NDWV_REQUIRES(mutex_) {
+    auto state = static_cast<const Endpoint&>(*this).state_;
+    return (state == Endpoint::State::Idle || state == Endpoint::State::Bound) && !awaiting_request_;
+  }
+
   // The CM phase is over (mutex_ held): the QP phase runs as deferred work. A transport that
   // does more at that point hides this with its own, which calls it.
   void FinishDisconnect(int32_t status) NDWV_REQUIRES(mutex_) {
@@ -353,7 +370,8 @@ class EndpointBase : public ConnectEndpoint {
   base::Mutex mutex_{"EndpointBase::mutex_"};
   sockaddr_storage local_ NDWV_GUARDED_BY(mutex_){};  // ours as bound
   sockaddr_storage peer_ NDWV_GUARDED_BY(mutex_){};   // the peer's ND address
-  ConnectParams peer_params_ NDWV_GUARDED_BY(mutex_);  // what the peer sent (Query)
+  // What the peer sent (Query), from its request, reply or rejection; a Connect forgets it.
+  std::optional<ConnectParams> peer_params_ NDWV_GUARDED_BY(mutex_);
 
   // The requests parked until an event ends them.
   AsyncOp* connect_op_ NDWV_GUARDED_BY(mutex_) = nullptr;
@@ -364,6 +382,10 @@ class EndpointBase : public ConnectEndpoint {
 
   // Listening: requests not yet taken, and GetRequests.
   ListenQueue<Endpoint> requests_ NDWV_GUARDED_BY(mutex_);
+  // The target of a listener's GetRequest that no request has reached yet: set under both
+  // endpoints' locks, cleared under the listener's (after the Adopt that takes the target, which
+  // changes its state, or when the GetRequest is canceled).
+  std::atomic<bool> awaiting_request_{false};
 };
 
 }  // namespace ndwv::dev

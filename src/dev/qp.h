@@ -159,12 +159,13 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   QpState state() const { return state_.load(std::memory_order_acquire); }
 
   // One connection endpoint at a time may use the QP to connect: Claim is true for the first
-  // owner (and again for it), false for another until the owner lets go (Unclaim).
-  bool Claim(const void* owner) {
-    const void* none = nullptr;
+  // owner (and again for it), false for another until the owner lets go (Unclaim). An owner is a
+  // number never used twice (not an address), so a late Unclaim cannot free another's claim.
+  bool Claim(uint64_t owner) {
+    uint64_t none = 0;
     return claimant_.compare_exchange_strong(none, owner) || none == owner;
   }
-  void Unclaim(const void* owner) { claimant_.compare_exchange_strong(owner, nullptr); }
+  void Unclaim(uint64_t owner) { claimant_.compare_exchange_strong(owner, 0); }
 
   // Verbs Modify of the state. To Error: stops the link and flushes every outstanding request.
   int32_t Modify(QpState to);
@@ -210,7 +211,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   std::shared_ptr<SharedReceiveQueue> srq_;
 
   std::atomic<QpState> state_{QpState::Reset};
-  std::atomic<const void*> claimant_{nullptr};  // the connection endpoint using it
+  std::atomic<uint64_t> claimant_{0};  // the connection endpoint using it; 0: none
   mutable base::Mutex state_mutex_{"QueuePair::state_mutex_"};  // guards state_ changes and link_
   // Held through a move to Error, so a second one waits for the flush.
   base::Mutex error_mutex_{"QueuePair::error_mutex_"};

@@ -19,12 +19,14 @@ constexpr UINT8 kRnrRetryCount = 7;
 Connector::Connector(Adapter& adapter, base::HandleRef file, ComPtr<IWVConnectEndpoint> endpoint)
     : adapter_(&adapter), file_(std::move(file)), endpoint_(std::move(endpoint)) {}
 
-bool Connector::BecomePassive() {
-  Role none = Role::None;
-  return role_.compare_exchange_strong(none, Role::Passive);
+HRESULT Connector::AwaitRequest(IWVConnectEndpoint* listener, OVERLAPPED* pOverlapped) {
+  Role previous = Role::None;
+  if (!role_.compare_exchange_strong(previous, Role::Passive) && previous == Role::Active)
+    return ND_CONNECTION_ACTIVE;
+  HRESULT hr = NdStatus(listener->GetRequest(endpoint_.get(), pOverlapped));
+  if (FAILED(hr)) role_ = previous;
+  return hr;
 }
-
-void Connector::AbandonPassive() { role_ = Role::None; }
 
 HRESULT Connector::BindTo(const sockaddr* address) {
   WV_SOCKADDR local;
@@ -72,12 +74,14 @@ HRESULT Connector::Connect(IUnknown* pQueuePair, const sockaddr* pDestinationAdd
       FAILED(hr))
     return hr;
 
-  // Active from now on; a connector already active retries, which WV accepts after a failure.
-  Role previous = Role::None;
-  if (!role_.compare_exchange_strong(previous, Role::Active) && previous == Role::Passive)
-    return ND_CONNECTION_ACTIVE;
+  // Active from now on. A connector already active retries, which WV accepts after a failure.
+  // One handed to a GetConnectionRequest becomes passive only when that completes (nd2-spi's
+  // connector states): WV refuses it (ND_CONNECTION_ACTIVE) while the request waits or once it
+  // came, and connects it, unbound (WV picks the port), if the request was canceled.
+  const Role previous = role_.exchange(Role::Active);
   HRESULT hr = ND_SUCCESS;
-  if (!bound_) {  // every caller we know binds first; an ephemeral port is the tolerant choice
+  // Every caller we know binds first; an ephemeral port is the tolerant choice.
+  if (!bound_ && previous == Role::None) {
     WV_SOCKADDR any{};
     any.Sa.sa_family = pDestinationAddress->sa_family;
     hr = BindTo(&any.Sa);
@@ -86,7 +90,7 @@ HRESULT Connector::Connect(IUnknown* pQueuePair, const sockaddr* pDestinationAdd
     WV_SOCKADDR destination = CopySockaddr(pDestinationAddress);
     hr = NdStatus(endpoint_->Connect(qp->wv(), &destination.Sa, &param, pOverlapped));
   }
-  if (FAILED(hr) && previous == Role::None) role_ = Role::None;
+  if (FAILED(hr)) role_ = previous;
   return hr;
 }
 
@@ -128,9 +132,14 @@ HRESULT Connector::QueryConnection(WV_CONNECT_ATTRIBUTES* attributes) {
   return NdStatus(endpoint_->Query(attributes));
 }
 
+HRESULT Connector::QueryPeer(WV_CONNECT_ATTRIBUTES* attributes) {
+  if (HRESULT hr = QueryConnection(attributes); FAILED(hr)) return hr;
+  return attributes->PeerParamReceived ? ND_SUCCESS : ND_CONNECTION_INVALID;
+}
+
 HRESULT Connector::GetReadLimits(ULONG* pInboundReadLimit, ULONG* pOutboundReadLimit) {
   WV_CONNECT_ATTRIBUTES connection;
-  if (HRESULT hr = QueryConnection(&connection); FAILED(hr)) return hr;
+  if (HRESULT hr = QueryPeer(&connection); FAILED(hr)) return hr;
   // WV reports the peer's own view: its outbound reads arrive here, its inbound ones go there.
   const ND2_ADAPTER_INFO& info = adapter_->info();
   if (pInboundReadLimit != nullptr)
@@ -143,7 +152,7 @@ HRESULT Connector::GetReadLimits(ULONG* pInboundReadLimit, ULONG* pOutboundReadL
 HRESULT Connector::GetPrivateData(void* pPrivateData, ULONG* pcbPrivateData) {
   if (pcbPrivateData == nullptr) return ND_INVALID_PARAMETER_2;
   WV_CONNECT_ATTRIBUTES connection;
-  if (HRESULT hr = QueryConnection(&connection); FAILED(hr)) return hr;
+  if (HRESULT hr = QueryPeer(&connection); FAILED(hr)) return hr;
   ULONG length =
       ULONG(std::min<SIZE_T>(connection.Param.DataLength, sizeof(connection.Param.Data)));
   // Unlike the address getters, a short buffer still receives what fits.

@@ -19,10 +19,9 @@ class Connector final : public OverlappedObject<Connector, IND2Connector, IID_IN
   IWVConnectEndpoint* wv() const { return endpoint_.get(); }
   IWVOverlapped* wvRequests() const { return endpoint_.get(); }
 
-  // Listener::GetConnectionRequest makes a fresh connector the passive side of the next request;
-  // false if the connector is already in use. Undone if WV refuses the request.
-  bool BecomePassive();
-  void AbandonPassive();
+  // Listener::GetConnectionRequest: `listener` is to hand the connector its next request. An
+  // active connector is refused here; WV refuses one whose earlier request waits or came.
+  HRESULT AwaitRequest(IWVConnectEndpoint* listener, OVERLAPPED* pOverlapped);
 
   // IND2Connector
   HRESULT STDMETHODCALLTYPE Bind(const sockaddr* pAddress, ULONG cbAddress) override;
@@ -49,6 +48,10 @@ class Connector final : public OverlappedObject<Connector, IND2Connector, IID_IN
   HRESULT BindTo(const sockaddr* address);
   // What WV knows about the connection, once the connector has a side.
   HRESULT QueryConnection(WV_CONNECT_ATTRIBUTES* attributes);
+  // The same, and ND_CONNECTION_INVALID until the peer's private data and read limits came (its
+  // request, reply or rejection): GetReadLimits and GetPrivateData (nd2-spi: "after Connect
+  // completes ... or after GetConnectionRequest completes").
+  HRESULT QueryPeer(WV_CONNECT_ATTRIBUTES* attributes);
   // GetLocalAddress and GetPeerAddress: one of the connection's addresses, by the size protocol.
   HRESULT ReturnAddress(WV_SOCKADDR WV_CONNECT_ATTRIBUTES::*which, sockaddr* pAddress,
                         ULONG* pcbAddress);

@@ -35,10 +35,7 @@ HRESULT Listener::GetLocalAddress(sockaddr* pAddress, ULONG* pcbAddress) {
 HRESULT Listener::GetConnectionRequest(IUnknown* pConnector, OVERLAPPED* pOverlapped) {
   Connector* connector = adapter_->Mine<Connector>(pConnector);
   if (connector == nullptr) return ND_INVALID_PARAMETER_1;
-  if (!connector->BecomePassive()) return ND_CONNECTION_ACTIVE;
-  HRESULT hr = NdStatus(endpoint_->GetRequest(connector->wv(), pOverlapped));
-  if (FAILED(hr)) connector->AbandonPassive();
-  return hr;
+  return connector->AwaitRequest(endpoint_.get(), pOverlapped);
 }
 
 }  // namespace ndwv::nd

@@ -18,14 +18,32 @@ dev::ConnectParams ToDevice(const WV_CONNECT_PARAM* param) {
   return p;
 }
 
-// A Connect or Accept of an endpoint whose timeouts mean "try again" (ND v1).
-class RetryableOp final : public OverlappedOp {
+// A Connect, Accept or CompleteConnect in flight. One that fails gives its QP back before the
+// caller hears of it (nd2-spi: "on failure the QP is left as it was"), so another connector may
+// connect it; its own connector keeps it for a retry (Claim again). With
+// WV_EP_OPTION_RETRYABLE_TIMEOUT a timeout completes WV_TIMEOUT, "try again" (ND v1's rule).
+class HandshakeOp final : public OverlappedOp {
  public:
-  using OverlappedOp::OverlappedOp;
+  HandshakeOp(const base::HandleRef& file, OVERLAPPED* overlapped, bool retryable,
+              std::shared_ptr<dev::QueuePair> qp, uint64_t claimant)
+      : OverlappedOp(file, overlapped), retryable_(retryable), qp_(std::move(qp)), claimant_(claimant) {}
   void Complete(int32_t status) override {
-    OverlappedOp::Complete(status == WV_IO_TIMEOUT ? WV_TIMEOUT : status);
+    if (retryable_ && status == WV_IO_TIMEOUT) status = WV_TIMEOUT;
+    if (qp_ && FAILED(status)) qp_->Unclaim(claimant_);
+    OverlappedOp::Complete(status);
   }
+
+ private:
+  const bool retryable_;
+  const std::shared_ptr<dev::QueuePair> qp_;  // null for CompleteConnect: its QP stays claimed
+  const uint64_t claimant_;
 };
+
+// A QP's claimant for each endpoint: never 0, never used twice.
+uint64_t NewClaimant() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 // One Disconnect in flight: the device's two-phase request and the OVERLAPPED it completes.
 class DisconnectOp final : public OverlappedOp {
@@ -41,17 +59,17 @@ class DisconnectOp final : public OverlappedOp {
 }  // namespace
 
 ConnectEndpoint::ConnectEndpoint(base::HandleRef file, std::shared_ptr<dev::ConnectEndpoint> endpoint)
-    : file_(std::move(file)), endpoint_(std::move(endpoint)) {}
+    : file_(std::move(file)), endpoint_(std::move(endpoint)), claimant_(NewClaimant()) {}
 
 ConnectEndpoint::~ConnectEndpoint() {
   endpoint_->Close();
-  if (qp_) qp_->Unclaim(this);
+  if (qp_) qp_->Unclaim(claimant_);
 }
 
 template <class Start>
 HRESULT ConnectEndpoint::StartWithQueuePair(const std::shared_ptr<dev::QueuePair>& qp, Start start) {
   // A QP connects through one endpoint at a time (another's Connect or Accept with it is refused).
-  if (!qp->Claim(this)) return WV_CONNECTION_ACTIVE;
+  if (!qp->Claim(claimant_)) return WV_CONNECTION_ACTIVE;
   std::shared_ptr<dev::QueuePair> previous;
   {
     base::MutexLock lock(qp_mutex_);
@@ -59,7 +77,7 @@ HRESULT ConnectEndpoint::StartWithQueuePair(const std::shared_ptr<dev::QueuePair
   }
   const HRESULT hr = start();
   if (SUCCEEDED(hr) || hr == WV_IO_PENDING) {
-    if (previous && previous != qp) previous->Unclaim(this);  // a retry with another QP frees the first
+    if (previous && previous != qp) previous->Unclaim(claimant_);  // a retry with another QP frees the first
     return hr;
   }
   // Refused (this endpoint already connecting, say): it keeps the QP it had, and the one it was
@@ -68,7 +86,7 @@ HRESULT ConnectEndpoint::StartWithQueuePair(const std::shared_ptr<dev::QueuePair
     base::MutexLock lock(qp_mutex_);
     qp_ = previous;
   }
-  if (previous != qp) qp->Unclaim(this);
+  if (previous != qp) qp->Unclaim(claimant_);
   return hr;
 }
 
@@ -95,9 +113,8 @@ HRESULT ConnectEndpoint::Modify(DWORD option, const VOID* data, SIZE_T length) {
   }
 }
 
-OverlappedOp* ConnectEndpoint::HandshakeOp(OVERLAPPED* overlapped) {
-  if (retryable_timeout_.load()) return new RetryableOp(file_, overlapped);
-  return new OverlappedOp(file_, overlapped);
+OverlappedOp* ConnectEndpoint::NewHandshakeOp(OVERLAPPED* overlapped, std::shared_ptr<dev::QueuePair> qp) {
+  return new HandshakeOp(file_, overlapped, retryable_timeout_.load(), std::move(qp), claimant_);
 }
 
 HRESULT ConnectEndpoint::BindAddress(const sockaddr* address) {
@@ -123,7 +140,7 @@ HRESULT ConnectEndpoint::Connect(IWVConnectQueuePair* qp, const sockaddr* addres
   if (!pair || !address || !overlapped) return WV_INVALID_PARAMETER;
   socklen_t length = address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   return StartWithQueuePair(pair->qp(), [&] {
-    return StartOverlapped(HandshakeOp(overlapped), [&](OverlappedOp* op) {
+    return StartOverlapped(NewHandshakeOp(overlapped, pair->qp()), [&](OverlappedOp* op) {
       return endpoint_->Connect(pair->qp(), address, length, ToDevice(param), op);
     });
   });
@@ -133,7 +150,7 @@ HRESULT ConnectEndpoint::Accept(IWVConnectQueuePair* qp, WV_CONNECT_PARAM* param
   if (!overlapped) return WV_INVALID_PARAMETER;
   std::shared_ptr<dev::QueuePair> device_qp;
   auto start = [&] {
-    return StartOverlapped(HandshakeOp(overlapped),
+    return StartOverlapped(NewHandshakeOp(overlapped, device_qp),
                            [&](OverlappedOp* op) { return endpoint_->Accept(device_qp, ToDevice(param), op); });
   };
   if (!qp) return start();  // the active side's CompleteConnect
@@ -150,6 +167,8 @@ HRESULT ConnectEndpoint::Disconnect(OVERLAPPED* overlapped) {
     base::MutexLock lock(qp_mutex_);
     qp = qp_;
   }
+  // A QP given back by a failed Connect or Accept is flushed only while no other endpoint took it.
+  if (qp && !qp->Claim(claimant_)) qp = nullptr;
   auto* op = new DisconnectOp(file_, overlapped, std::move(qp));
   int32_t status = endpoint_->Disconnect(&op->request);
   if (status == WV_PENDING) return WV_IO_PENDING;
@@ -171,6 +190,7 @@ HRESULT ConnectEndpoint::Query(WV_CONNECT_ATTRIBUTES* attributes) {
   *attributes = {};
   memcpy(&attributes->LocalAddress, &info.local, sizeof attributes->LocalAddress);
   memcpy(&attributes->PeerAddress, &info.peer, sizeof attributes->PeerAddress);
+  attributes->PeerParamReceived = info.peer_heard;
   attributes->Param.DataLength = info.peer_params.data_length;
   attributes->Param.ResponderResources = info.peer_params.ird;
   attributes->Param.InitiatorDepth = info.peer_params.ord;

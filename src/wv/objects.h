@@ -197,13 +197,13 @@ class ConnectEndpoint final
   // if another endpoint has it; `qp` is this endpoint's from then on unless start() was refused.
   template <class Start>
   HRESULT StartWithQueuePair(const std::shared_ptr<dev::QueuePair>& qp, Start start);
-  // The request of a Connect or Accept, which completes WV_TIMEOUT for a timeout when the
-  // endpoint has WV_EP_OPTION_RETRYABLE_TIMEOUT.
-  OverlappedOp* HandshakeOp(OVERLAPPED* overlapped);
+  // The request of a Connect or Accept with `qp` (CompleteConnect: null); see HandshakeOp.
+  OverlappedOp* NewHandshakeOp(OVERLAPPED* overlapped, std::shared_ptr<dev::QueuePair> qp);
 
   base::HandleRef file_;
   std::shared_ptr<dev::ConnectEndpoint> endpoint_;
   std::atomic<bool> retryable_timeout_{false};
+  const uint64_t claimant_;  // this endpoint, to the QPs it claims (dev::QueuePair::Claim)
   base::Mutex qp_mutex_{"wv::ConnectEndpoint::qp_mutex_"};
   // Given to Connect/Accept; Disconnect carries it down.
   std::shared_ptr<dev::QueuePair> qp_ NDWV_GUARDED_BY(qp_mutex_);

@@ -69,8 +69,10 @@ struct LocalPair {
 
   // Listens on b, connects a to it and returns once both Connect and Accept completed.
   void Connect(ULONG ird = 4, ULONG ord = 4) { Connect(ird, ord, ird, ord); }
-  // The same with each side's own read limits (Connect's, then Accept's).
-  void Connect(ULONG activeIrd, ULONG activeOrd, ULONG passiveIrd, ULONG passiveOrd) {
+  // The same with each side's own read limits (Connect's, then Accept's), through `active` (a
+  // connector of adapterA's) if the caller gives one.
+  void Connect(ULONG activeIrd, ULONG activeOrd, ULONG passiveIrd, ULONG passiveOrd,
+               Ref<IND2Connector> active = {}) {
     b.listener = adapterB.CreateListener();
     IT_OK(b.listener->Bind(Sa(&listenAt), sizeof listenAt));
     IT_OK(b.listener->Listen(0));
@@ -82,7 +84,7 @@ struct LocalPair {
     Ov request;
     HRESULT hrRequest =
         b.listener->GetConnectionRequest(b.connector.get(), request.Prepare(b.listener.get()));
-    a.connector = adapterA.CreateConnector();
+    a.connector = active ? std::move(active) : adapterA.CreateConnector();
     sockaddr_in local = Loopback(0), server = Loopback(port);
     IT_OK(a.connector->Bind(Sa(&local), sizeof local));
     Ov connect;
@@ -1174,6 +1176,10 @@ TEST(ConformanceConnector, ConnectWhileConnectingIsActive) {
     HRESULT hr = StartConnect(connector.get(), other.qp.get(), port, again.Prepare(connector.get()), false);
     IT_CHECK_HR(ND_CONNECTION_ACTIVE, again.Finish(hr, "second Connect of the connector"));
     IT_CHECK_HR(ND_PENDING, connector->GetOverlappedResult(&first, FALSE));
+    // Nothing of the peer's is known before the Connect completes (§14.1 GetReadLimits).
+    ULONG in = 0, out = 0, size = 0;
+    IT_CHECK_HR(ND_CONNECTION_INVALID, connector->GetReadLimits(&in, &out));
+    IT_CHECK_HR(ND_CONNECTION_INVALID, connector->GetPrivateData(nullptr, &size));
     // The refused Connect left both QPs as they were: the first still connects through the
     // connector, the second is free for another.
     Ref<IND2Connector> third = adapter.CreateConnector();
@@ -1186,6 +1192,63 @@ TEST(ConformanceConnector, ConnectWhileConnectingIsActive) {
     IT_CHECK_HR(ND_CANCELED, PollOv(third.get(), &otherQp, "canceled Connect with the second QP"));
     IT_OK(connector->CancelOverlappedRequests());
     IT_CHECK_HR(ND_CANCELED, PollOv(connector.get(), &first, "canceled Connect"));
+  });
+}
+
+// §14.1 Connect: "on failure the QP is left as it was". A QP whose Connect failed (canceled
+// here) connects through another connector; the one that failed, disconnected, leaves it alone.
+TEST(ConformanceConnector, AQpWhoseConnectFailedConnectsThroughAnotherConnector) {
+  RunLocal([] {
+    LocalPair p;
+    Ref<IND2Listener> silent;
+    uint16_t port = StartListening(p.adapterB, silent);
+    Ref<IND2Connector> failed = p.adapterA.CreateConnector();
+    OVERLAPPED first{};
+    IT_CHECK_HR(ND_PENDING, StartConnect(failed.get(), p.a.qp.get(), port, &first));
+    IT_OK(failed->CancelOverlappedRequests());
+    IT_CHECK_HR(ND_CANCELED, PollOv(failed.get(), &first, "canceled Connect"));
+    p.Connect();  // the same QP, another connector
+    Ov disconnect;
+    HRESULT hr = failed->Disconnect(disconnect.Prepare(failed.get()));
+    IT_CHECK_HR(ND_CONNECTION_INVALID, disconnect.Finish(hr, "Disconnect of the connector that failed"));
+    std::vector<uint8_t> out(64), in(64, 0);
+    Mr outA(p.adapterA, out.data(), out.size(), kSinkFlags), inB(p.adapterB, in.data(), in.size(), kSinkFlags);
+    ND2_SGE receive = {in.data(), 64, inB.token()}, send = {out.data(), 64, outA.token()};
+    IT_OK(p.b.qp->Receive(Ctx(0x10), &receive, 1));
+    FillPattern(out.data(), 64, 3);
+    IT_OK(p.a.qp->Send(Ctx(0x20), &send, 1, 0));
+    ExpectCompletion(p.a.cq.get(), {ND_SUCCESS, Nd2RequestTypeSend, Ctx(0x20), kA}, "send");
+    ExpectCompletion(p.b.cq.get(), {ND_SUCCESS, Nd2RequestTypeReceive, Ctx(0x10), kB, 64}, "receive");
+    CheckPattern(in.data(), 64, 3, "receive");
+  });
+}
+
+// nd2-spi's connector states: a connector is the passive side once its GetConnectionRequest
+// completes. While the request waits, a Connect or another GetConnectionRequest with it is
+// ND_CONNECTION_ACTIVE and it knows nothing of a peer (GetReadLimits, GetPrivateData
+// ND_CONNECTION_INVALID); once the request is canceled the connector is as it was, and connects.
+TEST(ConformanceConnector, AConnectorWhoseConnectionRequestWasCanceledConnects) {
+  RunLocal([] {
+    LocalPair p;
+    Ref<IND2Listener> listener, silent;
+    StartListening(p.adapterA, listener);
+    uint16_t silentPort = StartListening(p.adapterB, silent);
+    Ref<IND2Connector> connector = p.adapterA.CreateConnector();
+    Ov waiting;
+    HRESULT hrWaiting = listener->GetConnectionRequest(connector.get(), waiting.Prepare(listener.get()));
+    IT_CHECK_HR(ND_PENDING, hrWaiting);
+    Ov again;
+    HRESULT hr = listener->GetConnectionRequest(connector.get(), again.Prepare(listener.get()));
+    IT_CHECK_HR(ND_CONNECTION_ACTIVE, again.Finish(hr, "second GetConnectionRequest"));
+    Ov connect;
+    hr = StartConnect(connector.get(), p.a.qp.get(), silentPort, connect.Prepare(connector.get()), false);
+    IT_CHECK_HR(ND_CONNECTION_ACTIVE, connect.Finish(hr, "Connect while the request waits"));
+    ULONG in = 0, out = 0, size = 0;
+    IT_CHECK_HR(ND_CONNECTION_INVALID, connector->GetReadLimits(&in, &out));
+    IT_CHECK_HR(ND_CONNECTION_INVALID, connector->GetPrivateData(nullptr, &size));
+    IT_OK(listener->CancelOverlappedRequests());
+    IT_CHECK_HR(ND_CANCELED, waiting.Finish(hrWaiting, "canceled GetConnectionRequest"));
+    p.Connect(4, 4, 4, 4, std::move(connector));
   });
 }
 

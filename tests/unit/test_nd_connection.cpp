@@ -38,6 +38,7 @@ class NdConnectTest : public NdTest {
     std::memcpy(c.Param.Data, data, c.Param.DataLength);
     c.Param.ResponderResources = ird;
     c.Param.InitiatorDepth = ord;
+    c.PeerParamReceived = TRUE;
   }
 
   IND2CompletionQueue* cq = nullptr;
@@ -139,9 +140,11 @@ TEST_F(NdConnectTest, NothingButBindAndConnectBeforeAConnection) {
 
 TEST_F(NdConnectTest, AfterConnectTheGettersReportThePeer) {
   ASSERT_EQ(Connect(server, nullptr, 0, 8, 8), ND_PENDING);
+  ULONG in = 0, out = 0, early = 0;
+  EXPECT_EQ(connector->GetReadLimits(&in, &out), ND_CONNECTION_INVALID) << "nothing heard yet";
+  EXPECT_EQ(connector->GetPrivateData(nullptr, &early), ND_CONNECTION_INVALID);
   PeerSent("reply-data", 3, 100);
 
-  ULONG in = 0, out = 0;
   ASSERT_EQ(connector->GetReadLimits(&in, &out), ND_SUCCESS);
   EXPECT_EQ(in, Info().MaxInboundReadLimit) << "peer's outbound (100) clamped by our cap";
   EXPECT_EQ(out, 3u) << "peer's inbound";
@@ -248,10 +251,11 @@ TEST_F(NdListenTest, GetConnectionRequestMakesTheConnectorPassive) {
   EXPECT_EQ(listener->GetConnectionRequest(connector, &ov), ND_CONNECTION_ACTIVE)
       << "one request per connector";
   EXPECT_EQ(Connect(server, nullptr, 0), ND_CONNECTION_ACTIVE);
+  ULONG size = 0;
+  EXPECT_EQ(connector->GetPrivateData(nullptr, &size), ND_CONNECTION_INVALID) << "no request yet";
 
   // The request arrived: the peer offered IRD 2 and ORD 6.
   PeerSent("req", 2, 6);
-  ULONG size = 0;
   EXPECT_EQ(connector->GetPrivateData(nullptr, &size), ND_BUFFER_OVERFLOW);
   EXPECT_EQ(size, 3u);
   sockaddr_in peer{};

@@ -324,12 +324,17 @@ class FakeEndpoint : public FakeOverlapped<IWVConnectEndpoint> {
     rejectedLength = length;
     return WV_SUCCESS;
   }
+  // As the device: an endpoint a GetRequest awaits cannot take another, nor connect.
   HRESULT STDMETHODCALLTYPE GetRequest(IWVConnectEndpoint* endpoint, OVERLAPPED*) override {
+    auto* target = static_cast<FakeEndpoint*>(endpoint);
+    if (target->awaited) return WV_CONNECTION_ACTIVE;
+    target->awaited = true;
     requestedFor = endpoint;
     return WV_IO_PENDING;
   }
   HRESULT STDMETHODCALLTYPE Connect(IWVConnectQueuePair* qp, const sockaddr* address,
                                     WV_CONNECT_PARAM* param, OVERLAPPED*) override {
+    if (awaited) return WV_CONNECTION_ACTIVE;
     connectedQp = qp;
     std::memcpy(&connectedTo, address, address->sa_family == AF_INET6 ? 28 : 16);
     sent = *param;
@@ -354,6 +359,7 @@ class FakeEndpoint : public FakeOverlapped<IWVConnectEndpoint> {
   SIZE_T backlog = 0;
   SIZE_T rejectedLength = 0;
   IWVConnectEndpoint* requestedFor = nullptr;
+  bool awaited = false;  // a listener's GetRequest waits to hand this endpoint a request
   IWVConnectQueuePair* connectedQp = nullptr;
   IWVConnectQueuePair* acceptedQp = nullptr;
   bool accepted = false;

@@ -496,7 +496,7 @@ StreamParams Endpoint::MakeStreamParams(bool passive) const {
   params.confirm_writes = Config().confirm != base::Settings::Confirm::None;
   params.confirm_sends = Config().confirm == base::Settings::Confirm::All;
   params.ird = local_params_.ird;
-  params.ord = std::min(local_params_.ord, peer_params_.ird);
+  params.ord = std::min(local_params_.ord, peer_params_->ird);  // heard: a request or a reply came
   params.max_ulpdu = Config().mpa_max_ulpdu;
   params.expect_rtr = passive;
   params.port_released = passive;  // accepted: SO_REUSEADDR from the listener (Listen)
@@ -509,13 +509,14 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
                           const ConnectParams& params, AsyncOp* op) {
   Finisher finish;  // a request that cannot be sent at once completes the Connect after the lock
   base::MutexLock lock(mutex_);
-  if (state_ != State::Idle && state_ != State::Bound) return WV_CONNECTION_ACTIVE;
+  if (!FreeLocked()) return WV_CONNECTION_ACTIVE;
   if (qp->state() != QpState::Reset && qp->state() != QpState::Init) return WV_CONNECTION_ACTIVE;
   if (!peer || (peer->sa_family != AF_INET && peer->sa_family != AF_INET6)) return WV_INVALID_ADDRESS;
   socklen_t need = peer->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
   if (length < need) return WV_INVALID_PARAMETER;
   memcpy(&peer_, peer, need);
   peer_len_ = need;
+  peer_params_.reset();
   if (fd_ < 0) {
     if (!bound_) {  // not bound: an ephemeral port on the address the route chooses
       local_ = {};

@@ -294,7 +294,7 @@ bool Endpoint::StartLink(const RcParams& params, std::shared_ptr<Port> data_port
 int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, socklen_t length,
                           const ConnectParams& params, AsyncOp* op) {
   base::MutexLock lock(mutex_);
-  if (state_ != State::Bound && state_ != State::Idle) return WV_CONNECTION_ACTIVE;
+  if (!FreeLocked()) return WV_CONNECTION_ACTIVE;
   if (!peer || (peer->sa_family != AF_INET && peer->sa_family != AF_INET6)) return WV_INVALID_ADDRESS;
   if (length < (peer->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6))) return WV_INVALID_PARAMETER;
   sockaddr_storage to{};
@@ -322,6 +322,7 @@ int32_t Endpoint::Connect(std::shared_ptr<QueuePair> qp, const sockaddr* peer, s
     return error == ENETUNREACH ? WV_NETWORK_UNREACHABLE : WV_HOST_UNREACHABLE;  // as a TCP connect at once
   peer_ = to;
   peer_port_ = to;  // until the REP says where the passive side's port is
+  peer_params_.reset();
   local_params_ = params;
   rq_psn_ = RandomPsn();
   mtu_ = MtuBytes(mtu_code);
