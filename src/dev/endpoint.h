@@ -125,8 +125,7 @@ class ListenQueue {
       waiting_.push_back({std::move(target), op});
       return;
     }
-    target->Adopt(*arrived_.front());
-    target->awaiting_request_ = false;
+    Hand(*arrived_.front(), *target);
     arrived_.pop_front();
     finish.Add(op, WV_SUCCESS);
   }
@@ -136,8 +135,7 @@ class ListenQueue {
       arrived_.push_back(std::move(request));
       return std::prev(arrived_.end());
     }
-    waiting_.front().target->Adopt(*request);
-    waiting_.front().target->awaiting_request_ = false;  // after: its state says it is taken
+    Hand(*request, *waiting_.front().target);
     finish.Add(waiting_.front().op, WV_SUCCESS);
     waiting_.pop_front();
     return std::nullopt;
@@ -169,6 +167,12 @@ class ListenQueue {
     std::shared_ptr<Endpoint> target;
     AsyncOp* op;
   };
+  // The target takes the request over and is no longer awaited (after the Adopt: its state then
+  // says it is taken, so it is never free in between).
+  static void Hand(Endpoint& request, Endpoint& target) {
+    target.Adopt(request);
+    target.awaiting_request_ = false;
+  }
   std::list<std::shared_ptr<Endpoint>> arrived_;  // requests not yet taken
   // GetRequests not yet answered. A list, not a deque: every endpoint has a queue, connectors
   // too, and an empty deque already holds half a kilobyte.

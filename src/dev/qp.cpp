@@ -289,17 +289,7 @@ int32_t QueuePair::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t num_sge)
   if (num_sge > caps_.recv_sge || num_sge > kMaxSge) return WV_DATA_OVERRUN;
   base::MutexLock lock(rq_mutex_);
   if (rq_tail_ - rq_head_ == rq_.capacity()) return WV_NO_MORE_ENTRIES;
-  RecvWqe& wqe = rq_[rq_tail_];
-  uint64_t length = 0;
-  for (uint32_t i = 0; i < num_sge; ++i) {
-    wqe.sge[i] = sge[i];
-    length += sge[i].length;
-  }
-  // Summed as the entry is filled; refused, the entry stays free (the tail has not moved).
-  if (length > kMaxTransferLength) return WV_BUFFER_OVERFLOW;
-  wqe.wr_id = wr_id;
-  wqe.num_sge = num_sge;
-  wqe.length = length;
+  if (!rq_[rq_tail_].Fill(wr_id, sge, num_sge)) return WV_BUFFER_OVERFLOW;
   rq_tail_++;
   rq_.Prefetch(rq_tail_, true);
   if (state() == QpState::Error) {

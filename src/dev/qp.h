@@ -85,6 +85,20 @@ struct RecvWqe {
   uint64_t length;  // capacity
   Sge sge[kMaxSge];
 
+  // A receive post (a QP's or an SRQ's): the entry filled, its length summed in the same pass;
+  // false, the entry left free, if more than a work request may move (kMaxTransferLength).
+  bool Fill(uint64_t id, const Sge* given, uint32_t count) {
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      sge[i] = given[i];
+      total += given[i].length;
+    }
+    if (total > kMaxTransferLength) return false;
+    wr_id = id;
+    num_sge = count;
+    length = total;
+    return true;
+  }
   // Copies what is in use (on the receive path: not the whole SGE array).
   void CopyTo(RecvWqe* out) const {
     out->wr_id = wr_id;

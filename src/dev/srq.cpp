@@ -12,17 +12,7 @@ int32_t SharedReceiveQueue::PostReceive(uint64_t wr_id, const Sge* sge, uint32_t
   if (num_sge > max_sge_) return WV_DATA_OVERRUN;
   base::MutexLock lock(mutex_);
   if (tail_ - head_ == ring_.capacity()) return WV_NO_MORE_ENTRIES;
-  RecvWqe& wqe = ring_[tail_];
-  uint64_t length = 0;
-  for (uint32_t i = 0; i < num_sge; ++i) {
-    wqe.sge[i] = sge[i];
-    length += sge[i].length;
-  }
-  // Summed as the entry is filled; refused, the entry stays free (the tail has not moved).
-  if (length > kMaxTransferLength) return WV_BUFFER_OVERFLOW;
-  wqe.wr_id = wr_id;
-  wqe.num_sge = num_sge;
-  wqe.length = length;
+  if (!ring_[tail_].Fill(wr_id, sge, num_sge)) return WV_BUFFER_OVERFLOW;
   tail_++;
   ring_.Prefetch(tail_, true);
   return WV_SUCCESS;
